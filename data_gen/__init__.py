@@ -1,0 +1,1 @@
+"""Ensemble annotation: sources -> annotator prompts -> backends -> parse -> aggregate -> merge -> split."""

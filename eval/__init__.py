@@ -1,0 +1,1 @@
+"""Meta-evaluation: human-correlation sets, perturbation benchmarks and span metrics."""

@@ -1,0 +1,282 @@
+"""The `spanjudge` command line.
+
+Each stage owns its commands; this root only knows them by dotted path ("module:attr"),
+so the base layer imports none of the stages above it, and running one command imports
+only that command's module (heavy libraries such as torch load inside the commands).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import SpanjudgeError
+
+
+@dataclass(frozen=True)
+class CommandEntry:
+    help: str
+    target: str | None = None  # "module:attr" of a click command or typer app
+    issue: int | None = None  # where a not-yet-built command is tracked
+
+
+COMMANDS: dict[str, CommandEntry] = {
+    "tasks": CommandEntry("List the task/aspect catalog (configs/tasks/*.yaml).", "spanjudge.inference.cli:tasks"),
+    "prompt": CommandEntry(
+        "Render the annotator, supervisor or judge prompt for one example.", "spanjudge.inference.cli:prompt"
+    ),
+    "parse": CommandEntry(
+        "Parse a model reply (annotator, supervisor or judge format) into JSON.",
+        "spanjudge.inference.cli:parse",
+    ),
+    "annotate": CommandEntry("Annotate outputs with the LLM ensemble and build training data.", issue=3),
+    "train": CommandEntry("Fine-tune the judge with LoRA/QLoRA (same as `accelerate launch train.py`).", issue=4),
+    "score": CommandEntry("Score new outputs with a distilled judge.", issue=5),
+    "meta-eval": CommandEntry("Correlate a judge with human judgments and perturbation benchmarks.", issue=6),
+    "perturb": CommandEntry("Build a perturbation benchmark from source data.", issue=7),
+    "publish": CommandEntry("Publish an adapter with its model card to the Hugging Face Hub.", issue=8),
+    "demo": CommandEntry(
+        "Run what exists end to end on real data and a real local model.", "spanjudge.inference.preview:demo"
+    ),
+}
+
+
+def _not_implemented(name: str, entry: CommandEntry) -> click.Command:
+    def run(args: tuple[str, ...]) -> None:
+        raise SpanjudgeError(f"'spanjudge {name}' is not implemented yet; it is tracked in issue #{entry.issue}")
+
+    return click.Command(
+        name,
+        callback=run,
+        params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
+        help=f"{entry.help}\n\nNot implemented yet (issue #{entry.issue}).",
+        short_help=f"{entry.help} [not implemented yet]",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+
+
+class LazyGroup(typer.core.TyperGroup):
+    """Resolves registered commands by dotted path only when they are asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        if entry.target is None:
+            return _not_implemented(cmd_name, entry)
+        module_name, attr = entry.target.split(":")
+        target = getattr(importlib.import_module(module_name), attr)
+        command = target if isinstance(target, click.Command) else typer.main.get_command(target)
+        command.name = cmd_name
+        return command
+
+
+app = typer.Typer(
+    cls=LazyGroup,
+    name="spanjudge",
+    help=(
+        "Distil and run an explainable NLG evaluator: error spans with explanations and "
+        "severities, plus a 0-100 score.\n\n"
+        "Pipeline: annotate (LLM ensemble + supervisor) -> train (LoRA/QLoRA SFT) -> "
+        "score (the distilled judge) -> meta-eval (human correlations, perturbation "
+        "benchmarks) -> publish. Start with `spanjudge tasks` to see what can be evaluated."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"spanjudge {version('spanjudge')}")
+        raise typer.Exit
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Root options."""
+
+
+# ---------------------------------------------------------------------------------------
+# Commands owned by the base layer
+
+CatalogOption = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--catalog",
+        help="Extra task catalog YAML file or folder (repeatable), loaded after the built-in one "
+        "and $SPANJUDGE_CATALOG.",
+    ),
+]
+
+tasks = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+prompt = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+parse = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@tasks.command()
+def tasks_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole catalog as JSON.")] = False,
+    task: Annotated[str | None, typer.Option("--task", help="Show one task with its aspect definitions.")] = None,
+    catalog: CatalogOption = None,
+) -> None:
+    """List tasks and their aspects.
+
+    Tasks live in configs/tasks/<category>.yaml: add a task or an aspect by editing YAML,
+    or keep your own files and pass them with --catalog.
+    """
+    from .catalog import load_catalog
+
+    loaded = load_catalog(catalog or ())
+    if as_json:
+        data = loaded.to_json_dict()
+        if task is not None:
+            chosen = loaded.task(task)
+            data = {"categories": [c for c in data["categories"] if c["name"] == chosen.category]}
+            data["categories"][0]["tasks"] = [t for t in data["categories"][0]["tasks"] if t["id"] == task]
+        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        return
+    console = Console()
+    if task is not None:
+        chosen = loaded.task(task)
+        console.print(f"[bold]{chosen.id}[/bold] - {chosen.title} ({chosen.category_title}, {chosen.role})")
+        console.print(chosen.description)
+        console.print(f"inputs: {', '.join(chosen.input_headers)} -> output: {chosen.output}")
+        for aspect in chosen.aspects.values():
+            console.print(f"\n[bold]{aspect.name}[/bold]: {aspect.definition}")
+            console.print(f"  lowest: the {chosen.output.lower()} {aspect.lowest}")
+            console.print(f"  highest: the {chosen.output.lower()} {aspect.highest}")
+            if aspect.do_not_consider:
+                console.print(f"  not considered: {', '.join(aspect.do_not_consider)}")
+        return
+    table = Table(title="spanjudge task catalog", show_lines=False)
+    for column in ("category", "task", "role", "inputs -> output", "aspects"):
+        table.add_column(column, overflow="fold")
+    for category, members in loaded.by_category().items():
+        for t in members:
+            table.add_row(category, t.id, t.role, f"{', '.join(t.input_headers)} -> {t.output}", ", ".join(t.aspects))
+    console.print(table)
+    training = loaded.training_tasks()
+    console.print(
+        f"{len(training)} training tasks in {len({t.category for t in training})} categories, "
+        f"{len(loaded.tasks) - len(training)} meta-evaluation tasks. "
+        "`spanjudge tasks --task <id>` shows the aspect definitions."
+    )
+
+
+@prompt.command()
+def prompt_command(
+    kind: Annotated[str, typer.Option("--kind", help="annotator | judge")] = "judge",
+    task: Annotated[str, typer.Option("--task", help="Task id (see `spanjudge tasks`).")] = "news_summarization",
+    aspect: Annotated[str, typer.Option("--aspect", help="Aspect name of the task.")] = "consistency",
+    input_: Annotated[
+        list[str] | None,
+        typer.Option("--input", help="An input as HEADER=TEXT (repeatable), e.g. --input 'Article=...'."),
+    ] = None,
+    output: Annotated[str, typer.Option("--output", help="The evaluated output text.")] = "",
+    catalog: CatalogOption = None,
+) -> None:
+    """Print the prompt spanjudge would send, so you can read exactly what a model sees."""
+    from .catalog import load_catalog
+    from .errors import InputError
+    from .prompts import render_annotator_prompt, render_judge_prompt
+
+    chosen = load_catalog(catalog or ()).task(task)
+    inputs = {}
+    for item in input_ or ():
+        header, sep, text = item.partition("=")
+        if not sep:
+            raise InputError(f"--input expects HEADER=TEXT, got {item!r}")
+        inputs[header] = text
+    renderers = {"annotator": render_annotator_prompt, "judge": render_judge_prompt}
+    if kind not in renderers:
+        raise InputError(f"--kind must be one of {', '.join(renderers)}, got {kind!r}")
+    typer.echo(renderers[kind](chosen, chosen.aspect(aspect), inputs, output))
+
+
+@parse.command()
+def parse_command(
+    reply: Annotated[Path, typer.Argument(help="File with the model's reply; '-' reads standard input.")],
+    kind: Annotated[str, typer.Option("--kind", help="annotator | supervisor | judge")] = "judge",
+    output_file: Annotated[
+        Path | None,
+        typer.Option("--output-file", help="The evaluated output, to anchor error locations to offsets."),
+    ] = None,
+) -> None:
+    """Parse a reply and print the result as JSON (a parse failure prints its reason, exit 1)."""
+    from .contract import anchor_errors, parse_annotator, parse_judge, parse_supervisor
+    from .contract.model import ParseFailure
+    from .errors import InputError
+
+    parsers = {"annotator": parse_annotator, "supervisor": parse_supervisor, "judge": parse_judge}
+    if kind not in parsers:
+        raise InputError(f"--kind must be one of {', '.join(parsers)}, got {kind!r}")
+    text = sys.stdin.read() if str(reply) == "-" else _read_text(reply)
+    result = parsers[kind](text)
+    if isinstance(result, ParseFailure):
+        typer.echo(json.dumps({"ok": False, "reason": result.reason}))
+        raise typer.Exit(1)
+    errors = result if isinstance(result, list) else result.errors
+    if output_file is not None:
+        errors = anchor_errors(errors, _read_text(output_file))
+    payload: dict[str, object] = {"ok": True, "errors": [e.model_dump() for e in errors]}
+    if not isinstance(result, list):
+        payload.update({k: v for k, v in result.model_dump().items() if k != "errors"})
+    typer.echo(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+
+
+def _read_text(path: Path) -> str:
+    from .errors import InputError
+
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry: user mistakes print one line and exit 2, never a traceback."""
+    command = typer.main.get_command(app)
+    try:
+        returned = command.main(args=argv, prog_name="spanjudge", standalone_mode=False)
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except SpanjudgeError as exc:
+        click.echo(f"{click.style('error:', fg='red', bold=True)} {exc}", err=True)
+        return 2
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        return 130
+    return returned if isinstance(returned, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

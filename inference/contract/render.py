@@ -1,0 +1,53 @@
+"""Render evaluations to the plain-text formats the models read and write.
+
+The judge format (the distilled model's completion, thesis §3.4) is:
+
+    Error 1:
+    Location: <span of the output, or None>
+    Explanation: <why>
+    Severity: <1-5>
+
+    Error 2:
+    ...
+
+    Overall score: <0-100>
+
+with `No Error` in place of the blocks when there are none. `parse.parse_judge` reads it
+back: parse(render(e)) == e for every Evaluation whose offsets are unset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+
+from .model import ErrorAnnotation, Evaluation
+
+NO_ERROR = "No Error"
+
+
+def format_score(score: float) -> str:
+    """75.0 -> '75'; other floats in plain decimal notation, exact enough to parse back."""
+    score = float(score)
+    return str(int(score)) if score.is_integer() else format(Decimal(repr(score)), "f")
+
+
+def render_errors(errors: Sequence[ErrorAnnotation]) -> str:
+    """The error blocks alone (supervisor format); `No Error` for an empty list."""
+    if not errors:
+        return NO_ERROR
+    blocks = [
+        f"Error {i}:\n"
+        f"Location: {e.location if e.location is not None else 'None'}\n"
+        f"Explanation: {e.explanation}\n"
+        f"Severity: {e.severity}"
+        for i, e in enumerate(errors, start=1)
+    ]
+    return "\n\n".join(blocks)
+
+
+def render_judge(evaluation: Evaluation) -> str:
+    """The distilled judge's completion text for `evaluation` (which must be scored)."""
+    if evaluation.score is None:
+        raise ValueError("an unscored evaluation has no judge-format rendering")
+    return f"{render_errors(evaluation.errors)}\n\nOverall score: {format_score(evaluation.score)}"

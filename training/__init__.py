@@ -1,0 +1,1 @@
+"""LoRA / QLoRA supervised fine-tuning of the distilled judge (`accelerate launch train.py`)."""
