@@ -58,8 +58,8 @@ def _not_implemented(name: str, entry: CommandEntry) -> click.Command:
         name,
         callback=run,
         params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
-        help=f"{entry.help}\n\nNot implemented yet (issue #{entry.issue}).",
-        short_help=f"{entry.help} [not implemented yet]",
+        help=f"{entry.help} (Not implemented yet: issue #{entry.issue}.)",
+        short_help=f"{entry.help.rstrip('.')} (not implemented yet, issue #{entry.issue})",
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     )
 

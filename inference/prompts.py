@@ -52,8 +52,9 @@ def _phrase(words: Sequence[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def _ignored(aspect: Aspect) -> str:
-    return ", ".join(aspect.do_not_consider)
+def _fenced_inputs(task: Task, inputs: Mapping[str, str]) -> dict[str, str]:
+    """The task's inputs, checked against its headers and in its order, each fenced."""
+    return {header: fence(text) for header, text in validate_inputs(task, inputs).items()}
 
 
 def render_annotator_prompt(
@@ -65,13 +66,13 @@ def render_annotator_prompt(
     templates_dir: Path | None = None,
 ) -> str:
     """The prompt an annotator LLM answers with error blocks and a categorical label."""
-    ordered = validate_inputs(task, inputs)
+    fenced = _fenced_inputs(task, inputs)
     return _template("annotator.jinja", templates_dir).render(
         task=task,
         aspect=aspect,
-        ignored=_ignored(aspect),
-        inputs={header: fence(text) for header, text in ordered.items()},
-        inputs_phrase=_phrase(list(ordered)),
+        ignored=", ".join(aspect.do_not_consider),
+        inputs=fenced,
+        inputs_phrase=_phrase(list(fenced)),
         output=fence(output),
         output_noun=task.output.lower(),
         max_errors=MAX_ERRORS,
@@ -105,12 +106,11 @@ def render_judge_prompt(
     templates_dir: Path | None = None,
 ) -> str:
     """The distilled judge's prompt (user turn); training and inference both use this."""
-    ordered = validate_inputs(task, inputs)
     return _template("judge.jinja", templates_dir).render(
         task=task,
         aspect=aspect,
         extra_task_info=task.description if extra_task_info is None else extra_task_info,
-        inputs={header: fence(text) for header, text in ordered.items()},
+        inputs=_fenced_inputs(task, inputs),
         output=fence(output),
         max_errors=MAX_ERRORS,
     )

@@ -133,3 +133,24 @@ def test_structured_garbage_never_crashes_or_invents_a_score(parts: list[str]) -
             assert result.reason and result.raw == text
         else:
             assert kind == "supervisor" and isinstance(result, list)
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        ("Error 1:\nLocation: x\nExplanation: y\nSeverity: 3-4\n\nOverall score: 80", "range as severity"),
+        ("No Error\n\nOverall score: 8 out of 10", "not on the 0-100 scale"),
+        ("No Error\n\nOverall score: 7/10", "not on the 0-100 scale"),
+        ("No Error\n\nOverall score: 150", "outside 0-100"),
+        ("Error 1:\nLocation: x\nExplanation: y\nSeverity: 2.5\n\nOverall score: 80", "outside the integers 1-5"),
+    ],
+)
+def test_judge_replies_that_would_need_a_guess_are_failures(reply: str, reason: str) -> None:
+    result = parse_judge(reply)
+    assert isinstance(result, ParseFailure) and reason in result.reason
+
+
+@pytest.mark.parametrize("reply", ["Overall score: 80/100", "Overall score: 80 out of 100", "**Overall score:** 80%"])
+def test_judge_score_variants(reply: str) -> None:
+    result = parse_judge(f"No Error\n\n{reply}")
+    assert isinstance(result, Evaluation) and result.score == 80 and result.errors == []

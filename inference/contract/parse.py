@@ -15,9 +15,14 @@ it stays a location.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from .model import AnnotatorEvaluation, ErrorAnnotation, Evaluation, ParseFailure, ScoreLabel
+
+ScoreT = TypeVar("ScoreT")
+ResultT = TypeVar("ResultT")
 
 # ---------------------------------------------------------------------------------------
 # Line classification
@@ -165,6 +170,8 @@ def _scan(text: str) -> _Scan:
 _QUOTES = {'"': '"', "'": "'", "“": "”", "‘": "’", "`": "`", "«": "»", "„": "“"}
 _COMMENT_START = re.compile(r"^\s*(?:$|[(\[,;:.]|[-–—]\s)")
 _NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w])")
+_RANGE = re.compile(r"^\W*(\d+)\s*(?:-|–|to)\s*(\d+)\b")  # "3-4": picking one would be a guess
+_SCALE = re.compile(r"\s*(?:/|out\s+of)\s*(\d+)", re.IGNORECASE)  # "8/10", "8 out of 10"
 
 
 def _location(value: str | None) -> str | None:
@@ -181,8 +188,7 @@ def _location(value: str | None) -> str | None:
             if _COMMENT_START.match(rest) and inner.strip():
                 if not re.search(re.escape(closing) + r"\s*(?:,|;|and)\s*" + re.escape(value[0]), inner):
                     return inner.strip()
-                break
-        return value
+                break  # several quoted spans on one line: keep them all, unanchorable
     return value
 
 
@@ -192,6 +198,8 @@ def _severity(value: str | None, number: int) -> int | str:
         return f"error {number} has no severity"
     if _PLACEHOLDER.match(value.strip()):
         return f"error {number} has a template placeholder as severity: {value.strip()!r}"
+    if _RANGE.match(value):
+        return f"error {number} has a range as severity: {_snippet(value)!r}"
     found = _NUMBER.search(value)
     if found is None:
         return f"error {number} has an unreadable severity: {_snippet(value)!r}"
@@ -208,7 +216,7 @@ def _judge_score(value: str) -> float | str:
     if found is None:
         return f"the overall score has no number: {_snippet(value)!r}"
     score = float(found.group(1))
-    scale = re.match(r"\s*/\s*(\d+)", value[found.end() :])
+    scale = _SCALE.match(value[found.end() :])
     if scale and scale.group(1) != "100":
         return f"the overall score {_snippet(value)!r} is not on the 0-100 scale"
     if not 0 <= score <= 100:
@@ -268,28 +276,35 @@ def _read(text: object, *, needs_score: bool) -> tuple[_Scan, list[ErrorAnnotati
     return scan, errors
 
 
-def parse_judge(text: str) -> Evaluation | ParseFailure:
-    """Read the distilled judge's reply: error blocks and `Overall score: <0-100>`."""
+def _parse_scored(
+    text: str,
+    read_score: Callable[[str], ScoreT | str],
+    build: Callable[[_Scan, list[ErrorAnnotation], ScoreT], ResultT],
+) -> ResultT | ParseFailure:
     read = _read(text, needs_score=True)
     if isinstance(read, ParseFailure):
         return read
     scan, errors = read
-    score = _judge_score(scan.score_values[-1])
+    score = read_score(scan.score_values[-1])  # the last score line decides
     if isinstance(score, str):
         return ParseFailure(reason=score, raw=text)
-    return Evaluation(errors=errors, score=score)
+    return build(scan, errors, score)
+
+
+def parse_judge(text: str) -> Evaluation | ParseFailure:
+    """Read the distilled judge's reply: error blocks and `Overall score: <0-100>`."""
+    return _parse_scored(text, _judge_score, lambda _, errors, score: Evaluation(errors=errors, score=score))
 
 
 def parse_annotator(text: str) -> AnnotatorEvaluation | ParseFailure:
     """Read an annotator's reply: error blocks and a categorical `Overall score: <label>`."""
-    read = _read(text, needs_score=True)
-    if isinstance(read, ParseFailure):
-        return read
-    scan, errors = read
-    label = _label(scan.score_values[-1])
-    if isinstance(label, str):
-        return ParseFailure(reason=label, raw=text)
-    return AnnotatorEvaluation(errors=errors, label=label, score_explanation=scan.score_explanation or None)
+    return _parse_scored(
+        text,
+        _label,
+        lambda scan, errors, label: AnnotatorEvaluation(
+            errors=errors, label=label, score_explanation=scan.score_explanation or None
+        ),
+    )
 
 
 def parse_supervisor(text: str) -> list[ErrorAnnotation] | ParseFailure:
