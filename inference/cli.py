@@ -38,7 +38,9 @@ COMMANDS: dict[str, CommandEntry] = {
         "Parse a model reply (annotator, supervisor or judge format) into JSON.",
         "spanjudge.inference.cli:parse",
     ),
-    "annotate": CommandEntry("Annotate outputs with the LLM ensemble and build training data.", issue=3),
+    "annotate": CommandEntry(
+        "Annotate outputs with the LLM ensemble and build training data.", "spanjudge.data_gen.cli:annotate"
+    ),
     "train": CommandEntry("Fine-tune the judge with LoRA/QLoRA (same as `accelerate launch train.py`).", issue=4),
     "score": CommandEntry("Score new outputs with a distilled judge.", issue=5),
     "meta-eval": CommandEntry("Correlate a judge with human judgments and perturbation benchmarks.", issue=6),

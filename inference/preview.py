@@ -9,8 +9,6 @@ on real data and a real model, and says plainly what is not there yet.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from itertools import islice
 from pathlib import Path
@@ -24,6 +22,7 @@ from rich.table import Table
 from .catalog import load_catalog
 from .contract import AnnotatorEvaluation, ParseFailure, anchor_errors, parse_annotator, render_judge
 from .errors import InputError
+from .fileio import atomic_write_json
 from .llamacpp import LlamaCppServer, smollm2_gguf
 from .paths import data_dir
 from .prompts import render_annotator_prompt
@@ -47,13 +46,6 @@ def read_summeval(root: Path, first: int, count: int) -> list[dict[str, Any]]:
     if len(records) < count:
         raise InputError(f"{path}: has fewer than {first + count} lines")
     return records
-
-
-def write_json_atomically(path: Path, payload: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as tmp:
-        json.dump(payload, tmp, indent=2, ensure_ascii=False)
-    os.replace(tmp.name, path)
 
 
 @demo.command()
@@ -108,7 +100,7 @@ def demo_command(
         _show(console, result, record["system_output"])
     unscored = [r for r in results if "parse_failure" in r]
     console.print(f"parsed {len(results) - len(unscored)} of {len(results)}; unscored {len(unscored)}")
-    write_json_atomically(out / "preview.json", results)
+    atomic_write_json(out / "preview.json", results)
     console.print(f"results written to {out / 'preview.json'}")
     console.print(
         "Not built yet: ensemble annotation, training, the distilled scorer, meta-evaluation and "

@@ -9,10 +9,13 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http.server import ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
+from standin import Reply, StandIn, start_stand_in, stop_stand_in
 
 from spanjudge.inference.errors import SpanjudgeError
 from spanjudge.inference.llamacpp import LlamaCppServer, gemma3_gguf, smollm2_gguf
@@ -60,8 +63,35 @@ def gemma3_path() -> Path:
 def smollm2_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaCppServer]:
     """A real llama.cpp OpenAI-compatible server with SmolLM2-135M-Instruct, stopped by PID."""
     log = tmp_path_factory.mktemp("llamacpp") / "smollm2.log"
-    server = LlamaCppServer(smollm2_path, alias="smollm2", n_ctx=4096, log_path=log).start()
+    # one thread per server: two llama.cpp servers spinning on two cores slow each other tenfold
+    server = LlamaCppServer(smollm2_path, alias="smollm2", n_ctx=4096, n_threads=1, log_path=log).start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def gemma3_server(gemma3_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaCppServer]:
+    """Gemma 3 270M (a base model: ask it through the completions API) on 127.0.0.1."""
+    log = tmp_path_factory.mktemp("llamacpp") / "gemma3.log"
+    server = LlamaCppServer(gemma3_path, alias="gemma3", n_ctx=4096, n_threads=1, log_path=log).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., tuple[StandIn, str]]]:
+    """Start scripted stand-in servers: serve([Reply(...)], ollama=False) -> (stand_in, base URL)."""
+    started: list[tuple[ThreadingHTTPServer, StandIn]] = []
+
+    def start(replies: list[Reply] | Callable[[dict[str, Any]], Reply], ollama: bool = False) -> tuple[StandIn, str]:
+        server, stand_in, url = start_stand_in(replies, ollama)
+        started.append((server, stand_in))
+        return stand_in, url
+
+    yield start
+    for server, stand_in in started:
+        stop_stand_in(server, stand_in)

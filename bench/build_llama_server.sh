@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Build upstream llama.cpp's `llama-server` (it has parallel slots; llama-cpp-python's
+# server answers one request at a time) from the llama.cpp sources vendored in the
+# llama-cpp-python sdist on PyPI. About 5 minutes on 2 cores; cached afterwards.
+# Prints the binary's path.
+set -euo pipefail
+VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+ROOT="${SPANJUDGE_CACHE:-$HOME/.cache/spanjudge}/llama-server-$VERSION"
+BIN="$ROOT/build/bin/llama-server"
+if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+mkdir -p "$ROOT"
+PY="${PYTHON:-python3}"
+"$PY" -m pip download --quiet --no-deps --no-binary :all: -d "$ROOT/sdist" "llama-cpp-python==$VERSION" >&2
+tar -xzf "$ROOT"/sdist/llama_cpp_python-"$VERSION".tar.gz -C "$ROOT"
+SRC="$ROOT/llama_cpp_python-$VERSION/vendor/llama.cpp"
+cmake -S "$SRC" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >&2
+cmake --build "$ROOT/build" --target llama-server -j "$(nproc)" >&2
+echo "$BIN"

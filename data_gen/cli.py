@@ -1,0 +1,98 @@
+"""`spanjudge annotate`: the ensemble annotation pipeline from the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+annotate = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@annotate.command()
+def annotate_command(
+    ensemble: Annotated[Path, typer.Option("--ensemble", help="Ensemble YAML (configs/ensemble/*.yaml).")],
+    sources: Annotated[Path, typer.Option("--sources", help="Sources YAML (configs/sources/*.yaml).")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder (created; re-running resumes).")],
+    endpoint: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--endpoint",
+            help="Point a model at other servers: NAME=URL[,URL...] (repeatable; a list is a pool). "
+            "Also SPANJUDGE_ENDPOINT_<NAME>=URL[,URL].",
+        ),
+    ] = None,
+    cache: Annotated[
+        Path | None, typer.Option("--cache", help="SQLite cache of model calls (default: OUT/cache.sqlite).")
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Shared data folder for $DATA/ paths (default ../shared/data).")
+    ] = None,
+) -> None:
+    """Annotate outputs with an LLM ensemble, merge with a supervisor, and build training data.
+
+    Writes OUT/train.jsonl, OUT/validation.jsonl, OUT/hf_dataset/ (a Hugging Face
+    DatasetDict), OUT/unscored.jsonl, OUT/incomplete.jsonl, OUT/stats.{json,md} and
+    OUT/score_histogram.png. Every model call is cached: re-running the same command after
+    a crash, a kill or a dead server finishes the work without repeating any call.
+    """
+    from spanjudge.inference.catalog import load_catalog
+    from spanjudge.inference.errors import SpanjudgeError
+    from spanjudge.inference.paths import data_dir as find_data_dir
+
+    from .config import load_ensemble, load_sources, parse_endpoint_options
+    from .pipeline import run_pipeline
+
+    console = Console(stderr=True)
+    ensemble_config = load_ensemble(ensemble, parse_endpoint_options(endpoint or []))
+    sources_config = load_sources(sources)
+    try:
+        data_root: Path | None = find_data_dir(data_dir)
+    except SpanjudgeError:
+        if data_dir is not None:
+            raise
+        data_root = None  # only an error if a source uses $DATA/
+    columns = (
+        TextColumn("{task.description:<18}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("cached {task.fields[cached]}  failed {task.fields[failed]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        rows: dict[str, int] = {}
+
+        def progress(name: str, done: int, total: int, cached: int, failed: int) -> None:
+            if name not in rows:
+                rows[name] = bar.add_task(name, total=total, cached=0, failed=0)
+            bar.update(rows[name], completed=done, total=total, cached=cached, failed=failed)
+
+        summary = run_pipeline(
+            ensemble_config,
+            sources_config,
+            sources,
+            out,
+            load_catalog(),
+            data_root=data_root,
+            cache_path=cache,
+            progress=progress,
+        )
+    console.print(
+        f"{summary.records} records ({summary.train} train / {summary.validation} validation) from "
+        f"{summary.requests} requests; unscored {summary.unscored}; incomplete {summary.incomplete}; "
+        f"model calls {summary.total_model_calls} ({', '.join(f'{k} {v}' for k, v in summary.model_calls.items())}); "
+        f"cache hits {sum(summary.cache_hits.values())}"
+    )
+    for line in summary.skipped[:10]:
+        console.print(f"skipped {line}")
+    if len(summary.skipped) > 10:
+        console.print(f"... and {len(summary.skipped) - 10} more skipped (see {out / 'run.json'})")
+    console.print(f"statistics: {out / 'stats.md'}; histogram: {out / 'score_histogram.png'}")
+    if summary.incomplete:
+        console.print(
+            f"[yellow]{summary.incomplete} requests are incomplete[/yellow]: re-run the same command to finish"
+        )
+        raise typer.Exit(1)

@@ -1,0 +1,175 @@
+"""Typed configs of the annotation stage: the ensemble (who annotates, who merges, how) and
+the sources (what is annotated). Both are YAML files validated with one-line errors."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from spanjudge.inference.backends.base import SamplingParams
+from spanjudge.inference.backends.spec import BackendSpec
+from spanjudge.inference.configio import load_yaml_model
+from spanjudge.inference.errors import ConfigError, InputError
+
+ENDPOINT_ENV_PREFIX = "SPANJUDGE_ENDPOINT_"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelRole(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Short name in stats and provenance.")
+    backend: BackendSpec
+
+
+class ParseRetry(_Strict):
+    """Thesis §3.2.2: an unparseable reply is retried with light sampling, then recorded."""
+
+    attempts: int = Field(default=2, ge=0)
+    temperature: float = Field(default=0.3, ge=0)
+    top_p: float = Field(default=0.95, gt=0, le=1)
+
+
+class EnsembleConfig(_Strict):
+    name: str
+    description: str = ""
+    definitions: dict[str, Any] = Field(default_factory=dict, description="Free space for YAML anchors.")
+    annotators: tuple[ModelRole, ...] = Field(min_length=1)
+    supervisor: ModelRole
+    sampling: SamplingParams = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=1024, seed=0)
+    supervisor_sampling: SamplingParams = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=1024, seed=0)
+    parse_retry: ParseRetry = ParseRetry()
+    min_annotators: int | None = Field(
+        default=None,
+        ge=1,
+        description="Annotators whose calls must succeed for a record (default: all). A lower value "
+        "lets a run finish without a model that stays down.",
+    )
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> EnsembleConfig:
+        names = [a.name for a in self.annotators] + [self.supervisor.name]
+        if len(set(names[:-1])) != len(names) - 1:
+            raise ValueError(f"annotator names repeat: {names[:-1]}")
+        if self.min_annotators is not None and self.min_annotators > len(self.annotators):
+            raise ValueError(f"min_annotators ({self.min_annotators}) exceeds the {len(self.annotators)} annotators")
+        return self
+
+    @property
+    def required_annotators(self) -> int:
+        return self.min_annotators or len(self.annotators)
+
+    def with_endpoints(self, overrides: Mapping[str, Sequence[str]]) -> EnsembleConfig:
+        """Point roles at other servers: {role name: [url, ...]} (a test, a cluster, ...)."""
+        roles = {r.name: r for r in (*self.annotators, self.supervisor)}
+        unknown = sorted(set(overrides) - set(roles))
+        if unknown:
+            raise InputError(f"endpoint override for unknown model '{unknown[0]}'; models: {', '.join(roles)}")
+
+        def swap(role: ModelRole) -> ModelRole:
+            urls = overrides.get(role.name)
+            if not urls:
+                return role
+            return role.model_copy(update={"backend": role.backend.model_copy(update={"endpoints": tuple(urls)})})
+
+        return self.model_copy(
+            update={"annotators": tuple(swap(a) for a in self.annotators), "supervisor": swap(self.supervisor)}
+        )
+
+
+def env_endpoint_overrides(names: Sequence[str], environ: Mapping[str, str] = os.environ) -> dict[str, list[str]]:
+    """SPANJUDGE_ENDPOINT_<NAME>=url[,url...] for each role (name upper-cased, - and . as _)."""
+    found = {}
+    for name in names:
+        value = environ.get(ENDPOINT_ENV_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", name).upper())
+        if value:
+            found[name] = [url.strip() for url in value.split(",") if url.strip()]
+    return found
+
+
+def parse_endpoint_options(values: Sequence[str]) -> dict[str, list[str]]:
+    """CLI `--endpoint NAME=URL[,URL]` values."""
+    found: dict[str, list[str]] = {}
+    for value in values:
+        name, sep, urls = value.partition("=")
+        if not sep or not name.strip() or not urls.strip():
+            raise InputError(f"--endpoint expects NAME=URL[,URL...], got {value!r}")
+        found.setdefault(name.strip(), []).extend(u.strip() for u in urls.split(",") if u.strip())
+    return found
+
+
+def load_ensemble(path: Path, endpoint_overrides: Mapping[str, Sequence[str]] | None = None) -> EnsembleConfig:
+    ensemble = load_yaml_model(EnsembleConfig, path)
+    roles = [r.name for r in (*ensemble.annotators, ensemble.supervisor)]
+    merged = env_endpoint_overrides(roles) | dict(endpoint_overrides or {})
+    return ensemble.with_endpoints(merged) if merged else ensemble
+
+
+# ---------------------------------------------------------------------------------------
+# Sources
+
+
+SourceFormat = Literal["jsonl", "json", "csv", "hf", "summeval", "openlgauge", "qags_mturk"]
+
+
+class FieldMap(_Strict):
+    """Where each part of an example is in a source row (dotted paths into nested JSON)."""
+
+    input_id: str | None = Field(default=None, description="Default: a hash of the inputs.")
+    system: str | None = Field(default=None, description="Default: the source's `system` value.")
+    output: str | None = None
+    inputs: dict[str, str] = Field(default_factory=dict, description="header -> field")
+    inputs_from: str | None = Field(default=None, description="A field holding {header: text} (OpeNLGauge files).")
+    output_from: str | None = Field(default=None, description="A field holding {header: text} with one entry.")
+
+
+class SourceSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="The dataset name in records.")
+    format: SourceFormat
+    path: str = Field(
+        description="File or folder; `$DATA/...` is inside the shared data folder, "
+        "other relative paths are relative to this YAML file."
+    )
+    task: str = Field(description="Task id from the catalog (`spanjudge tasks`).")
+    aspects: tuple[str, ...] = Field(default=(), description="Default: all aspects of the task.")
+    system: str = Field(default="unknown", description="System name when rows do not carry one.")
+    split: str = Field(default="train", description="hf only: the split to read.")
+    fields: FieldMap = FieldMap()
+    limit_inputs: int | None = Field(default=None, ge=1, description="Use only the first N distinct inputs.")
+    n_systems: int | None = Field(default=None, ge=1)
+    n_aspects: int | None = Field(default=None, ge=1)
+    max_chars: int = Field(default=20000, ge=1, description="Longer inputs/outputs are skipped and reported.")
+
+
+class SourcesConfig(_Strict):
+    seed: int = 0
+    n_systems: int = Field(default=4, ge=1, description="Systems sampled per input (thesis: 4).")
+    n_aspects: int = Field(default=3, ge=1, description="Aspects sampled per (input, output) (thesis: 3).")
+    validation_fraction: float = Field(default=0.05, ge=0, lt=1, description="Thesis: 5%, no shared input.")
+    sources: tuple[SourceSpec, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> SourcesConfig:
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"source names repeat: {names}")
+        return self
+
+
+def load_sources(path: Path) -> SourcesConfig:
+    return load_yaml_model(SourcesConfig, path)
+
+
+def resolve_source_path(spec: SourceSpec, config_path: Path, data_root: Path | None) -> Path:
+    if spec.path.startswith("$DATA/"):
+        if data_root is None:
+            raise ConfigError(config_path, f"sources.{spec.name}.path", "uses $DATA but no data folder was found")
+        return data_root / spec.path.removeprefix("$DATA/")
+    path = Path(spec.path).expanduser()
+    return path if path.is_absolute() else (config_path.parent / path)

@@ -1,0 +1,331 @@
+"""The annotation pipeline (thesis §3.2-3.3, Algorithm 1, Fig. A.16-A.17):
+
+sources -> sampled requests -> annotator prompts -> every annotator -> parse (retry with
+light sampling) -> Algorithm 1 -> 0-100 in steps of 5 -> supervisor merge of the error
+sets (at most 8, most severe kept) -> records with provenance -> 95/5 split by input.
+
+Every model call goes through the SQLite cache and is committed as it arrives, and every
+output file is written atomically at the end; so a run killed at any moment, or a run
+whose servers died, is finished by running the same command again, which repeats no
+call that already succeeded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spanjudge.inference.backends import CachedBackend, LLMCache, make_backend
+from spanjudge.inference.catalog import Catalog, Task
+from spanjudge.inference.contract import (
+    MAX_ERRORS,
+    AnnotatorEvaluation,
+    ErrorAnnotation,
+    Evaluation,
+    anchor_errors,
+    parse_annotator,
+    parse_supervisor,
+)
+from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl
+from spanjudge.inference.prompts import render_annotator_prompt, render_supervisor_prompt
+
+from .aggregate import aggregate
+from .annotate import Outcome, run_with_retries
+from .config import EnsembleConfig, ModelRole, SourcesConfig, resolve_source_path
+from .records import Record, split_by_input, write_split
+from .sampling import EvalRequest, sample_requests
+from .sources import read_source
+from .stats import compute_stats, write_stats
+
+ProgressCallback = Callable[[str, int, int, int, int], None]
+"""(role name, done, total, cached, failed) after each finished request."""
+
+
+@dataclass
+class RunSummary:
+    out_dir: Path
+    requests: int = 0
+    records: int = 0
+    train: int = 0
+    validation: int = 0
+    unscored: int = 0
+    incomplete: int = 0
+    skipped: list[str] = field(default_factory=list)
+    model_calls: dict[str, int] = field(default_factory=dict)
+    cache_hits: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_model_calls(self) -> int:
+        return sum(self.model_calls.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "out_dir": str(self.out_dir),
+            "requests": self.requests,
+            "records": self.records,
+            "train": self.train,
+            "validation": self.validation,
+            "unscored": self.unscored,
+            "incomplete": self.incomplete,
+            "skipped": self.skipped,
+            "model_calls": self.model_calls,
+            "cache_hits": self.cache_hits,
+        }
+
+
+def build_requests(
+    sources: SourcesConfig, sources_path: Path, catalog: Catalog, data_root: Path | None, summary: RunSummary
+) -> list[EvalRequest]:
+    requests: list[EvalRequest] = []
+    for spec in sources.sources:
+        task = catalog.task(spec.task)
+        aspects = list(spec.aspects) or list(task.aspects)
+        for name in aspects:
+            task.aspect(name)  # unknown aspect: one clear error before any model call
+        report = read_source(spec, resolve_source_path(spec, sources_path, data_root), task)
+        summary.skipped += [f"oversized: {w}" for w in report.oversized]
+        summary.skipped += [f"empty output: {w}" for w in report.empty_outputs]
+        requests += sample_requests(
+            report.items,
+            aspects,
+            spec.n_systems or sources.n_systems,
+            spec.n_aspects or sources.n_aspects,
+            sources.seed,
+        )
+    return requests
+
+
+class _Role:
+    """One model of the ensemble behind its cache, with its call counters."""
+
+    def __init__(self, role: ModelRole, cache_path: Path) -> None:
+        self.name = role.name
+        self.spec = role.backend
+        self.cache = LLMCache(cache_path)  # one connection per role: roles run in threads
+        self.backend = CachedBackend(make_backend(role.backend), self.cache)
+
+    def close(self) -> None:
+        self.backend.close()
+        self.cache.close()
+
+
+def _progress_reporter(
+    name: str, total: int, progress: ProgressCallback | None
+) -> Callable[[int, Outcome[Any]], None] | None:
+    if progress is None:
+        return None
+    state = {"done": 0, "cached": 0, "failed": 0}
+
+    def report(_: int, outcome: Outcome[Any]) -> None:
+        state["done"] += 1
+        state["cached"] += int(outcome.cached_calls > 0 and outcome.model_seconds == 0)
+        state["failed"] += int(not outcome.complete or outcome.parsed is None)
+        progress(name, state["done"], total, state["cached"], state["failed"])
+
+    progress(name, 0, total, 0, 0)
+    return report
+
+
+def _annotate_all(
+    ensemble: EnsembleConfig,
+    roles: Sequence[_Role],
+    prompts: Sequence[str],
+    progress: ProgressCallback | None,
+) -> dict[str, list[Outcome[AnnotatorEvaluation]]]:
+    """Every annotator over every prompt; annotators run side by side (different servers)."""
+
+    def one(role: _Role) -> list[Outcome[AnnotatorEvaluation]]:
+        return run_with_retries(
+            role.backend,
+            prompts,
+            ensemble.sampling,
+            ensemble.parse_retry,
+            parse_annotator,
+            _progress_reporter(role.name, len(prompts), progress),
+        )
+
+    with ThreadPoolExecutor(max_workers=len(roles)) as pool:
+        return dict(zip((r.name for r in roles), pool.map(one, roles), strict=True))
+
+
+def _cap_errors(errors: Sequence[ErrorAnnotation]) -> list[ErrorAnnotation]:
+    """At most MAX_ERRORS, keeping the most severe (order otherwise as the model gave it)."""
+    if len(errors) <= MAX_ERRORS:
+        return list(errors)
+    keep = sorted(range(len(errors)), key=lambda i: (-errors[i].severity, i))[:MAX_ERRORS]
+    return [errors[i] for i in sorted(keep)]
+
+
+def _annotator_provenance(name: str, role_model: str, outcome: Outcome[AnnotatorEvaluation]) -> dict[str, Any]:
+    parsed = outcome.parsed
+    return {
+        "name": name,
+        "model_id": role_model,
+        "prompt_hash": outcome.prompt_hash,
+        "raw_replies": outcome.replies,
+        "label": parsed.label.text if parsed else None,
+        "rating": parsed.rating if parsed else None,
+        "errors": [e.model_dump(exclude_none=True) for e in parsed.errors] if parsed else None,
+        "parse_failure": outcome.parse_failure if parsed is None else None,
+        "call_failure": outcome.call_failure,
+        "dropped_outlier": False,
+    }
+
+
+def _incomplete(record: Record, reason: str) -> Record:
+    keys = ("id", "dataset", "input_id", "system", "aspect_name")
+    return {**{k: record[k] for k in keys}, "reason": reason}
+
+
+def _base_record(request: EvalRequest, task: Task, ensemble: EnsembleConfig, seed: int) -> Record:
+    aspect = task.aspect(request.aspect)
+    item = request.item
+    return {
+        "id": request.id,
+        "dataset": item.dataset,
+        "input_id": item.input_id,
+        "system": item.system,
+        "inputs": item.inputs,
+        "outputs": {task.output: item.output},
+        "aspect_name": aspect.name,
+        "aspect_definition": aspect.definition,
+        "task_type": task.category,
+        "task_name": task.title,
+        "task_id": task.id,
+        "extra_task_info": task.description,
+        "provenance": {"ensemble": ensemble.name, "seed": seed, "source": item.where},
+    }
+
+
+def run_pipeline(
+    ensemble: EnsembleConfig,
+    sources: SourcesConfig,
+    sources_path: Path,
+    out_dir: Path,
+    catalog: Catalog,
+    *,
+    data_root: Path | None,
+    cache_path: Path | None = None,
+    progress: ProgressCallback | None = None,
+) -> RunSummary:
+    summary = RunSummary(out_dir=out_dir)
+    requests = build_requests(sources, sources_path, catalog, data_root, summary)
+    summary.requests = len(requests)
+    cache_path = cache_path or out_dir / "cache.sqlite"
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    tasks = {r.item.task_id: catalog.task(r.item.task_id) for r in requests}
+    prompts = [
+        render_annotator_prompt(
+            tasks[r.item.task_id], tasks[r.item.task_id].aspect(r.aspect), r.item.inputs, r.item.output
+        )
+        for r in requests
+    ]
+    annotators = [_Role(a, cache_path) for a in ensemble.annotators]
+    supervisor = _Role(ensemble.supervisor, cache_path)
+    try:
+        outcomes = _annotate_all(ensemble, annotators, prompts, progress)
+        scored, unscored, incomplete = _aggregate(ensemble, requests, tasks, annotators, outcomes, sources.seed)
+        records, more_unscored, more_incomplete = _merge(ensemble, supervisor, scored, progress)
+    finally:
+        for role in (*annotators, supervisor):
+            summary.model_calls[role.name] = role.backend.model_calls
+            summary.cache_hits[role.name] = role.backend.cache_hits
+            role.close()
+    unscored += more_unscored
+    incomplete += more_incomplete
+    train, validation = split_by_input(records, sources.validation_fraction, sources.seed)
+    write_split(out_dir, train, validation)
+    atomic_write_jsonl(out_dir / "unscored.jsonl", unscored)
+    atomic_write_jsonl(out_dir / "incomplete.jsonl", incomplete)
+    write_stats(out_dir, compute_stats(records, [a.name for a in ensemble.annotators], unscored))
+    summary.records, summary.train, summary.validation = len(records), len(train), len(validation)
+    summary.unscored, summary.incomplete = len(unscored), len(incomplete)
+    atomic_write_json(out_dir / "run.json", summary.as_dict())
+    return summary
+
+
+def _aggregate(
+    ensemble: EnsembleConfig,
+    requests: Sequence[EvalRequest],
+    tasks: dict[str, Task],
+    annotators: Sequence[_Role],
+    outcomes: dict[str, list[Outcome[AnnotatorEvaluation]]],
+    seed: int,
+) -> tuple[list[tuple[Record, list[AnnotatorEvaluation]]], list[Record], list[Record]]:
+    """Algorithm 1 per request; requests missing annotators' calls are incomplete."""
+    scored, unscored, incomplete = [], [], []
+    for index, request in enumerate(requests):
+        record = _base_record(request, tasks[request.item.task_id], ensemble, seed)
+        per_role = [(role, outcomes[role.name][index]) for role in annotators]
+        provenance = [_annotator_provenance(role.name, role.spec.model_id, o) for role, o in per_role]
+        record["provenance"]["annotators"] = provenance
+        answered = [o for _, o in per_role if o.complete]
+        if len(answered) < ensemble.required_annotators:
+            failures = "; ".join(f"{role.name}: {o.call_failure}" for role, o in per_role if not o.complete)
+            incomplete.append(_incomplete(record, f"model calls failed ({failures})"))
+            continue
+        parsed = [(p, o.parsed) for p, (_, o) in zip(provenance, per_role, strict=True) if o.parsed is not None]
+        if not parsed:
+            record["unscored_reason"] = "no annotator reply could be parsed"
+            unscored.append(record)
+            continue
+        result = aggregate([float(e.rating) for _, e in parsed])
+        for (entry, _), keep in zip(parsed, result.kept, strict=True):
+            entry["dropped_outlier"] = not keep
+        record["provenance"].update({"mean_rating": result.mean_rating, "aggregated_score": result.score})
+        scored.append((record, [e for _, e in parsed]))
+    return scored, unscored, incomplete
+
+
+def _merge(
+    ensemble: EnsembleConfig,
+    supervisor: _Role,
+    scored: Sequence[tuple[Record, list[AnnotatorEvaluation]]],
+    progress: ProgressCallback | None,
+) -> tuple[list[Record], list[Record], list[Record]]:
+    """The supervisor merges the annotators' error sets; scores are not shown to it."""
+    needs_merge = [i for i, (_, evaluations) in enumerate(scored) if any(e.errors for e in evaluations)]
+    prompts = [
+        render_supervisor_prompt(next(iter(scored[i][0]["outputs"].values())), [e.errors for e in scored[i][1]])
+        for i in needs_merge
+    ]
+    merged = run_with_retries(
+        supervisor.backend,
+        prompts,
+        ensemble.supervisor_sampling,
+        ensemble.parse_retry,
+        parse_supervisor,
+        _progress_reporter(supervisor.name, len(prompts), progress),
+    )
+    merged_by_index = dict(zip(needs_merge, merged, strict=True))
+    records, unscored, incomplete = [], [], []
+    for index, (record, _) in enumerate(scored):
+        outcome = merged_by_index.get(index)
+        output = next(iter(record["outputs"].values()))
+        if outcome is None:  # no annotator found an error: nothing to merge, no call
+            record["provenance"]["supervisor"] = {"name": supervisor.name, "skipped": "no errors to merge"}
+            errors: list[ErrorAnnotation] = []
+        else:
+            record["provenance"]["supervisor"] = {
+                "name": supervisor.name,
+                "model_id": supervisor.spec.model_id,
+                "prompt_hash": outcome.prompt_hash,
+                "raw_replies": outcome.replies,
+                "parse_failure": outcome.parse_failure if outcome.parsed is None else None,
+            }
+            if not outcome.complete:
+                incomplete.append(_incomplete(record, f"supervisor call failed ({outcome.call_failure})"))
+                continue
+            if outcome.parsed is None:
+                record["unscored_reason"] = f"supervisor reply could not be parsed ({outcome.parse_failure})"
+                unscored.append(record)
+                continue
+            errors = _cap_errors(outcome.parsed)
+        anchored = anchor_errors([e.model_copy(update={"aspect": record["aspect_name"]}) for e in errors], output)
+        evaluation = Evaluation(errors=anchored, score=record["provenance"]["aggregated_score"])
+        record["evaluation"] = evaluation.model_dump()
+        records.append(record)
+    return records, unscored, incomplete

@@ -1,0 +1,226 @@
+"""Read source examples (task inputs + one system output) from JSONL / JSON / CSV / HF
+datasets, and from the formats of the meta-evaluation sets in ../shared/data.
+
+Each row becomes a `SourceItem` with headed inputs. A row that cannot be read stops the
+run with one message naming the file, the line and the field: a silent skip would change
+what the ensemble annotates without anyone noticing.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spanjudge.inference.catalog import Task
+from spanjudge.inference.errors import InputError
+
+from .config import FieldMap, SourceSpec
+
+PRESETS: dict[str, FieldMap] = {
+    # ../shared/data/meta_eval/summeval/summeval.jsonl
+    "summeval": FieldMap(input_id="doc_id", system="system_id", output="system_output", inputs={"Article": "source"}),
+    # OpeNLGauge copies: {"id", "inputs": {header: text}, "outputs": {header: text}, ["system"]}
+    # (SFRES/SFHOT carry no system: map `fields.system` only where the files have one)
+    "openlgauge": FieldMap(inputs_from="inputs", output_from="outputs"),
+    # QAGS raw mturk lines: the article and the summary sentences (joined below)
+    "qags_mturk": FieldMap(output="summary", inputs={"Article": "article"}),
+}
+
+
+@dataclass(frozen=True)
+class SourceItem:
+    dataset: str
+    input_id: str
+    system: str
+    task_id: str
+    inputs: dict[str, str]
+    output: str
+    where: str  # "file:line", for messages
+
+
+@dataclass(frozen=True)
+class Row:
+    data: Mapping[str, Any]
+    where: str
+
+
+def _rows(spec: SourceSpec, path: Path) -> Iterator[Row]:
+    if not path.exists() and spec.format != "hf":
+        raise InputError(f"source '{spec.name}': {path} not found")
+    reader = spec.format
+    if reader in ("summeval", "qags_mturk"):
+        reader = "jsonl"
+    elif reader == "openlgauge":
+        reader = "json"
+    if reader == "jsonl":
+        yield from _jsonl(path)
+    elif reader == "json":
+        yield from _json(path)
+    elif reader == "csv":
+        yield from _csv(path)
+    else:
+        yield from _hf(spec, path)
+
+
+def _jsonl(path: Path) -> Iterator[Row]:
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(data, dict):
+                raise InputError(f"{where}: expected a JSON object, got {type(data).__name__}")
+            yield Row(data, where)
+
+
+def _json(path: Path) -> Iterator[Row]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(data, list):
+        raise InputError(f"{path}: expected a JSON list of objects")
+    for index, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise InputError(f"{path}[{index}]: expected a JSON object, got {type(item).__name__}")
+        yield Row(item, f"{path}[{index}]")
+
+
+def _csv(path: Path) -> Iterator[Row]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        for number, data in enumerate(csv.DictReader(handle), start=2):
+            yield Row(data, f"{path}:{number}")
+
+
+def _hf(spec: SourceSpec, path: Path) -> Iterator[Row]:
+    import datasets
+
+    try:
+        if path.exists():
+            loaded = datasets.load_from_disk(str(path))
+        else:  # not a folder here: a dataset id on the Hugging Face Hub
+            loaded = datasets.load_dataset(spec.path, split=spec.split)
+    except Exception as exc:  # datasets raises many types (missing files, offline hub, bad folder)
+        raise InputError(
+            f"source '{spec.name}': cannot load dataset {spec.path!r} ({type(exc).__name__}: {exc})"
+        ) from None
+    if isinstance(loaded, datasets.DatasetDict):
+        if spec.split not in loaded:
+            raise InputError(f"source '{spec.name}': {path} has no split '{spec.split}' (has {', '.join(loaded)})")
+        loaded = loaded[spec.split]
+    for index, data in enumerate(loaded):
+        yield Row(data, f"{path}[{spec.split}][{index}]")
+
+
+def _get(row: Row, dotted: str) -> Any:
+    value: Any = row.data
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            raise InputError(f"{row.where}: missing field '{dotted}'")
+        value = value[part]
+    return value
+
+
+def _text(row: Row, dotted: str) -> str:
+    value = _get(row, dotted)
+    if spec_is_sentence_list(value):
+        return " ".join(s["sentence"].strip() for s in value)
+    if not isinstance(value, str | int | float):
+        raise InputError(f"{row.where}: field '{dotted}' is not text ({type(value).__name__})")
+    return str(value)
+
+
+def spec_is_sentence_list(value: Any) -> bool:
+    """QAGS mturk summaries are lists of {"sentence": ...}."""
+    return isinstance(value, list) and bool(value) and all(isinstance(s, dict) and "sentence" in s for s in value)
+
+
+def _headed(row: Row, dotted: str) -> dict[str, str]:
+    value = _get(row, dotted)
+    if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+        raise InputError(f"{row.where}: field '{dotted}' is not a {{header: text}} object")
+    return dict(value)
+
+
+def _fields(spec: SourceSpec) -> FieldMap:
+    preset = PRESETS.get(spec.format)
+    if preset is None:
+        return spec.fields
+    overrides = spec.fields.model_dump(exclude_defaults=True)
+    return preset.model_copy(update=overrides)
+
+
+def _to_item(spec: SourceSpec, task: Task, fields: FieldMap, row: Row) -> SourceItem:
+    data = row.data
+    if spec.format == "qags_mturk":  # the summary is a list of sentences
+        data = {**data, "summary": _get(row, "summary_sentences")}
+        row = Row(data, row.where)
+    inputs = _headed(row, fields.inputs_from) if fields.inputs_from else {}
+    inputs |= {header: _text(row, field) for header, field in fields.inputs.items()}
+    if fields.output_from:
+        outputs = _headed(row, fields.output_from)
+        if len(outputs) != 1:
+            raise InputError(f"{row.where}: '{fields.output_from}' must hold exactly one output, has {len(outputs)}")
+        output = next(iter(outputs.values()))
+    elif fields.output:
+        output = _text(row, fields.output)
+    else:
+        raise InputError(f"source '{spec.name}': fields.output (or fields.output_from) is required")
+    missing = [h for h in task.input_headers if h not in inputs and not _optional(task, h)]
+    if missing:
+        raise InputError(
+            f"{row.where}: task '{task.id}' needs input '{missing[0]}'; this source maps {sorted(inputs) or 'none'}"
+        )
+    input_id = str(_get(row, fields.input_id)) if fields.input_id else _hash_inputs(inputs)
+    system = str(_get(row, fields.system)) if fields.system else spec.system
+    return SourceItem(spec.name, input_id, system, task.id, inputs, output, row.where)
+
+
+def _optional(task: Task, header: str) -> bool:
+    return any(i.header == header and i.optional for i in task.inputs)
+
+
+def _hash_inputs(inputs: Mapping[str, str]) -> str:
+    blob = json.dumps(dict(sorted(inputs.items())), ensure_ascii=False)
+    return hashlib.sha1(blob.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass
+class ReadReport:
+    items: list[SourceItem]
+    oversized: list[str]  # "where: which text, length"
+    empty_outputs: list[str]
+
+
+def read_source(spec: SourceSpec, path: Path, task: Task) -> ReadReport:
+    """All usable items of a source (respecting `limit_inputs`), plus what was set aside and why."""
+    fields = _fields(spec)
+    report = ReadReport(items=[], oversized=[], empty_outputs=[])
+    seen_inputs: set[str] = set()
+    for row in _rows(spec, path):
+        item = _to_item(spec, task, fields, row)
+        if item.input_id not in seen_inputs:
+            if spec.limit_inputs is not None and len(seen_inputs) >= spec.limit_inputs:
+                continue
+            seen_inputs.add(item.input_id)
+        if not item.output.strip():
+            report.empty_outputs.append(item.where)
+            continue
+        too_long = [
+            (h, len(t)) for h, t in (*item.inputs.items(), (task.output, item.output)) if len(t) > spec.max_chars
+        ]
+        if too_long:
+            header, length = too_long[0]
+            report.oversized.append(f"{item.where}: {header} has {length} characters (max_chars {spec.max_chars})")
+            continue
+        report.items.append(item)
+    return report

@@ -1,0 +1,151 @@
+"""A transparent SQLite cache in front of any backend (as in lm-evaluation-harness).
+
+A call's identity is `ChatRequest.cache_key(model_id)`: model, messages and sampling
+parameters. Each successful completion is committed the moment it arrives, so a run that
+is killed keeps everything it finished, and a re-run asks the models only for the rest.
+Failures are never stored: a re-run tries them again.
+
+The file uses SQLite's write-ahead log, so several processes (e.g. one per ensemble
+member) can share one cache file; a writer waits up to 30 s for another's lock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import cast
+
+from .base import Backend, CallResult, ChatRequest, Completion, ResultCallback
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS completions (
+    key        TEXT PRIMARY KEY,  -- ChatRequest.cache_key(model_id)
+    model_id   TEXT NOT NULL,
+    completion TEXT NOT NULL,     -- Completion as JSON
+    created    REAL NOT NULL      -- Unix time of the call
+)
+"""
+_QUERY_CHUNK = 500  # keys per SELECT, below SQLite's limit on bound parameters
+
+
+class LLMCache:
+    """Completions stored by cache key in one SQLite file."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # on_result may arrive from a backend's worker thread; one lock serialises use
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(_SCHEMA)
+            self._db.commit()
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Completion]:
+        """The stored completions among `keys`, by key (absent keys are simply missing)."""
+        wanted = list(dict.fromkeys(keys))
+        found: dict[str, Completion] = {}
+        with self._lock:
+            for start in range(0, len(wanted), _QUERY_CHUNK):
+                chunk = wanted[start : start + _QUERY_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(f"SELECT key, completion FROM completions WHERE key IN ({marks})", chunk)
+                found.update((key, Completion.model_validate_json(blob)) for key, blob in rows)
+        return found
+
+    def get(self, key: str) -> Completion | None:
+        return self.get_many([key]).get(key)
+
+    def put(self, key: str, model_id: str, completion: Completion) -> None:
+        """Store one completion and commit at once (a killed run loses nothing stored)."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO completions (key, model_id, completion, created) VALUES (?, ?, ?, ?)",
+                (key, model_id, completion.model_dump_json(), time.time()),
+            )
+            self._db.commit()
+
+    def __len__(self) -> int:
+        with self._lock:
+            (count,) = self._db.execute("SELECT COUNT(*) FROM completions").fetchone()
+        return int(count)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> LLMCache:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class CachedBackend(Backend):
+    """`inner` behind the cache: hits come back with `cached=True, seconds=0.0`, misses
+    go to `inner.generate` in one call, and each success is stored as it arrives.
+
+    Identical requests within one call are sent once and all get its result.
+    `model_calls` counts requests sent to `inner`, `cache_hits` requests served from the
+    cache (duplicates of a request sent in the same call are neither).
+    """
+
+    def __init__(self, inner: Backend, cache: LLMCache) -> None:
+        self.inner = inner
+        self.cache = cache
+        self.model_id = inner.model_id
+        self.model_calls = 0
+        self.cache_hits = 0
+
+    def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
+        keys = [request.cache_key(self.model_id) for request in requests]
+        stored = self.cache.get_many(keys)
+        results: list[CallResult | None] = [None] * len(requests)
+        waiting: dict[str, list[int]] = {}  # key of a miss -> indices of the requests that want it
+
+        def deliver(index: int, result: CallResult) -> None:
+            results[index] = result
+            if on_result is not None:
+                on_result(index, result)
+
+        for index, key in enumerate(keys):
+            hit = stored.get(key)
+            if hit is None:
+                waiting.setdefault(key, []).append(index)
+            else:
+                self.cache_hits += 1
+                deliver(index, hit.model_copy(update={"cached": True, "seconds": 0.0}))
+        if waiting:
+            self._send(requests, waiting, deliver)
+        return cast("list[CallResult]", results)  # hits and every miss are delivered by now
+
+    def _send(self, requests: Sequence[ChatRequest], waiting: dict[str, list[int]], deliver: ResultCallback) -> None:
+        """One inner call for the distinct misses; store and deliver each as it arrives."""
+        misses = list(waiting)
+        arrived: set[int] = set()
+
+        def on_inner_result(position: int, result: CallResult) -> None:
+            arrived.add(position)
+            key = misses[position]
+            if isinstance(result, Completion):
+                self.cache.put(key, self.model_id, result)
+            for index in waiting[key]:
+                deliver(index, result)
+
+        self.model_calls += len(misses)
+        returned = self.inner.generate([requests[waiting[key][0]] for key in misses], on_inner_result)
+        # a backend that skipped on_result for some request still has its results stored
+        for position, result in enumerate(returned):
+            if position not in arrived:
+                on_inner_result(position, result)
+
+    def close(self) -> None:
+        """Close the inner backend; the cache belongs to whoever opened it."""
+        self.inner.close()

@@ -1,0 +1,93 @@
+"""Any OpenAI-compatible server: vLLM serve, Ollama's /v1, llama.cpp, SGLang, TGI, OpenAI.
+
+Uses the official `openai` client with its own retries off (`max_retries=0`): the shared
+runner retries, so back-off, endpoint choice and the failure budget stay in one place.
+
+`api: completions` is for base models without a chat template (e.g. Gemma 3 270M): the
+messages are flattened into one plain-text prompt by `flatten_messages`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import openai
+
+from .base import ChatRequest, Completion, FailureKind, Message
+from .runner import ServerBackend, short
+from .spec import BackendSpec
+
+NO_KEY = "not-needed"  # local servers ignore the key, but the client insists on one
+
+
+def flatten_messages(messages: tuple[Message, ...]) -> str:
+    """The plain-text prompt of the completions API: each message's text in order
+    (system text, then user text, then any further turns), separated by a blank line and
+    ending with a blank line, so a base model continues after the prompt. Role names are
+    left out on purpose: a base model has no convention for them, and the annotator and
+    judge prompts already say in words what is asked."""
+    return "\n\n".join(message.content for message in messages) + "\n\n"
+
+
+class OpenAIBackend(ServerBackend):
+    """Chat (or plain completions) through the OpenAI API of one or more servers."""
+
+    def __init__(self, spec: BackendSpec) -> None:
+        super().__init__(spec)
+        env = spec.api_key_env
+        self._api_key = os.environ.get(env, "") if env else ""
+
+    def _open_client(self, endpoint: str) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(
+            base_url=endpoint, api_key=self._api_key or NO_KEY, max_retries=0, timeout=self.spec.timeout_s
+        )
+
+    async def _close_client(self, client: openai.AsyncOpenAI) -> None:
+        await client.close()
+
+    async def _call(self, client: openai.AsyncOpenAI, request: ChatRequest) -> Completion:
+        params = request.params
+        common: dict[str, Any] = {
+            "model": self.spec.model,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+            "stop": list(params.stop) or None,
+        }
+        if params.seed is not None:
+            common["seed"] = params.seed
+        if self.spec.extra_body:
+            common["extra_body"] = self.spec.extra_body
+        if self.spec.api == "completions":
+            reply = await client.completions.create(prompt=flatten_messages(request.messages), **common)
+            text = reply.choices[0].text
+        else:
+            messages = [{"role": message.role, "content": message.content} for message in request.messages]
+            reply = await client.chat.completions.create(messages=messages, **common)  # type: ignore[arg-type]
+            text = reply.choices[0].message.content or ""
+        usage = reply.usage
+        return Completion(
+            text=text,
+            finish_reason=reply.choices[0].finish_reason,
+            model=reply.model or self.spec.model,
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=usage.completion_tokens if usage else None,
+        )
+
+    def _classify(self, error: Exception) -> tuple[FailureKind, str] | None:
+        return classify_openai_error(error)
+
+
+def classify_openai_error(error: Exception) -> tuple[FailureKind, str] | None:
+    """Failure kind of an `openai` exception: 429 and 5xx are worth a retry, other 4xx not."""
+    if isinstance(error, openai.APITimeoutError):  # a subclass of APIConnectionError: test it first
+        return "timeout", f"request timed out: {short(error)}"
+    if isinstance(error, openai.APIConnectionError):
+        cause = error.__cause__ or error
+        return "connection", f"cannot connect: {type(cause).__name__}: {short(cause)}"
+    if isinstance(error, openai.APIStatusError):
+        status = error.status_code
+        kind: FailureKind = "rate_limit" if status == 429 else "server" if status >= 500 else "client"
+        return kind, f"HTTP {status}: {short(error.message)}"
+    return None

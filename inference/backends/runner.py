@@ -1,0 +1,185 @@
+"""Shared async machinery of the server backends (OpenAI-compatible servers, Ollama).
+
+A backend subclasses `ServerBackend` and supplies three things: how to open and close
+a client for one endpoint, how to make one call, and how to name a client exception's
+failure kind. Everything that must behave the same for every server lives here:
+
+- a pool of endpoints, each with its own client and `asyncio.Semaphore(spec.concurrency)`;
+  a request goes to the endpoint with the fewest requests in flight;
+- at most `len(endpoints) * concurrency` requests in progress at once, back-off sleeps
+  included, so a dead server is not hit by every queued request before the failure
+  budget can stop it;
+- retries with exponential back-off (`backoff_s * 2**retry`, plus up to 10 % jitter so
+  parallel retries do not arrive together) on connection errors, timeouts, HTTP 429 and
+  5xx; a retry prefers another endpoint than the one that just failed;
+- a failure budget: after `max_consecutive_failures` failed calls in a row the backend is
+  disabled, and every request not yet sent comes back as `CallFailure(kind="disabled")`
+  without a call. The backend stays disabled for its lifetime; a new one (or a re-run
+  with the cache) tries again.
+
+`generate` runs its own event loop with `asyncio.run`: callers are synchronous and no
+loop is running in them. Clients are opened inside that loop and closed before it ends,
+because async HTTP clients are bound to the loop that created them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from .base import Backend, BackendError, CallFailure, CallResult, ChatRequest, Completion, FailureKind, ResultCallback
+from .spec import BackendSpec
+
+RETRYABLE: frozenset[FailureKind] = frozenset({"connection", "timeout", "server", "rate_limit"})
+REASON_LIMIT = 300  # characters of a server's error message kept in a failure reason
+JITTER = 0.1
+
+
+@dataclass
+class _Endpoint:
+    url: str
+    client: Any
+    slots: asyncio.Semaphore
+    in_flight: int = 0  # requests assigned here: waiting for a slot or running
+
+
+def short(text: object) -> str:
+    """One line of at most REASON_LIMIT characters, for failure reasons."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= REASON_LIMIT else line[: REASON_LIMIT - 1] + "…"
+
+
+def backoff_delay(backoff_s: float, retry: int) -> float:
+    """Seconds to wait before retry number `retry` (0 = the first retry)."""
+    return backoff_s * 2**retry * (1.0 + random.uniform(0.0, JITTER))
+
+
+class ServerBackend(Backend):
+    """A backend that sends each request over HTTP to one of a pool of servers."""
+
+    def __init__(self, spec: BackendSpec) -> None:
+        if not spec.endpoints:
+            raise BackendError(
+                f"backend {spec.kind!r} for model {spec.model!r} needs at least one endpoint "
+                f"(endpoints: [http://host:port{'/v1' if spec.kind == 'openai' else ''}])"
+            )
+        self.spec = spec
+        self.model_id = spec.model_id
+        self._failures_in_a_row = 0
+        self._disabled_reason: str | None = None
+
+    @property
+    def disabled_reason(self) -> str | None:
+        """Why the failure budget disabled this backend, or None while it is enabled."""
+        return self._disabled_reason
+
+    # -- what a concrete backend supplies ------------------------------------------------
+
+    @abstractmethod
+    def _open_client(self, endpoint: str) -> Any:
+        """A client for one endpoint, created inside the running event loop."""
+
+    @abstractmethod
+    async def _close_client(self, client: Any) -> None:
+        """Close a client made by `_open_client`."""
+
+    @abstractmethod
+    async def _call(self, client: Any, request: ChatRequest) -> Completion:
+        """One attempt; raise the client's exception on failure. The runner fills in
+        `seconds`, `attempts` and `endpoint` of the returned completion."""
+
+    @abstractmethod
+    def _classify(self, error: Exception) -> tuple[FailureKind, str] | None:
+        """The failure kind and reason of a client exception, or None if not the client's."""
+
+    # -- the shared machinery -------------------------------------------------------------
+
+    def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
+        if not requests:
+            return []
+        return asyncio.run(self._generate(list(requests), on_result))
+
+    async def _generate(self, requests: list[ChatRequest], on_result: ResultCallback | None) -> list[CallResult]:
+        endpoints = [
+            _Endpoint(url, self._open_client(url), asyncio.Semaphore(self.spec.concurrency))
+            for url in self.spec.endpoints
+        ]
+        in_progress = asyncio.Semaphore(len(endpoints) * self.spec.concurrency)
+        results: list[CallResult | None] = [None] * len(requests)
+
+        async def run_one(index: int, request: ChatRequest) -> None:
+            async with in_progress:
+                result = await self._with_retries(request, endpoints)
+                # still inside: the budget and the caller (e.g. the cache's commit) see
+                # this result before the next request is sent
+                self._account(result)
+                results[index] = result
+                if on_result is not None:
+                    on_result(index, result)
+
+        try:
+            await asyncio.gather(*(run_one(i, request) for i, request in enumerate(requests)))
+        finally:
+            for endpoint in endpoints:
+                await self._close_client(endpoint.client)
+        return cast("list[CallResult]", results)  # gather finished: every slot is filled
+
+    async def _with_retries(self, request: ChatRequest, endpoints: list[_Endpoint]) -> CallResult:
+        attempt = 0
+        failed_at: _Endpoint | None = None
+        while True:
+            if self._disabled_reason is not None:
+                return CallFailure(reason=self._disabled_reason, kind="disabled", attempts=attempt)
+            attempt += 1
+            endpoint = _least_busy(endpoints, avoid=failed_at)
+            result = await self._attempt(endpoint, request, attempt)
+            if isinstance(result, Completion) or result.kind not in RETRYABLE or attempt > self.spec.retries:
+                return result
+            failed_at = endpoint
+            await asyncio.sleep(backoff_delay(self.spec.backoff_s, attempt - 1))
+
+    async def _attempt(self, endpoint: _Endpoint, request: ChatRequest, attempt: int) -> CallResult:
+        endpoint.in_flight += 1
+        try:
+            async with endpoint.slots:
+                started = time.perf_counter()
+                completion = await asyncio.wait_for(self._call(endpoint.client, request), self.spec.timeout_s)
+                seconds = time.perf_counter() - started
+        except asyncio.TimeoutError:
+            return CallFailure(
+                reason=f"no answer within {self.spec.timeout_s:g} s",
+                kind="timeout",
+                attempts=attempt,
+                endpoint=endpoint.url,
+            )
+        except Exception as error:  # one bad call must not stop a run: it becomes a CallFailure
+            kind, reason = self._classify(error) or ("other", f"{type(error).__name__}: {short(error)}")
+            return CallFailure(reason=reason, kind=kind, attempts=attempt, endpoint=endpoint.url)
+        finally:
+            endpoint.in_flight -= 1
+        return completion.model_copy(update={"seconds": seconds, "attempts": attempt, "endpoint": endpoint.url})
+
+    def _account(self, result: CallResult) -> None:
+        """Update the failure budget with one finished request."""
+        if isinstance(result, Completion):
+            self._failures_in_a_row = 0
+            return
+        if result.kind == "disabled":
+            return
+        self._failures_in_a_row += 1
+        if self._disabled_reason is None and self._failures_in_a_row >= self.spec.max_consecutive_failures:
+            self._disabled_reason = (
+                f"{self.model_id} disabled after {self._failures_in_a_row} failed calls in a row; "
+                f"last error ({result.kind} at {result.endpoint}): {result.reason}"
+            )
+
+
+def _least_busy(endpoints: list[_Endpoint], avoid: _Endpoint | None) -> _Endpoint:
+    """The endpoint with the fewest requests in flight, preferring any other than `avoid`."""
+    candidates = [endpoint for endpoint in endpoints if endpoint is not avoid] or endpoints
+    return min(candidates, key=lambda endpoint: endpoint.in_flight)

@@ -1,0 +1,62 @@
+"""Configuration of one model behind a backend, as written in ensemble/judge YAML files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+BackendKind = Literal["openai", "ollama", "vllm", "transformers"]
+
+
+class BackendSpec(BaseModel):
+    """Where and how to reach one model.
+
+    kind:
+      openai        any OpenAI-compatible server (vLLM serve, Ollama's /v1, llama.cpp, SGLang, TGI)
+      ollama        Ollama's native API (model options such as num_ctx)
+      vllm          vLLM's offline batch engine in this process (GPU)
+      transformers  Hugging Face transformers in this process (CPU or GPU)
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: BackendKind = "openai"
+    model: str = Field(min_length=1, description="Model id / Ollama tag / served name / local path.")
+    endpoints: tuple[str, ...] = Field(
+        default=(), description="Server base URLs (openai: .../v1; ollama: http://host:11434); several = a pool."
+    )
+    api: Literal["chat", "completions"] = Field(
+        default="chat", description="openai only: 'completions' for models without a chat template."
+    )
+    api_key_env: str | None = Field(default=None, description="Environment variable holding the API key, if any.")
+    concurrency: int = Field(default=1, ge=1, description="Requests in flight per endpoint.")
+    timeout_s: float = Field(default=600.0, gt=0)
+    retries: int = Field(default=3, ge=0, description="Retries on connection errors, timeouts, 429 and 5xx.")
+    backoff_s: float = Field(default=1.0, ge=0, description="First retry delay; doubles each retry.")
+    max_consecutive_failures: int = Field(
+        default=10, ge=1, description="Failure budget: after this many failed calls in a row the model is disabled."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Backend-specific options: ollama model options (num_ctx ...), vLLM engine or "
+        "transformers from_pretrained arguments.",
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict,
+        description="openai only: server-specific request fields sent with every call, e.g. llama.cpp's "
+        "`grammar` (GBNF) or vLLM's `guided_grammar` to hold small models to the reply format.",
+    )
+    quantization: str | None = Field(default=None, description="Documentation only (e.g. q8_0).")
+
+    @property
+    def model_id(self) -> str:
+        """The cache identity: the same model through any endpoint shares cached answers;
+        anything that changes what it answers (the API, extra request fields) changes it."""
+        base = f"{self.kind}:{self.model}" if self.api == "chat" else f"{self.kind}-completions:{self.model}"
+        if not self.extra_body:
+            return base
+        blob = json.dumps(self.extra_body, sort_keys=True, ensure_ascii=False)
+        return f"{base}#{hashlib.sha256(blob.encode('utf-8')).hexdigest()[:12]}"

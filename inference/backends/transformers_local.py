@@ -1,0 +1,184 @@
+"""Hugging Face transformers in this process (CPU or GPU), for when no server is wanted.
+
+`spec.model` is a local folder or a hub id. `spec.options` are `from_pretrained`
+arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of our own:
+
+- `batch_size` (default 8): requests generated together, left-padded;
+- `trust_remote_code` (default False): runs code shipped with the model, so only on request;
+- `gguf_file`: load a GGUF file inside the `spec.model` folder; transformers (with the
+  `gguf` package) dequantizes it to dense weights.
+
+Otherwise weights load from safetensors only (`use_safetensors=True`): a pickle
+checkpoint can run code when it is loaded.
+
+Requests are batched only with others of the same temperature, top_p, max_tokens and
+seed, because one `generate` call takes one set of them. Temperature 0 is greedy
+decoding. The seed is applied with `torch.manual_seed` before each batch, so a sampled
+reply (temperature > 0) depends on the batch it lands in: use `batch_size: 1` when
+sampled replies must be reproducible one by one. Stop strings are cut from the decoded
+text afterwards (a model that would have stopped there reads the same), and
+`finish_reason` is "length" when max_tokens ran out before an end token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+from .base import (
+    Backend,
+    BackendError,
+    CallFailure,
+    CallResult,
+    ChatRequest,
+    Completion,
+    ResultCallback,
+    SamplingParams,
+)
+from .runner import short
+from .spec import BackendSpec
+
+DEFAULT_BATCH_SIZE = 8
+
+
+class TransformersBackend(Backend):
+    """AutoModelForCausalLM + the tokenizer's chat template, batched generation."""
+
+    def __init__(self, spec: BackendSpec) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        options = dict(spec.options)
+        self.batch_size = int(options.pop("batch_size", DEFAULT_BATCH_SIZE))
+        if self.batch_size < 1:
+            raise BackendError(f"transformers model {spec.model!r}: batch_size must be at least 1")
+        shared: dict[str, Any] = {"trust_remote_code": bool(options.pop("trust_remote_code", False))}
+        gguf_file = options.pop("gguf_file", None)
+        if gguf_file:
+            shared["gguf_file"] = gguf_file
+        else:
+            options.setdefault("use_safetensors", True)
+        self.spec = spec
+        self.model_id = spec.model_id
+        self.tokenizer = AutoTokenizer.from_pretrained(spec.model, **shared)
+        if not self.tokenizer.chat_template:
+            raise BackendError(
+                f"{spec.model!r} has no chat template; serve it with an OpenAI-compatible server "
+                "and use api: completions"
+            )
+        self.tokenizer.padding_side = "left"  # decoder-only models continue from the right edge
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(spec.model, **shared, **options).eval()
+        if "device_map" not in options and torch.cuda.is_available():
+            self.model.to("cuda")
+        self._torch = torch
+        self._end_ids = _end_token_ids(self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id)
+
+    def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
+        results: list[CallResult | None] = [None] * len(requests)
+        for batch in _batches(requests, self.batch_size):
+            for index, result in zip(batch, self._run_batch([requests[i] for i in batch]), strict=True):
+                results[index] = result
+                if on_result is not None:
+                    on_result(index, result)
+        return cast("list[CallResult]", results)  # every batch filled its slots
+
+    def _run_batch(self, batch: list[ChatRequest]) -> list[CallResult]:
+        started = time.perf_counter()
+        try:
+            rows, prompt_lengths = self._generate_tokens(batch)
+        except Exception as error:  # e.g. out of memory: the batch fails, the run goes on
+            reason = f"generation failed: {type(error).__name__}: {short(error)}"
+            return [CallFailure(reason=reason, kind="other", attempts=1) for _ in batch]
+        seconds = time.perf_counter() - started  # one batch: each request reports the batch's wall time
+        return [
+            self._completion(tokens, prompt_length, request.params, seconds)
+            for tokens, prompt_length, request in zip(rows, prompt_lengths, batch, strict=True)
+        ]
+
+    def _generate_tokens(self, batch: list[ChatRequest]) -> tuple[list[list[int]], list[int]]:
+        """New token ids of each request (padding included) and each prompt's length."""
+        prompts = [
+            self.tokenizer.apply_chat_template(
+                [message.model_dump() for message in request.messages], add_generation_prompt=True, tokenize=False
+            )
+            for request in batch
+        ]
+        # the chat template already holds the special tokens (BOS ...)
+        encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        encoded = encoded.to(self.model.device)
+        params = batch[0].params
+        if params.seed is not None:
+            self._torch.manual_seed(params.seed)
+        with self._torch.inference_mode():
+            output = self.model.generate(
+                **encoded,
+                max_new_tokens=params.max_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+                **_decoding(params),
+            )
+        new_tokens = output[:, encoded["input_ids"].shape[1] :].tolist()
+        return new_tokens, encoded["attention_mask"].sum(dim=1).tolist()
+
+    def _completion(self, tokens: list[int], prompt_length: int, params: SamplingParams, seconds: float) -> Completion:
+        end = next((i for i, token in enumerate(tokens) if token in self._end_ids), None)
+        if end is None:  # no end token: generation ran out of max_tokens
+            finish = "length"
+        else:
+            tokens, finish = tokens[: end + 1], "stop"
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        cut = _cut_at_stop(text, params.stop)
+        if cut is not None:
+            text, finish = cut, "stop"
+        return Completion(
+            text=text,
+            finish_reason=finish,
+            model=self.spec.model,
+            prompt_tokens=prompt_length,
+            completion_tokens=len(tokens),
+            seconds=seconds,
+        )
+
+    def close(self) -> None:
+        """Drop the model so its memory can be reused in this process."""
+        del self.model
+        if self._torch.cuda.is_available():
+            self._torch.cuda.empty_cache()
+
+
+def _decoding(params: SamplingParams) -> dict[str, Any]:
+    """generate() arguments: greedy at temperature 0, else temperature + top_p sampling.
+
+    The model's own generation config may carry sampling defaults (temperature, top_k);
+    they are overridden so that every backend decodes the same way for the same params.
+    """
+    if params.temperature == 0:
+        return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    return {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": None}
+
+
+def _batches(requests: Sequence[ChatRequest], size: int) -> list[list[int]]:
+    """Indices of requests grouped by their generate() arguments, then cut to `size`."""
+    groups: dict[tuple[float, float, int, int | None], list[int]] = {}
+    for index, request in enumerate(requests):
+        params = request.params
+        groups.setdefault((params.temperature, params.top_p, params.max_tokens, params.seed), []).append(index)
+    return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]
+
+
+def _end_token_ids(*ids: int | list[int] | None) -> frozenset[int]:
+    flat: set[int] = set()
+    for value in ids:
+        if isinstance(value, int):
+            flat.add(value)
+        elif value:
+            flat.update(value)
+    return frozenset(flat)
+
+
+def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str | None:
+    """The text before the earliest stop string, or None if none occurs."""
+    positions = [position for stop in stops if stop and (position := text.find(stop)) >= 0]
+    return text[: min(positions)] if positions else None

@@ -1,0 +1,84 @@
+"""vLLM's offline engine in this process: the fastest way to run a whole batch on a GPU.
+
+`LLM(model=spec.model, **spec.options)` loads the model (options are vLLM engine
+arguments: `tensor_parallel_size`, `max_model_len`, `gpu_memory_utilization`, `dtype`,
+`quantization` ...), and one `LLM.chat(conversations, [SamplingParams per request])`
+call runs every request; vLLM schedules them itself (continuous batching), so there
+is no batch size to tune here. `vllm` is an optional, GPU-only extra and is imported
+only when this backend is made.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .base import Backend, BackendError, CallFailure, CallResult, ChatRequest, Completion, ResultCallback
+from .runner import short
+from .spec import BackendSpec
+
+INSTALL_HINT = "vLLM is not installed: pip install 'spanjudge[vllm]' (needs a CUDA GPU)"
+
+
+class VLLMBackend(Backend):
+    """All requests of a `generate` call in one `LLM.chat` batch."""
+
+    def __init__(self, spec: BackendSpec) -> None:
+        try:
+            import vllm
+        except ModuleNotFoundError as error:
+            if error.name != "vllm":
+                raise  # vLLM is there but broken: its own error says more than a hint
+            raise BackendError(INSTALL_HINT) from None
+        self.spec = spec
+        self.model_id = spec.model_id
+        self._vllm = vllm
+        self._llm: Any = vllm.LLM(model=spec.model, **spec.options)
+
+    def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
+        if not requests:
+            return []
+        conversations = [[message.model_dump() for message in request.messages] for request in requests]
+        sampling = [self._sampling_params(request) for request in requests]
+        started = time.perf_counter()
+        try:
+            outputs = self._llm.chat(conversations, sampling_params=sampling, use_tqdm=False)
+        except Exception as error:  # an engine error fails the batch, not the run
+            reason = f"vLLM engine error: {type(error).__name__}: {short(error)}"
+            results: list[CallResult] = [CallFailure(reason=reason, kind="other", attempts=1) for _ in requests]
+        else:
+            seconds = time.perf_counter() - started  # one batch: each request reports the batch's wall time
+            results = [self._completion(output, seconds) for output in outputs]
+        if on_result is not None:
+            for index, result in enumerate(results):
+                on_result(index, result)
+        return results
+
+    def _sampling_params(self, request: ChatRequest) -> Any:
+        params = request.params
+        return self._vllm.SamplingParams(
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_tokens,
+            seed=params.seed,
+            stop=list(params.stop) or None,
+        )
+
+    def _completion(self, output: Any, seconds: float) -> Completion:
+        """A `vllm.RequestOutput` (one sample) as a Completion."""
+        sample = output.outputs[0]
+        return Completion(
+            text=sample.text,
+            finish_reason=sample.finish_reason,
+            model=self.spec.model,
+            prompt_tokens=len(output.prompt_token_ids) if output.prompt_token_ids is not None else None,
+            completion_tokens=len(sample.token_ids),
+            seconds=seconds,
+        )
+
+    def close(self) -> None:
+        """Drop the engine so its GPU memory can be reused in this process."""
+        self._llm = None
+        gc.collect()
