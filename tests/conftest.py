@@ -60,26 +60,34 @@ def gemma3_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def smollm2_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaCppServer]:
-    """A real llama.cpp OpenAI-compatible server with SmolLM2-135M-Instruct, stopped by PID."""
-    log = tmp_path_factory.mktemp("llamacpp") / "smollm2.log"
-    # one thread per server: two llama.cpp servers spinning on two cores slow each other tenfold
-    server = LlamaCppServer(smollm2_path, alias="smollm2", n_ctx=4096, n_threads=1, log_path=log).start()
-    try:
-        yield server
-    finally:
+def start_llamacpp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., LlamaCppServer]]:
+    """Start real llama.cpp servers on 127.0.0.1 (stopped by PID at the end of the session).
+
+    One thread per server: two llama.cpp servers spinning on two cores slow each other
+    down about tenfold."""
+    servers: list[LlamaCppServer] = []
+
+    def start(model: Path, alias: str, **options: Any) -> LlamaCppServer:
+        log = tmp_path_factory.mktemp("llamacpp") / f"{alias}.log"
+        server = LlamaCppServer(model, alias=alias, **{"n_ctx": 4096, "n_threads": 1, "log_path": log, **options})
+        servers.append(server.start())
+        return server
+
+    yield start
+    for server in servers:
         server.stop()
 
 
 @pytest.fixture(scope="session")
-def gemma3_server(gemma3_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaCppServer]:
-    """Gemma 3 270M (a base model: ask it through the completions API) on 127.0.0.1."""
-    log = tmp_path_factory.mktemp("llamacpp") / "gemma3.log"
-    server = LlamaCppServer(gemma3_path, alias="gemma3", n_ctx=4096, n_threads=1, log_path=log).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def smollm2_server(smollm2_path: Path, start_llamacpp: Callable[..., LlamaCppServer]) -> LlamaCppServer:
+    """SmolLM2-135M-Instruct behind llama.cpp's OpenAI-compatible server."""
+    return start_llamacpp(smollm2_path, "smollm2")
+
+
+@pytest.fixture(scope="session")
+def gemma3_server(gemma3_path: Path, start_llamacpp: Callable[..., LlamaCppServer]) -> LlamaCppServer:
+    """Gemma 3 270M (a base model: ask it through the completions API)."""
+    return start_llamacpp(gemma3_path, "gemma3")
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from its GGUF. Replies are short (max_tokens <= 32): the machine has 2 CPU cores
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +40,9 @@ def _texts(results: list[CallResult]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def second_smollm2_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaCppServer]:
+def second_smollm2_server(smollm2_path: Path, start_llamacpp: Callable[..., LlamaCppServer]) -> LlamaCppServer:
     """Another real llama.cpp server with the same model, for the endpoint pool."""
-    log = tmp_path_factory.mktemp("llamacpp") / "smollm2-b.log"
-    server = LlamaCppServer(smollm2_path, alias="smollm2", n_ctx=2048, n_threads=1, log_path=log).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    return start_llamacpp(smollm2_path, "smollm2", n_ctx=2048)
 
 
 def test_openai_backend_chats_with_a_real_server(smollm2_server: LlamaCppServer) -> None:

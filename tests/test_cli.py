@@ -54,7 +54,7 @@ def test_tasks_table_and_one_task() -> None:
     assert one.returncode == 0 and "groundedness" in one.stdout
 
 
-@pytest.mark.parametrize("command", ["annotate", "train", "score", "meta-eval", "perturb", "publish"])
+@pytest.mark.parametrize("command", ["train", "score", "meta-eval", "perturb", "publish"])
 def test_placeholders_say_they_are_not_implemented(command: str) -> None:
     result = run(command, "--anything", "x")
     assert result.returncode == 2
@@ -107,3 +107,12 @@ def test_parse_command_reports_a_failure_without_a_score() -> None:
 def test_missing_file_is_a_clear_error() -> None:
     result = run("parse", "/nonexistent/reply.txt")
     assert result.returncode == 2 and "/nonexistent/reply.txt" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_annotate_with_a_missing_ensemble_file_is_one_line(tmp_path: Path) -> None:
+    sources = Path(__file__).resolve().parents[1] / "configs" / "sources" / "summeval_tiny.yaml"
+    result = run(
+        "annotate", "--ensemble", str(tmp_path / "nope.yaml"), "--sources", str(sources), "--out", str(tmp_path)
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: {tmp_path / 'nope.yaml'}: file not found"]
