@@ -68,7 +68,7 @@ class UpstreamServer:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
     def __enter__(self) -> UpstreamServer:
-        self.log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)  # noqa: SIM115
+        self.log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
         self.process = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT)
         for _ in range(600):
             try:
@@ -145,7 +145,8 @@ def main() -> None:
     if args.llama_server:
         for concurrency in (1, 4):
             with UpstreamServer(args.llama_server, slots=4, threads=threads) as server:
-                rows.append({"server": "llama-server --parallel 4", **measure(server.base_url, texts, concurrency, gbnf)})
+                measured = measure(server.base_url, texts, concurrency, gbnf)
+                rows.append({"server": "llama-server --parallel 4", **measured})
     for concurrency in (1, 4):
         with LlamaCppServer(smollm2_gguf(), alias="smollm2", n_threads=threads) as server:
             rows.append({"server": "llama-cpp-python (1 slot)", **measure(server.base_url, texts, concurrency, gbnf)})
@@ -172,7 +173,7 @@ def main() -> None:
     ]
     lines += [
         f"| {r['server']} | {r['concurrency']} | {r['requests_per_s']} | {r['generated_tokens_per_s']} | "
-        f"{r['median_latency_s']} | {r['outside_http_per_request_ms'] if r['outside_http_per_request_ms'] is not None else '-'} |"
+        f"{r['median_latency_s']} | {r['outside_http_per_request_ms'] or '-'} |"
         for r in rows
     ]
     lines += ["", f"Throughput ratio, concurrency 4 / 1: {ratios}", ""]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,18 +62,7 @@ class RunSummary:
         return sum(self.model_calls.values())
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "out_dir": str(self.out_dir),
-            "requests": self.requests,
-            "records": self.records,
-            "train": self.train,
-            "validation": self.validation,
-            "unscored": self.unscored,
-            "incomplete": self.incomplete,
-            "skipped": self.skipped,
-            "model_calls": self.model_calls,
-            "cache_hits": self.cache_hits,
-        }
+        return {**asdict(self), "out_dir": str(self.out_dir)}
 
 
 def build_requests(
