@@ -41,7 +41,9 @@ COMMANDS: dict[str, CommandEntry] = {
     "annotate": CommandEntry(
         "Annotate outputs with the LLM ensemble and build training data.", "spanjudge.data_gen.cli:annotate"
     ),
-    "train": CommandEntry("Fine-tune the judge with LoRA/QLoRA (same as `accelerate launch train.py`).", issue=4),
+    "train": CommandEntry(
+        "Fine-tune the judge with LoRA/QLoRA (same as `accelerate launch train.py`).", "spanjudge.training.cli:train"
+    ),
     "score": CommandEntry("Score new outputs with a distilled judge.", issue=5),
     "meta-eval": CommandEntry("Correlate a judge with human judgments and perturbation benchmarks.", issue=6),
     "perturb": CommandEntry("Build a perturbation benchmark from source data.", issue=7),

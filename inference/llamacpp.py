@@ -88,6 +88,7 @@ class LlamaCppServer:
         n_threads: int | None = None,
         chat_format: str | None = None,
         log_path: Path | str | None = None,
+        lora_path: Path | str | None = None,
     ) -> None:
         self.model_path = Path(model_path)
         self.alias = alias
@@ -97,6 +98,7 @@ class LlamaCppServer:
         self.n_threads = n_threads or max(1, os.cpu_count() or 1)
         self.chat_format = chat_format
         self.log_path = Path(log_path) if log_path else None
+        self.lora_path = Path(lora_path) if lora_path else None  # a GGUF LoRA adapter (spanjudge export --gguf-lora)
         self.process: subprocess.Popen[bytes] | None = None
         self._log: Path | None = None
 
@@ -116,6 +118,8 @@ class LlamaCppServer:
         ]  # fmt: skip
         if self.chat_format:
             cmd += ["--chat_format", self.chat_format]
+        if self.lora_path:
+            cmd += ["--lora_path", str(self.lora_path)]
         return cmd
 
     def start(self, timeout: float = 120.0) -> LlamaCppServer:

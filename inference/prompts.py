@@ -46,6 +46,11 @@ def _template(name: str, templates_dir: Path | None) -> jinja2.Template:
     return _environment(templates_dir or configs_dir() / "prompts").get_template(name)
 
 
+def template_source(name: str, templates_dir: Path | None = None) -> str:
+    """The raw text of a prompt template (its hash is recorded with a trained judge)."""
+    return (templates_dir or configs_dir() / "prompts").joinpath(name).read_text(encoding="utf-8")
+
+
 def _phrase(words: Sequence[str]) -> str:
     """['Dialogue history', 'Knowledge'] -> 'dialogue history and knowledge'."""
     words = [w.lower() for w in words]

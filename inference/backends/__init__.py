@@ -67,8 +67,8 @@ def make_backend(spec: BackendSpec) -> Backend:
     """
     if spec.extra_body and spec.kind != "openai":
         raise BackendError(f"model {spec.model!r}: extra_body is for kind 'openai' only, not {spec.kind!r}")
-    if spec.api == "completions" and spec.kind != "openai":
-        raise BackendError(f"model {spec.model!r}: api 'completions' is for kind 'openai' only, not {spec.kind!r}")
+    if spec.api != "chat" and spec.kind != "openai":
+        raise BackendError(f"model {spec.model!r}: api {spec.api!r} is for kind 'openai' only, not {spec.kind!r}")
     module_name, class_name, packages, hint = _KINDS[spec.kind]
     try:
         backend_class: type[Backend] = getattr(importlib.import_module(f"{__name__}.{module_name}"), class_name)

@@ -4,7 +4,10 @@ Uses the official `openai` client with its own retries off (`max_retries=0`): th
 runner retries, so back-off, endpoint choice and the failure budget stay in one place.
 
 `api: completions` is for base models without a chat template (e.g. Gemma 3 270M): the
-messages are flattened into one plain-text prompt by `flatten_messages`.
+messages are flattened into one plain-text prompt by `flatten_messages`. `api: prompt`
+sends the last message's text verbatim to the completions API: the distilled judge renders
+its chat template itself, with the tokenizer it was trained with, so the server cannot
+render a different one.
 """
 
 from __future__ import annotations
@@ -59,8 +62,10 @@ class OpenAIBackend(ServerBackend):
             common["seed"] = params.seed
         if self.spec.extra_body:
             common["extra_body"] = self.spec.extra_body
-        if self.spec.api == "completions":
-            reply = await client.completions.create(prompt=flatten_messages(request.messages), **common)
+        if self.spec.api in ("prompt", "completions"):
+            # "prompt": already templated by the caller (the judge), sent verbatim
+            prompt = request.messages[-1].content if self.spec.api == "prompt" else flatten_messages(request.messages)
+            reply = await client.completions.create(prompt=prompt, **common)
             text = reply.choices[0].text
         else:
             messages = [{"role": message.role, "content": message.content} for message in request.messages]

@@ -28,8 +28,11 @@ class BackendSpec(BaseModel):
     endpoints: tuple[str, ...] = Field(
         default=(), description="Server base URLs (openai: .../v1; ollama: http://host:11434); several = a pool."
     )
-    api: Literal["chat", "completions"] = Field(
-        default="chat", description="openai only: 'completions' for models without a chat template."
+    api: Literal["chat", "completions", "prompt"] = Field(
+        default="chat",
+        description="openai only: 'completions' for models without a chat template (messages flattened to "
+        "plain text); 'prompt' sends the last message verbatim to the completions API, for callers that "
+        "applied the chat template themselves (the distilled judge does, to match training exactly).",
     )
     api_key_env: str | None = Field(default=None, description="Environment variable holding the API key, if any.")
     concurrency: int = Field(default=1, ge=1, description="Requests in flight per endpoint.")
@@ -55,7 +58,9 @@ class BackendSpec(BaseModel):
     def model_id(self) -> str:
         """The cache identity: the same model through any endpoint shares cached answers;
         anything that changes what it answers (the API, extra request fields) changes it."""
-        base = f"{self.kind}:{self.model}" if self.api == "chat" else f"{self.kind}-completions:{self.model}"
+        base = f"{self.kind}:{self.model}" if self.api == "chat" else f"{self.kind}-{self.api}:{self.model}"
+        if self.options.get("adapter"):  # a LoRA adapter changes the model
+            base += f"+{self.options['adapter']}"
         if not self.extra_body:
             return base
         blob = json.dumps(self.extra_body, sort_keys=True, ensure_ascii=False)

@@ -6,7 +6,9 @@ arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of ou
 - `batch_size` (default 8): requests generated together, left-padded;
 - `trust_remote_code` (default False): runs code shipped with the model, so only on request;
 - `gguf_file`: load a GGUF file inside the `spec.model` folder; transformers (with the
-  `gguf` package) dequantizes it to dense weights.
+  `gguf` package) dequantizes it to dense weights;
+- `adapter`: a PEFT (LoRA) adapter folder applied on top of the model (the distilled judge);
+  its tokenizer, when it has one, is the one used (it is the tokenizer it was trained with).
 
 Otherwise weights load from safetensors only (`use_safetensors=True`): a pickle
 checkpoint can run code when it is loaded.
@@ -26,6 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, cast
 
+from ..chat import render_chat
 from .base import (
     Backend,
     BackendError,
@@ -55,13 +58,15 @@ class TransformersBackend(Backend):
             raise BackendError(f"transformers model {spec.model!r}: batch_size must be at least 1")
         shared: dict[str, Any] = {"trust_remote_code": bool(options.pop("trust_remote_code", False))}
         gguf_file = options.pop("gguf_file", None)
+        adapter = options.pop("adapter", None)
         if gguf_file:
             shared["gguf_file"] = gguf_file
         else:
             options.setdefault("use_safetensors", True)
         self.spec = spec
         self.model_id = spec.model_id
-        self.tokenizer = AutoTokenizer.from_pretrained(spec.model, **shared)
+        tokenizer_source = adapter if adapter and _has_tokenizer(adapter) else spec.model
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **shared)
         if not self.tokenizer.chat_template:
             raise BackendError(
                 f"{spec.model!r} has no chat template; serve it with an OpenAI-compatible server "
@@ -70,7 +75,12 @@ class TransformersBackend(Backend):
         self.tokenizer.padding_side = "left"  # decoder-only models continue from the right edge
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(spec.model, **shared, **options).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(spec.model, **shared, **options)
+        if adapter:
+            from peft import PeftModel
+
+            self.model = PeftModel.from_pretrained(self.model, adapter)
+        self.model.eval()
         if "device_map" not in options and torch.cuda.is_available():
             self.model.to("cuda")
         self._torch = torch
@@ -101,10 +111,7 @@ class TransformersBackend(Backend):
     def _generate_tokens(self, batch: list[ChatRequest]) -> tuple[list[list[int]], list[int]]:
         """New token ids of each request (padding included) and each prompt's length."""
         prompts = [
-            self.tokenizer.apply_chat_template(
-                [message.model_dump() for message in request.messages], add_generation_prompt=True, tokenize=False
-            )
-            for request in batch
+            render_chat(self.tokenizer, [message.model_dump() for message in request.messages]) for request in batch
         ]
         # the chat template already holds the special tokens (BOS ...)
         encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -146,6 +153,12 @@ class TransformersBackend(Backend):
         del self.model
         if self._torch.cuda.is_available():
             self._torch.cuda.empty_cache()
+
+
+def _has_tokenizer(folder: str) -> bool:
+    from pathlib import Path
+
+    return (Path(folder) / "tokenizer_config.json").is_file()
 
 
 def _decoding(params: SamplingParams) -> dict[str, Any]:

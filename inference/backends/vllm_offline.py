@@ -6,6 +6,9 @@ arguments: `tensor_parallel_size`, `max_model_len`, `gpu_memory_utilization`, `d
 call runs every request; vLLM schedules them itself (continuous batching), so there
 is no batch size to tune here. `vllm` is an optional, GPU-only extra and is imported
 only when this backend is made.
+
+Option `adapter` (ours): a PEFT LoRA folder served on top of the base model without
+merging (`enable_lora`, one `LoRARequest` for every request): the distilled judge.
 """
 
 from __future__ import annotations
@@ -35,7 +38,19 @@ class VLLMBackend(Backend):
         self.spec = spec
         self.model_id = spec.model_id
         self._vllm = vllm
-        self._llm: Any = vllm.LLM(model=spec.model, **spec.options)
+        options = dict(spec.options)
+        adapter = options.pop("adapter", None)
+        self._lora: Any = None
+        if adapter:
+            import json
+            from pathlib import Path
+
+            from vllm.lora.request import LoRARequest
+
+            rank = json.loads((Path(adapter) / "adapter_config.json").read_text())["r"]
+            options.update(enable_lora=True, max_lora_rank=max(int(rank), options.get("max_lora_rank", 16)))
+            self._lora = LoRARequest("judge", 1, str(adapter))
+        self._llm: Any = vllm.LLM(model=spec.model, **options)
 
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
         if not requests:
@@ -44,7 +59,7 @@ class VLLMBackend(Backend):
         sampling = [self._sampling_params(request) for request in requests]
         started = time.perf_counter()
         try:
-            outputs = self._llm.chat(conversations, sampling_params=sampling, use_tqdm=False)
+            outputs = self._llm.chat(conversations, sampling_params=sampling, use_tqdm=False, lora_request=self._lora)
         except Exception as error:  # an engine error fails the batch, not the run
             reason = f"vLLM engine error: {type(error).__name__}: {short(error)}"
             results: list[CallResult] = [CallFailure(reason=reason, kind="other", attempts=1) for _ in requests]

@@ -1,0 +1,126 @@
+"""CPU training throughput and memory: the SmolLM2 smoke config with the thesis default
+(gradient checkpointing on), with checkpointing off, and with packing on.
+
+    .venv/bin/python bench/train_cpu.py [--records 16] [--steps 4] [--repeats 1]
+
+Each variant runs `spanjudge train` as its own process (one process, so the numbers are
+not split across DDP ranks) on real SummEval judge examples (~1k tokens each: CNN/DM
+article + summary, experts' mean relevance as the score). Tokens/s counts the non-padding
+input tokens the trainer saw over the training wall time; peak memory is the process's
+maximum resident set. Results: bench/results/train_cpu.{json,md}. Not a test: nothing
+here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from judge_records import summeval_records  # noqa: E402
+
+from spanjudge.inference.paths import data_dir  # noqa: E402
+
+VARIANTS = {
+    "defaults (gradient checkpointing on)": ["training.gradient_checkpointing=true"],
+    "gradient checkpointing off": ["training.gradient_checkpointing=false"],
+    "packing on (checkpointing off)": ["training.gradient_checkpointing=false", "training.packing=true"],
+}
+
+
+def run_variant(records: Path, out: Path, overrides: list[str], steps: int) -> dict:
+    command = [
+        str(Path(sys.executable).parent / "spanjudge"),
+        "train",
+        "--config",
+        str(REPO / "configs/train/smollm2_cpu_smoke.yaml"),
+    ]
+    for item in [
+        f"data.train={records}",
+        f"training.output_dir={out}",
+        f"training.max_steps={steps}",
+        "training.save_steps=1000",
+        "data.max_length=2048",
+        *overrides,
+    ]:
+        command += ["--set", item]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(done.stderr[-3000:])
+    metrics = json.loads((out / "metrics.json").read_text())
+    return {
+        "tokens_per_second": metrics["tokens_per_second"],
+        "train_runtime_s": metrics["train_runtime"],
+        "input_tokens_seen": metrics["input_tokens_seen"],
+        "peak_rss_mib": metrics["peak_rss_mib_rank0"],
+        "train_loss": metrics["train_loss"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "train_cpu")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / "records"
+        folder.mkdir()
+        rows = summeval_records(data_dir(), args.records)
+        (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        results = {}
+        for name, overrides in VARIANTS.items():
+            runs = [
+                run_variant(folder, Path(scratch) / f"run-{len(results)}-{i}", overrides, args.steps)
+                for i in range(args.repeats)
+            ]
+            results[name] = {
+                "runs": runs,
+                "median_tokens_per_second": statistics.median(r["tokens_per_second"] for r in runs),
+                "median_peak_rss_mib": statistics.median(r["peak_rss_mib"] for r in runs),
+            }
+            print(name, results[name]["median_tokens_per_second"], "tok/s", flush=True)
+
+    base = results["defaults (gradient checkpointing on)"]["median_tokens_per_second"]
+    payload = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, no GPU",
+        "model": "SmolLM2-135M-Instruct (fp32 weights, bf16 autocast), LoRA r16 on all projections",
+        "data": f"{args.records} SummEval judge examples, max_length 2048",
+        "steps": args.steps,
+        "per_device_batch": 2,
+        "accumulation": 2,
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
+    lines = [
+        "# CPU training throughput (SmolLM2-135M LoRA, `bench/train_cpu.py`)",
+        "",
+        f"Machine: {payload['machine']}. Data: {payload['data']}; {args.steps} optimizer steps of "
+        "2 × 2 sequences, one process. Medians of "
+        f"{args.repeats} run(s) per variant, all measured in the same invocation.",
+        "",
+        "| variant | tokens/s | vs defaults | peak RSS (MiB) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, result in results.items():
+        tps = result["median_tokens_per_second"]
+        lines.append(f"| {name} | {tps:.1f} | {tps / base:.2f}× | {result['median_peak_rss_mib']:.0f} |")
+    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

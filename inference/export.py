@@ -1,0 +1,108 @@
+"""Export a trained judge for serving: merged weights, or a llama.cpp LoRA adapter.
+
+- `merge_adapter`: base + LoRA folded into one safetensors folder (with the tokenizer), for
+  servers that take a plain model (vLLM without `--enable-lora`, TGI, SGLang, or a GGUF
+  conversion with llama.cpp's `convert_hf_to_gguf.py`).
+- `adapter_to_gguf`: the LoRA adapter as a GGUF adapter file for llama.cpp
+  (`llama-server -m base.gguf --lora judge-lora.gguf`, or llama-cpp-python's `--lora_path`),
+  applied at run time to a GGUF of the same base, with no merge and no full-model conversion.
+  Written here with the `gguf` package, following llama.cpp's `convert_lora_to_gguf.py`:
+  tensor names in llama.cpp's scheme, `lora_b` of the query and key projections permuted
+  the way llama.cpp stores those weights, scale = alpha / r.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import SpanjudgeError
+from .fileio import atomic_directory
+
+# PEFT module path -> llama.cpp tensor name, for Llama-architecture models
+_LLAMA_NAMES = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+_PEFT_KEY = re.compile(r"^base_model\.model\.model\.layers\.(\d+)\.(.+)\.lora_([AB])\.weight$")
+
+
+def merge_adapter(adapter: Path, base_folder: str, out: Path, say: Callable[[str], None] = print) -> Path:
+    """Fold the LoRA weights into the base and save safetensors + tokenizer to `out`."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    say(f"loading {base_folder} + {adapter}")
+    base = AutoModelForCausalLM.from_pretrained(base_folder, dtype="auto", use_safetensors=True)
+    merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    tokenizer = AutoTokenizer.from_pretrained(str(adapter))
+    with atomic_directory(out) as scratch:
+        merged.save_pretrained(scratch, safe_serialization=True)
+        tokenizer.save_pretrained(scratch)
+        meta = adapter / "spanjudge.json"
+        if meta.is_file():
+            record = json.loads(meta.read_text(encoding="utf-8"))
+            (scratch / "spanjudge.json").write_text(json.dumps({**record, "merged_from": str(adapter)}, indent=2))
+    say(f"merged model written to {out}")
+    return out
+
+
+def _permute(weights: Any, n_head: int, n_head_kv: int | None) -> Any:
+    """llama.cpp's row order for the query/key projections (convert_hf_to_gguf's `permute`)."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    rows = weights.shape[0]
+    return weights.reshape(n_head, 2, rows // n_head // 2, *weights.shape[1:]).swapaxes(1, 2).reshape(weights.shape)
+
+
+def adapter_to_gguf(adapter: Path, base_config: dict[str, Any], out: Path) -> Path:
+    """Write the LoRA adapter as a llama.cpp GGUF adapter (float32 tensors)."""
+    import gguf
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    if base_config.get("model_type") != "llama":
+        raise SpanjudgeError(
+            f"GGUF LoRA export supports Llama-architecture bases, not {base_config.get('model_type')!r}; "
+            "merge the adapter instead (spanjudge export --merge) and convert with llama.cpp"
+        )
+    config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+    if config.get("use_rslora") or config.get("use_dora"):
+        raise SpanjudgeError("GGUF LoRA export supports plain LoRA (no rsLoRA, no DoRA)")
+    tensors = load_file(str(adapter / "adapter_model.safetensors"))
+    n_head, n_head_kv = base_config["num_attention_heads"], base_config.get("num_key_value_heads")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    writer = gguf.GGUFWriter(str(partial), "llama")
+    writer.add_string(gguf.Keys.General.TYPE, "adapter")
+    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(config["lora_alpha"]))
+    for key in sorted(tensors, key=_natural):
+        match = _PEFT_KEY.match(key)
+        if match is None or match.group(2) not in _LLAMA_NAMES:
+            raise SpanjudgeError(f"{adapter}: cannot map adapter tensor {key} to llama.cpp")
+        layer, module, part = match.groups()
+        data = tensors[key].astype(np.float32)
+        if part == "B" and module == "self_attn.q_proj":
+            data = _permute(data, n_head, n_head)
+        elif part == "B" and module == "self_attn.k_proj":
+            data = _permute(data, n_head, n_head_kv)
+        writer.add_tensor(f"blk.{layer}.{_LLAMA_NAMES[module]}.weight.lora_{part.lower()}", np.ascontiguousarray(data))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    partial.replace(out)
+    return out
+
+
+def _natural(key: str) -> tuple[Any, ...]:
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key))

@@ -1,0 +1,334 @@
+"""The distilled judge: `Judge.from_pretrained(...)` and `judge.score(requests)`.
+
+    judge = Judge.from_pretrained("runs/train/smollm2_cpu_smoke/adapter")          # base from spanjudge.json
+    request = judge.request("qags_xsum", "consistency", {"Article": article}, summary)
+    [evaluation] = judge.score([request])
+    evaluation.score, [(e.location, e.start, e.end, e.severity) for e in evaluation.errors]
+
+Engines: `transformers` (base + PEFT adapter, or a merged folder; CPU or GPU), `vllm` (the
+adapter attached to the base with `enable_lora`, no merge; GPU), `openai` (any
+OpenAI-compatible server: vLLM serve with `--lora-modules`, Ollama, llama.cpp). With a local
+tokenizer, the `openai` engine renders the chat template here and sends the finished prompt
+to the completions API, so every engine reads exactly the text training used.
+
+Decoding is greedy (max 1536 new tokens). A reply that does not parse is retried with
+sampling (temperature 0.1, top-p 0.95, new seed, up to 3 times); if none parses the item is
+returned unscored, with the replies and the reason, never with an invented score.
+
+Context policy: when the prompt would not leave `max_new_tokens` of room in the model's
+context, the task inputs (the source documents, never the evaluated output) are cut from the
+end, longest first, on token boundaries, and the item is flagged with what was cut. If the
+output alone does not fit, the item is unscored with that reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from .backends import BackendSpec, make_backend
+from .backends.base import Backend, CallFailure, ChatRequest, Completion, SamplingParams
+from .catalog import Aspect, Catalog, load_catalog
+from .chat import encode_prompt
+from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
+from .errors import SpanjudgeError
+from .hf_models import load_tokenizer, local_folder, resolve_model_source
+from .judge_prompt import JudgeRequest, judge_chat_prompt, judge_messages
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+Engine = Literal["transformers", "vllm", "openai"]
+MAX_NEW_TOKENS = 1536
+RETRY_SAMPLING = SamplingParams(temperature=0.1, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
+RETRIES = 3
+TRUNCATION_MARK = " [...]"
+
+
+class JudgedEvaluation(Evaluation):
+    """An Evaluation plus what happened on the way: the reply, retries, truncation, failures.
+
+    `score` is None for an unscored item; `unscored_reason` then says why. `call_failure` is
+    set when the model could not be reached (a re-run may succeed; the CLI does not write
+    such items, so they are retried)."""
+
+    id: str | None = None
+    unscored_reason: str | None = None
+    call_failure: str | None = None
+    raw_replies: list[str] = Field(default_factory=list)
+    attempts: int = 0
+    truncated: str | None = None
+
+    @property
+    def scored(self) -> bool:
+        return self.score is not None
+
+
+@dataclass
+class _Prepared:
+    request: JudgeRequest
+    prompt: str  # the user turn (chat API) or the finished templated prompt ("prompt" API)
+    truncated: str | None
+
+
+ProgressCallback = Callable[[int], None]  # called with the number of items just finished
+
+
+class Judge:
+    """Scores JudgeRequests with a distilled judge behind any backend."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        tokenizer: PreTrainedTokenizerBase | None,
+        send_templated_prompt: bool,
+        catalog: Catalog | None = None,
+        max_context: int | None = None,
+        max_new_tokens: int = MAX_NEW_TOKENS,
+        name: str = "judge",
+    ) -> None:
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.send_templated_prompt = send_templated_prompt
+        self.catalog = catalog or load_catalog()
+        self.max_context = max_context
+        self.max_new_tokens = max_new_tokens
+        self.name = name
+
+    # -- construction -----------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_or_adapter: str | Path,
+        base: str | None = None,
+        engine: Engine = "transformers",
+        *,
+        base_url: str | None = None,
+        served_model: str | None = None,
+        batch_size: int = 8,
+        dtype: str = "auto",
+        max_new_tokens: int = MAX_NEW_TOKENS,
+        max_context: int | None = None,
+        catalog: Catalog | None = None,
+        trust_remote_code: bool = False,
+        concurrency: int = 1,
+        timeout_s: float = 600.0,
+        engine_options: Mapping[str, Any] | None = None,
+    ) -> Judge:
+        """A judge from an adapter folder (base found in its spanjudge.json or adapter_config.json,
+        or given), a merged/full model folder, a hub id, or a served model (engine "openai")."""
+        location = str(model_or_adapter)
+        adapter, model = _adapter_and_model(location, base)
+        tokenizer_folder = adapter or (model if Path(model).is_dir() else None)
+        if engine == "openai":
+            if not base_url:
+                raise SpanjudgeError("engine 'openai' needs base_url (e.g. http://127.0.0.1:8080/v1)")
+            tokenizer = (
+                load_tokenizer(tokenizer_folder, trust_remote_code=trust_remote_code) if tokenizer_folder else None
+            )
+            spec = BackendSpec(
+                kind="openai",
+                model=served_model or Path(location).name or "judge",
+                endpoints=(base_url,),
+                api="prompt" if tokenizer is not None else "chat",
+                concurrency=concurrency,
+                timeout_s=timeout_s,
+                options=dict(engine_options or {}),
+            )
+            context = max_context
+        else:
+            tokenizer = load_tokenizer(tokenizer_folder or model, trust_remote_code=trust_remote_code)
+            options: dict[str, Any] = {"trust_remote_code": trust_remote_code, **(engine_options or {})}
+            if adapter:
+                options["adapter"] = adapter
+            if engine == "transformers":
+                options.update(batch_size=batch_size, dtype=dtype)
+            spec = BackendSpec(kind=engine, model=model, options=options)
+            context = max_context or _model_context(model)
+        return cls(
+            make_backend(spec),
+            tokenizer=tokenizer,
+            send_templated_prompt=spec.api == "prompt",
+            catalog=catalog,
+            max_context=context,
+            max_new_tokens=max_new_tokens,
+            name=location,
+        )
+
+    def request(
+        self,
+        task: str,
+        aspect: str,
+        inputs: Mapping[str, str],
+        output: str,
+        *,
+        aspect_definition: str | None = None,
+        id: str | None = None,
+    ) -> JudgeRequest:
+        """A request by names from the catalog; an aspect the task lacks needs its definition."""
+        task_spec = self.catalog.task(task)
+        aspect_spec = Aspect.custom(aspect, aspect_definition) if aspect_definition else task_spec.aspect(aspect)
+        return JudgeRequest(task=task_spec, aspect=aspect_spec, inputs=dict(inputs), output=output, id=id)
+
+    # -- scoring ---------------------------------------------------------------------------
+
+    def score(
+        self, requests: Sequence[JudgeRequest], progress: ProgressCallback | None = None
+    ) -> list[JudgedEvaluation]:
+        """One JudgedEvaluation per request, in order; never raises for a model's reply."""
+        results: list[JudgedEvaluation | None] = [None] * len(requests)
+        prepared: dict[int, _Prepared] = {}
+        for index, request in enumerate(requests):
+            outcome = self._prepare(request)
+            if isinstance(outcome, JudgedEvaluation):
+                results[index] = outcome
+                if progress:
+                    progress(1)
+            else:
+                prepared[index] = outcome
+        replies: dict[int, list[str]] = {index: [] for index in prepared}
+        pending = list(prepared)
+        greedy = SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens)
+        for attempt in range(1 + RETRIES):
+            if not pending:
+                break
+            params = (
+                greedy
+                if attempt == 0
+                else RETRY_SAMPLING.model_copy(update={"seed": attempt, "max_tokens": self.max_new_tokens})
+            )
+            calls = [ChatRequest.user(prepared[index].prompt, params) for index in pending]
+            still_pending = []
+            for index, result in zip(pending, self.backend.generate(calls), strict=True):
+                item = prepared[index]
+                if isinstance(result, CallFailure):
+                    results[index] = _unscored(item, replies[index], attempt + 1, call_failure=result.reason)
+                    continue
+                assert isinstance(result, Completion)
+                replies[index].append(result.text)
+                parsed = parse_judge(result.text)
+                if isinstance(parsed, ParseFailure):
+                    if attempt == RETRIES:
+                        reason = f"no parseable reply in {attempt + 1} tries (last: {parsed.reason})"
+                        results[index] = _unscored(item, replies[index], attempt + 1, reason=reason)
+                    else:
+                        still_pending.append(index)
+                    continue
+                evaluation = anchor_evaluation(parsed, item.request.output)
+                results[index] = JudgedEvaluation(
+                    errors=evaluation.errors,
+                    score=evaluation.score,
+                    id=item.request.id,
+                    raw_replies=list(replies[index]),
+                    attempts=attempt + 1,
+                    truncated=item.truncated,
+                )
+            if progress:
+                progress(len(pending) - len(still_pending))
+            pending = still_pending
+        return [result for result in results if result is not None]
+
+    def _prepare(self, request: JudgeRequest) -> _Prepared | JudgedEvaluation:
+        if not request.output.strip():
+            return JudgedEvaluation(
+                score=None, id=request.id, unscored_reason="the output text is empty: nothing to evaluate"
+            )
+        fitted, truncated = self._fit_context(request)
+        if fitted is None:
+            return JudgedEvaluation(score=None, id=request.id, unscored_reason=truncated)
+        if self.send_templated_prompt:
+            assert self.tokenizer is not None
+            return _Prepared(fitted, judge_chat_prompt(self.tokenizer, fitted), truncated)
+        return _Prepared(fitted, judge_messages(fitted)[0]["content"], truncated)
+
+    def _prompt_tokens(self, request: JudgeRequest) -> int:
+        assert self.tokenizer is not None
+        return len(encode_prompt(self.tokenizer, judge_chat_prompt(self.tokenizer, request)))
+
+    def _fit_context(self, request: JudgeRequest) -> tuple[JudgeRequest | None, str | None]:
+        """The request cut to fit the context (inputs only, longest first), and a note of the cut."""
+        if self.tokenizer is None or self.max_context is None:
+            return request, None
+        budget = self.max_context - self.max_new_tokens
+        excess = self._prompt_tokens(request) - budget
+        if excess <= 0:
+            return request, None
+        inputs = dict(request.inputs)
+        before = {header: len(encode_prompt(self.tokenizer, text)) for header, text in inputs.items()}
+        lengths = dict(before)
+        while excess > 0:
+            header = max(lengths, key=lambda h: lengths[h])
+            keep = lengths[header] - excess - len(encode_prompt(self.tokenizer, TRUNCATION_MARK))
+            if keep < 1:
+                unscored = (
+                    f"the prompt needs {budget + excess} tokens but the context leaves {budget} "
+                    f"({self.max_context} minus {self.max_new_tokens} for the reply) even with the inputs cut"
+                )
+                return None, unscored
+            ids = encode_prompt(self.tokenizer, inputs[header])[:keep]
+            inputs[header] = self.tokenizer.decode(ids) + TRUNCATION_MARK
+            request = JudgeRequest(
+                task=request.task,
+                aspect=request.aspect,
+                inputs=inputs,
+                output=request.output,
+                id=request.id,
+                extra_task_info=request.extra_task_info,
+            )
+            lengths[header] = len(encode_prompt(self.tokenizer, inputs[header]))
+            excess = self._prompt_tokens(request) - budget
+        cut = ", ".join(f"{h} {before[h]}→{lengths[h]} tokens" for h in before if lengths[h] != before[h])
+        return request, f"inputs cut to fit the context ({cut})"
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def _unscored(
+    item: _Prepared, replies: list[str], attempts: int, *, reason: str | None = None, call_failure: str | None = None
+) -> JudgedEvaluation:
+    return JudgedEvaluation(
+        score=None,
+        id=item.request.id,
+        unscored_reason=reason or f"model call failed: {call_failure}",
+        call_failure=call_failure,
+        raw_replies=list(replies),
+        attempts=attempts,
+        truncated=item.truncated,
+    )
+
+
+def _adapter_and_model(location: str, base: str | None) -> tuple[str | None, str]:
+    """(adapter folder or None, the model to load) for a judge location."""
+    path = Path(location).expanduser()
+    if (path / "adapter_config.json").is_file():
+        base_spec = base or _recorded_base(path)
+        return str(path.resolve()), local_folder(resolve_model_source(base_spec))
+    if base is not None:  # an adapter on the hub, with its base named
+        return location, local_folder(resolve_model_source(base))
+    return None, local_folder(resolve_model_source(location))
+
+
+def _recorded_base(adapter: Path) -> str:
+    """The base a spanjudge adapter was trained on (as the user named it), else PEFT's record."""
+    meta = adapter / "spanjudge.json"
+    if meta.is_file():
+        return str(json.loads(meta.read_text(encoding="utf-8"))["base_model"])
+    recorded = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
+    if not recorded:
+        raise SpanjudgeError(f"{adapter}: the adapter does not name its base model; pass base=...")
+    return str(recorded)
+
+
+def _model_context(model: str) -> int | None:
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        return None
+    return json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings")

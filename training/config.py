@@ -1,0 +1,172 @@
+"""The training config: one YAML file → model, LoRA, data and trainer settings.
+
+Defaults are the thesis recipe (§4.4): LoRA r 16, α 32, dropout 0 on every attention and
+MLP projection; 1 epoch; effective batch 16; lr 2e-4; AdamW with weight decay 0.01; linear
+schedule with 5 % warm-up; max length 4096. Every mistake (unknown key, wrong type, missing
+file) is reported as one line naming the file and the field, before any model is loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from spanjudge.inference.configio import load_yaml_model, read_yaml, validate
+from spanjudge.inference.errors import ConfigError
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Strict):
+    base: str = Field(
+        min_length=1,
+        description="hub id, transformers folder, .gguf file, or @smollm2 / @gemma3 (PyPI-shipped GGUF)",
+    )
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+    quantization: Literal["none", "4bit", "8bit"] = Field(
+        default="none", description="4bit = QLoRA (NF4, double quantisation, bf16 compute) through bitsandbytes"
+    )
+    attn_implementation: str | None = Field(default=None, description="e.g. sdpa, eager, flash_attention_2")
+    trust_remote_code: bool = False
+    unsloth: bool = Field(default=False, description="use Unsloth's fast path when installed (GPU only)")
+
+
+class LoraSection(_Strict):
+    r: int = Field(default=16, gt=0)
+    alpha: int = Field(default=32, gt=0)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    target_modules: tuple[str, ...] = Field(default=PROJECTIONS, min_length=1)
+
+
+class DataSection(_Strict):
+    train: Path = Field(description="train.jsonl from `spanjudge annotate`, or its output folder")
+    validation: Path | None = Field(
+        default=None, description="validation.jsonl; defaults to the one beside train.jsonl when it exists"
+    )
+    catalog: tuple[Path, ...] = Field(default=(), description="extra task catalogs the records refer to")
+    max_length: int = Field(default=4096, gt=0, description="tokens of prompt + completion")
+    too_long: Literal["error", "skip"] = Field(
+        default="error", description="what to do with an example longer than max_length (skipped ones are counted)"
+    )
+    limit: int | None = Field(default=None, gt=0, description="use only the first N training records")
+
+
+class TrainingSection(_Strict):
+    output_dir: Path
+    epochs: float = Field(default=1.0, gt=0)
+    max_steps: int | None = Field(default=None, gt=0, description="overrides epochs when set")
+    effective_batch_size: int = Field(default=16, gt=0, description="per-device batch × accumulation × processes")
+    per_device_batch_size: int = Field(default=2, gt=0)
+    learning_rate: float = Field(default=2e-4, gt=0)
+    weight_decay: float = Field(default=0.01, ge=0)
+    optimizer: str = "adamw_torch"
+    lr_scheduler: str = "linear"
+    warmup_ratio: float = Field(default=0.05, ge=0, lt=1)
+    gradient_checkpointing: bool = True
+    packing: bool = Field(default=False, description="pack examples into max_length blocks (padding-free)")
+    padding_free: bool = Field(default=False, description="flatten each batch into one sequence without padding")
+    mixed_precision: Literal["bf16", "fp16", "no"] = "bf16"
+    eval_steps: int | None = Field(default=None, gt=0, description="evaluate every N steps (always at the end)")
+    eval_on_start: bool = False
+    save_steps: int = Field(default=100, gt=0)
+    save_total_limit: int | None = Field(default=2, gt=0)
+    logging_steps: int = Field(default=10, gt=0)
+    seed: int = 42
+    use_cpu: bool = Field(default=False, description="train on CPU even when a GPU is present")
+    dataloader_num_workers: int = Field(default=0, ge=0)
+
+
+class LoggingSection(_Strict):
+    report_to: Literal["none", "wandb"] = "none"
+    wandb_project: str = "spanjudge"
+    wandb_mode: Literal["online", "offline", "disabled"] | None = Field(
+        default=None, description="sets WANDB_MODE; offline runs need no network (sync later)"
+    )
+    run_name: str | None = None
+
+
+class TrainConfig(_Strict):
+    model: ModelSection
+    lora: LoraSection = LoraSection()
+    data: DataSection
+    training: TrainingSection
+    logging: LoggingSection = LoggingSection()
+
+    @model_validator(mode="after")
+    def _coherent(self) -> TrainConfig:
+        if self.training.effective_batch_size % self.training.per_device_batch_size:
+            raise ValueError(
+                f"training.effective_batch_size ({self.training.effective_batch_size}) is not a multiple of "
+                f"training.per_device_batch_size ({self.training.per_device_batch_size})"
+            )
+        if self.model.unsloth and self.model.quantization == "8bit":
+            raise ValueError("model.unsloth supports quantization none or 4bit")
+        return self
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any, path: Path) -> None:
+    node = data
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(path, dotted, f"'{part}' is not a section")
+        node = child
+    node[leaf] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'training.max_steps=5' -> ('training.max_steps', 5); values are read as YAML."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(None, None, f"--set expects KEY=VALUE (e.g. training.max_steps=5), got '{text}'")
+    return key.strip(), yaml.safe_load(raw)
+
+
+def load_train_config(path: Path, overrides: list[tuple[str, Any]] = ()) -> TrainConfig:  # type: ignore[assignment]
+    """Load, apply `--set` overrides, validate, and check that the data files exist."""
+    if not overrides:
+        config = load_yaml_model(TrainConfig, path)
+    else:
+        data = read_yaml(path)
+        if not isinstance(data, dict):
+            raise ConfigError(path, None, "expected a mapping at the top level")
+        for key, value in overrides:
+            _set_dotted(data, key, value, path)
+        config = validate(TrainConfig, data, path)
+    check_data_files(config, path)
+    return config
+
+
+def train_file(config: TrainConfig) -> Path:
+    return config.data.train / "train.jsonl" if config.data.train.is_dir() else config.data.train
+
+
+def validation_file(config: TrainConfig) -> Path | None:
+    if config.data.validation is not None:
+        return config.data.validation
+    beside = train_file(config).with_name("validation.jsonl")
+    return beside if beside.is_file() and beside.stat().st_size > 0 else None
+
+
+def check_data_files(config: TrainConfig, path: Path) -> None:
+    train = train_file(config)
+    if not train.is_file():
+        raise ConfigError(path, "data.train", f"file not found: {train}")
+    if config.data.validation is not None and not config.data.validation.is_file():
+        raise ConfigError(path, "data.validation", f"file not found: {config.data.validation}")
+    for index, catalog in enumerate(config.data.catalog):
+        if not catalog.exists():
+            raise ConfigError(path, f"data.catalog[{index}]", f"not found: {catalog}")
+
+
+def resolved_yaml(config: TrainConfig) -> str:
+    """The config as it ran (defaults filled in), for the run folder."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

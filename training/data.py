@@ -1,0 +1,137 @@
+"""data_gen records → tokenized (input_ids, labels) with the loss on the completion only.
+
+The prompt is the judge's chat prompt (`judge_chat_prompt`, the very text scoring sends);
+the completion is the merged evaluation rendered by the output contract, plus the token(s)
+that close the assistant turn. Prompt and completion are tokenized separately and joined,
+which is exactly how the model meets them at inference: the prompt tokenized alone, then
+generated tokens. Every prompt token gets the label -100, so it adds nothing to the loss.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from spanjudge.inference.catalog import Catalog
+from spanjudge.inference.chat import encode_prompt
+from spanjudge.inference.contract import Evaluation
+from spanjudge.inference.errors import InputError
+from spanjudge.inference.judge_prompt import judge_training_texts, request_from_record
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+IGNORE_INDEX = -100  # the label PyTorch's cross-entropy skips
+
+
+@dataclass
+class TokenizedSplit:
+    """One split, ready for the trainer, with what was left out and why."""
+
+    path: Path
+    input_ids: list[list[int]] = field(default_factory=list)
+    labels: list[list[int]] = field(default_factory=list)
+    too_long: list[str] = field(default_factory=list)  # "file:line (N tokens)"
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(ids) for ids in self.input_ids)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(sum(1 for label in labels if label != IGNORE_INDEX) for labels in self.labels)
+
+    def to_dataset(self) -> Any:
+        import datasets
+
+        return datasets.Dataset.from_dict({"input_ids": self.input_ids, "labels": self.labels})
+
+
+def read_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, record) per non-blank line; a malformed line stops with its file:line."""
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
+            if not isinstance(record, dict):
+                raise InputError(f"{where}: expected a JSON object")
+            yield where, record
+
+
+def record_evaluation(record: dict[str, Any], where: str) -> Evaluation:
+    if "evaluation" not in record:
+        raise InputError(f"{where}: missing field 'evaluation' (unscored records cannot be trained on)")
+    try:
+        evaluation = Evaluation.model_validate(record["evaluation"])
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        field_name = ".".join(str(p) for p in problem["loc"])
+        raise InputError(f"{where}: evaluation.{field_name}: {problem['msg']}") from None
+    if evaluation.score is None:
+        raise InputError(f"{where}: the evaluation has no score (unscored records cannot be trained on)")
+    return evaluation
+
+
+def tokenize_example(tokenizer: PreTrainedTokenizerBase, prompt: str, completion: str) -> tuple[list[int], list[int]]:
+    prompt_ids = encode_prompt(tokenizer, prompt)
+    completion_ids = encode_prompt(tokenizer, completion)
+    return prompt_ids + completion_ids, [IGNORE_INDEX] * len(prompt_ids) + completion_ids
+
+
+def tokenize_split(
+    path: Path,
+    tokenizer: PreTrainedTokenizerBase,
+    catalog: Catalog,
+    *,
+    max_length: int,
+    too_long: str = "error",
+    limit: int | None = None,
+) -> TokenizedSplit:
+    """Every record of `path` as (input_ids, labels); checks lengths before any model loads."""
+    split = TokenizedSplit(path)
+    for count, (where, record) in enumerate(read_records(path)):
+        if limit is not None and count >= limit:
+            break
+        request = request_from_record(record, catalog, where)
+        prompt, completion = judge_training_texts(tokenizer, request, record_evaluation(record, where))
+        input_ids, labels = tokenize_example(tokenizer, prompt, completion)
+        if len(input_ids) > max_length:
+            prompt_length = labels.count(IGNORE_INDEX)
+            detail = f"{len(input_ids)} tokens (prompt {prompt_length}) > data.max_length {max_length}"
+            if too_long == "error":
+                raise InputError(
+                    f"{where}: example is {detail}; raise data.max_length or set data.too_long: skip "
+                    "(truncating would cut the evaluation the model must learn to finish)"
+                )
+            split.too_long.append(f"{where} ({len(input_ids)} tokens)")
+            continue
+        split.input_ids.append(input_ids)
+        split.labels.append(labels)
+    if not split.input_ids:
+        raise InputError(
+            f"{path}: no trainable records" + (f" ({len(split.too_long)} too long)" if split.too_long else "")
+        )
+    return split
+
+
+def describe(splits: Sequence[TokenizedSplit]) -> list[str]:
+    lines = []
+    for split in splits:
+        line = (
+            f"{split.path}: {len(split.input_ids)} examples, "
+            f"{split.tokens} tokens ({split.completion_tokens} in completions)"
+        )
+        if split.too_long:
+            line += f"; {len(split.too_long)} skipped as too long"
+        lines.append(line)
+    return lines

@@ -1,0 +1,353 @@
+"""One training run: config → tokenizer + data (checked) → model + LoRA → TRL SFTTrainer → run folder.
+
+The run folder (`training.output_dir`) holds everything needed to resume and to use the result:
+
+    checkpoint-N/        Trainer checkpoints (adapter, optimizer, scheduler, RNG); resume starts here
+    train_config.yaml    the config as it ran, defaults filled in
+    adapter/             the final LoRA adapter (safetensors), the tokenizer and spanjudge.json
+    metrics.json         final train/eval metrics, tokens/s, peak memory, world size
+    log_history.jsonl    every logged step (loss, learning rate, eval loss)
+
+Killing a run and starting it again with the same config resumes from the last checkpoint;
+starting a finished run again does nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spanjudge.inference.catalog import load_catalog
+from spanjudge.inference.errors import ConfigError, SpanjudgeError
+from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from spanjudge.inference.hf_models import load_causal_lm, load_tokenizer, local_folder, resolve_model_source
+from spanjudge.inference.prompts import template_source
+
+from .config import TrainConfig, resolved_yaml, train_file, validation_file
+from .data import TokenizedSplit, describe, tokenize_split
+
+ADAPTER_DIR = "adapter"
+JUDGE_METADATA = "spanjudge.json"
+METADATA_FORMAT = "spanjudge-judge/1"
+
+
+@dataclass(frozen=True)
+class World:
+    """The process layout accelerate/torchrun gave us (1 process when launched plainly)."""
+
+    size: int
+    rank: int
+    local_rank: int
+
+    @classmethod
+    def from_env(cls) -> World:
+        return cls(
+            size=int(os.environ.get("WORLD_SIZE", "1")),
+            rank=int(os.environ.get("RANK", "0")),
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        )
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def gradient_accumulation(config: TrainConfig, world: World) -> int:
+    per_step = config.training.per_device_batch_size * world.size
+    if config.training.effective_batch_size % per_step:
+        raise ConfigError(
+            None,
+            "training.effective_batch_size",
+            f"{config.training.effective_batch_size} is not a multiple of per_device_batch_size × processes "
+            f"({config.training.per_device_batch_size} × {world.size})",
+        )
+    return config.training.effective_batch_size // per_step
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _check_same_run(config: TrainConfig, output_dir: Path) -> None:
+    """A run folder belongs to one config: resuming with another would mix two runs."""
+    saved = output_dir / "train_config.yaml"
+    if not saved.is_file():
+        return
+    before = yaml.safe_load(saved.read_text(encoding="utf-8"))
+    now = config.model_dump(mode="json")
+    for section, values in now.items():
+        for key, value in values.items():
+            if before.get(section, {}).get(key) != value:
+                raise ConfigError(
+                    None,
+                    f"{section}.{key}",
+                    f"{output_dir} holds a run made with {section}.{key} = {before.get(section, {}).get(key)!r}, "
+                    f"not {value!r}; choose another training.output_dir (or delete that folder) to start a new run",
+                )
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+class TrainingRun:
+    """Prepare (cheap, all checks) then train (loads the model). Used by the CLI and tests."""
+
+    def __init__(self, config: TrainConfig, *, say: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.world = World.from_env()
+        self.say = say or (lambda message: print(f"[spanjudge train] {message}", file=sys.stderr, flush=True))
+        self.output_dir = config.training.output_dir
+        self.adapter_dir = self.output_dir / ADAPTER_DIR
+
+    def log(self, message: str) -> None:
+        if self.world.main:
+            self.say(message)
+
+    @property
+    def finished(self) -> bool:
+        return (self.adapter_dir / JUDGE_METADATA).is_file()
+
+    def prepare(self) -> None:
+        """Everything that can fail because of the user's config or data, before any model loads."""
+        config = self.config
+        if config.model.unsloth:
+            _import_unsloth()  # Unsloth patches transformers, so it must come first
+        self.accumulation = gradient_accumulation(config, self.world)
+        _check_same_run(config, self.output_dir)
+        self.source = resolve_model_source(config.model.base)
+        self.folder = local_folder(self.source, self.log)
+        self.tokenizer = load_tokenizer(self.folder, trust_remote_code=config.model.trust_remote_code)
+        catalog = load_catalog(config.data.catalog)
+        options = {"max_length": config.data.max_length, "too_long": config.data.too_long}
+        self.train_split = tokenize_split(
+            train_file(config), self.tokenizer, catalog, limit=config.data.limit, **options
+        )
+        validation = validation_file(config)
+        self.validation_split: TokenizedSplit | None = (
+            tokenize_split(validation, self.tokenizer, catalog, **options) if validation else None
+        )
+        self.log(
+            f"world size {self.world.size} (this is rank {self.world.rank}); per-device batch "
+            f"{config.training.per_device_batch_size} × accumulation {self.accumulation} × {self.world.size} "
+            f"process(es) = effective batch {config.training.effective_batch_size}"
+        )
+        for line in describe([s for s in (self.train_split, self.validation_split) if s is not None]):
+            self.log(line)
+
+    def train(self) -> dict[str, Any]:
+        if self.finished:
+            self.log(f"{self.output_dir} already holds a finished run; nothing to do")
+            return json.loads((self.output_dir / "metrics.json").read_text(encoding="utf-8"))
+        from transformers.trainer_utils import get_last_checkpoint
+
+        config = self.config
+        if self.world.main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.output_dir / "train_config.yaml", resolved_yaml(config))
+        last = get_last_checkpoint(str(self.output_dir)) if self.output_dir.is_dir() else None
+        trainer = self._trainer()
+        self.log(f"resuming from {last}" if last else "starting from the base model")
+        started = time.perf_counter()
+        result = trainer.train(resume_from_checkpoint=last)
+        seconds = time.perf_counter() - started
+        metrics: dict[str, Any] = {
+            f"train_{k}" if not k.startswith("train") else k: v for k, v in result.metrics.items()
+        }
+        if self.validation_split is not None:
+            metrics.update(trainer.evaluate())
+        tokens_seen = trainer.state.num_input_tokens_seen
+        metrics.update(
+            {
+                "world_size": self.world.size,
+                "global_step": trainer.state.global_step,
+                "resumed_from": last,
+                "wall_seconds_this_process": round(seconds, 2),
+                "input_tokens_seen": tokens_seen,
+                "tokens_per_second": round(tokens_seen / seconds, 2) if seconds > 0 and not last else None,
+                "peak_rss_mib_rank0": round(_peak_rss_mib(), 1),
+                "train_examples": len(self.train_split.input_ids),
+                "skipped_too_long": len(self.train_split.too_long),
+                "quantized_linear_layers": _count_quantized(trainer.model),
+            }
+        )
+        if trainer.is_world_process_zero():
+            self._save(trainer, metrics)
+        trainer.accelerator.wait_for_everyone()
+        return metrics
+
+    def _trainer(self) -> Any:
+        from trl import SFTConfig, SFTTrainer
+
+        config, training = self.config, self.config.training
+        if config.logging.report_to == "wandb":
+            _configure_wandb(config)
+        model, peft_config = self._model()
+        args = SFTConfig(
+            output_dir=str(self.output_dir),
+            num_train_epochs=training.epochs,
+            max_steps=training.max_steps or -1,
+            per_device_train_batch_size=training.per_device_batch_size,
+            per_device_eval_batch_size=training.per_device_batch_size,
+            gradient_accumulation_steps=self.accumulation,
+            learning_rate=training.learning_rate,
+            weight_decay=training.weight_decay,
+            optim=training.optimizer,
+            lr_scheduler_type=training.lr_scheduler,
+            warmup_steps=training.warmup_ratio,  # transformers 5: a float < 1 is a ratio
+            gradient_checkpointing=training.gradient_checkpointing,
+            bf16=training.mixed_precision == "bf16",
+            fp16=training.mixed_precision == "fp16",
+            max_length=config.data.max_length,
+            packing=training.packing,
+            padding_free=training.padding_free,
+            eval_strategy="steps" if training.eval_steps and self.validation_split else "no",
+            eval_steps=training.eval_steps,
+            eval_on_start=training.eval_on_start and self.validation_split is not None,
+            save_strategy="steps",
+            save_steps=training.save_steps,
+            save_total_limit=training.save_total_limit,
+            logging_steps=training.logging_steps,
+            logging_first_step=True,
+            include_num_input_tokens_seen="non_padding",
+            seed=training.seed,
+            data_seed=training.seed,
+            use_cpu=training.use_cpu,
+            report_to=[] if config.logging.report_to == "none" else [config.logging.report_to],
+            run_name=config.logging.run_name,
+            dataloader_num_workers=training.dataloader_num_workers,
+            ddp_find_unused_parameters=False if self.world.size > 1 else None,
+            disable_tqdm=not sys.stderr.isatty(),
+        )
+        return SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=self.train_split.to_dataset(),
+            eval_dataset=self.validation_split.to_dataset() if self.validation_split else None,
+            processing_class=self.tokenizer,
+            peft_config=peft_config,
+        )
+
+    def _model(self) -> tuple[Any, Any]:
+        from peft import LoraConfig
+
+        config = self.config
+        lora = config.lora
+        if config.model.unsloth:
+            return _unsloth_model(self.folder, config), None
+        device_map = None
+        if config.model.quantization != "none" and not config.training.use_cpu:
+            import torch
+
+            if torch.cuda.is_available():  # quantized weights cannot be moved after loading
+                device_map = {"": self.world.local_rank}
+        model = load_causal_lm(
+            self.folder,
+            dtype=config.model.dtype,
+            quantization=config.model.quantization,
+            attn_implementation=config.model.attn_implementation,
+            trust_remote_code=config.model.trust_remote_code,
+            device_map=device_map,
+        )
+        peft_config = LoraConfig(
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=list(lora.target_modules),
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+        return model, peft_config
+
+    def _save(self, trainer: Any, metrics: dict[str, Any]) -> None:
+        trainer.save_model(str(self.adapter_dir))  # the adapter only, as safetensors
+        (self.adapter_dir / "training_args.bin").unlink(missing_ok=True)  # a pickle; the YAML config says it all
+        self.tokenizer.save_pretrained(str(self.adapter_dir))
+        atomic_write_jsonl(self.output_dir / "log_history.jsonl", trainer.state.log_history)
+        atomic_write_json(self.output_dir / "metrics.json", metrics)
+        # written last: its presence marks the run as finished
+        atomic_write_json(self.adapter_dir / JUDGE_METADATA, self._metadata())
+        self.log(f"adapter saved to {self.adapter_dir}")
+
+    def _metadata(self) -> dict[str, Any]:
+        """What scoring needs to rebuild the judge exactly as trained."""
+        return {
+            "format": METADATA_FORMAT,
+            "base_model": self.source.spec,
+            "base_kind": self.source.kind,
+            "max_length": self.config.data.max_length,
+            "quantization": self.config.model.quantization,
+            "dtype": self.config.model.dtype,
+            "chat_template_sha256": _sha(str(self.tokenizer.chat_template)),
+            "judge_prompt_sha256": _sha(template_source("judge.jinja")),
+            "train_file": str(train_file(self.config)),
+            "train_examples": len(self.train_split.input_ids),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "versions": {name: version(name) for name in ("spanjudge", "transformers", "peft", "trl", "torch")},
+        }
+
+
+def _count_quantized(model: Any) -> int:
+    """bitsandbytes layers in the model: proves a QLoRA run really trained on a 4-bit base."""
+    return sum(1 for module in model.modules() if type(module).__module__.startswith("bitsandbytes"))
+
+
+def _import_unsloth() -> Any:
+    try:
+        import unsloth
+    except ImportError:
+        raise SpanjudgeError(
+            "model.unsloth is set but Unsloth is not installed (pip install 'spanjudge[unsloth]', GPU only); "
+            "set model.unsloth: false to train with plain transformers + peft"
+        ) from None
+    return unsloth
+
+
+def _unsloth_model(folder: str, config: TrainConfig) -> Any:
+    """Unsloth's fast path: its own loader and LoRA wrapper (same LoRA settings)."""
+    from unsloth import FastLanguageModel
+
+    from spanjudge.inference.hf_models import torch_dtype
+
+    model, _ = FastLanguageModel.from_pretrained(
+        model_name=folder,
+        max_seq_length=config.data.max_length,
+        dtype=None if config.model.dtype == "auto" else torch_dtype(config.model.dtype),
+        load_in_4bit=config.model.quantization == "4bit",
+    )
+    return FastLanguageModel.get_peft_model(
+        model,
+        r=config.lora.r,
+        lora_alpha=config.lora.alpha,
+        lora_dropout=config.lora.dropout,
+        target_modules=list(config.lora.target_modules),
+        bias="none",
+        use_gradient_checkpointing="unsloth" if config.training.gradient_checkpointing else False,
+        random_state=config.training.seed,
+    )
+
+
+def _configure_wandb(config: TrainConfig) -> None:
+    """W&B reads its key from the environment or its login store; we only set project and mode."""
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        raise SpanjudgeError(
+            "logging.report_to is wandb but wandb is not installed: pip install 'spanjudge[wandb]'"
+        ) from None
+    os.environ.setdefault("WANDB_PROJECT", config.logging.wandb_project)
+    if config.logging.wandb_mode:
+        os.environ["WANDB_MODE"] = config.logging.wandb_mode
+    os.environ.setdefault("WANDB_DIR", str(config.training.output_dir))
