@@ -58,12 +58,14 @@ def grammar() -> str:
 class UpstreamServer:
     """llama.cpp's own `llama-server` with N parallel slots (context split between them)."""
 
-    def __init__(self, binary: Path, slots: int, threads: int) -> None:
+    def __init__(
+        self, binary: Path, slots: int, threads: int, alias: str = "smollm2", extra: tuple[str, ...] = ()
+    ) -> None:
         self.port = free_port()
         self.command = [
-            str(binary), "-m", str(smollm2_gguf()), "--alias", "smollm2", "--host", "127.0.0.1",
+            str(binary), "-m", str(smollm2_gguf()), "--alias", alias, "--host", "127.0.0.1",
             "--port", str(self.port), "--parallel", str(slots), "--ctx-size", str(2048 * slots),
-            "--threads", str(threads), "--no-webui",
+            "--threads", str(threads), "--no-webui", *extra,
         ]  # fmt: skip
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 

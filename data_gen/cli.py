@@ -96,3 +96,101 @@ def annotate_command(
             f"[yellow]{summary.incomplete} requests are incomplete[/yellow]: re-run the same command to finish"
         )
         raise typer.Exit(1)
+
+
+generate = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@generate.command()
+def generate_command(
+    systems: Annotated[Path, typer.Option("--systems", help="Systems YAML (configs/generate/systems/*.yaml).")],
+    sources: Annotated[Path, typer.Option("--sources", help="Sources YAML whose inputs get new outputs.")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder (created; re-running resumes).")],
+    endpoint: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--endpoint",
+            help="Point a system at other servers: NAME=URL[,URL...] (repeatable; a list is a pool). "
+            "Also SPANJUDGE_ENDPOINT_<NAME>=URL[,URL].",
+        ),
+    ] = None,
+    cache: Annotated[
+        Path | None, typer.Option("--cache", help="SQLite cache of model calls (default: OUT/cache.sqlite).")
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Shared data folder for $DATA/ paths (default ../shared/data).")
+    ] = None,
+) -> None:
+    """Generate new system outputs with LLMs for every input of the sources.
+
+    Each system answers each input with its task's prompt template (configs/generate/templates/;
+    chat models get a chat message, models without a chat template a completion-style prompt).
+    Outputs are post-processed (chat openers stripped, cut at stop sequences, empty ones
+    rejected) and written with their raw text and provenance to OUT/outputs/<source>.jsonl;
+    OUT/sources.yaml points `spanjudge annotate --sources` at them. Also OUT/rejected.jsonl,
+    OUT/incomplete.jsonl and OUT/run.json. Every model call is cached: re-running the same
+    command after a crash or a kill finishes the work without repeating any call.
+    """
+    from spanjudge.inference.catalog import load_catalog
+    from spanjudge.inference.errors import SpanjudgeError
+    from spanjudge.inference.paths import data_dir as find_data_dir
+
+    from .config import load_sources, parse_endpoint_options
+    from .generate import run_generate
+    from .generate_config import load_generate_config
+
+    console = Console(stderr=True)
+    generate_config = load_generate_config(systems, parse_endpoint_options(endpoint or []))
+    sources_config = load_sources(sources)
+    try:
+        data_root: Path | None = find_data_dir(data_dir)
+    except SpanjudgeError:
+        if data_dir is not None:
+            raise
+        data_root = None  # only an error if a source uses $DATA/
+    columns = (
+        TextColumn("{task.description:<18}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("cached {task.fields[cached]}  failed {task.fields[failed]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        rows: dict[str, int] = {}
+
+        def progress(name: str, done: int, total: int, cached: int, failed: int) -> None:
+            if name not in rows:
+                rows[name] = bar.add_task(name, total=total, cached=0, failed=0)
+            bar.update(rows[name], completed=done, total=total, cached=cached, failed=failed)
+
+        summary = run_generate(
+            generate_config,
+            systems,
+            sources_config,
+            sources,
+            out,
+            load_catalog(),
+            data_root=data_root,
+            cache_path=cache,
+            progress=progress,
+        )
+    per_source = ", ".join(f"{name} {count}" for name, count in summary.per_source.items())
+    reasons = ", ".join(f"{reason} {count}" for reason, count in summary.rejected_reasons.items())
+    console.print(
+        f"{summary.outputs} outputs ({per_source}) from {summary.jobs} prompts; "
+        f"rejected {summary.rejected}{f' ({reasons})' if reasons else ''}; incomplete {summary.incomplete}; "
+        f"truncated at max_tokens {summary.truncated}; model calls {summary.total_model_calls} "
+        f"({', '.join(f'{k} {v}' for k, v in summary.model_calls.items())}); "
+        f"cache hits {sum(summary.cache_hits.values())}"
+    )
+    for line in summary.skipped[:10]:
+        console.print(f"skipped {line}")
+    if len(summary.skipped) > 10:
+        console.print(f"... and {len(summary.skipped) - 10} more skipped (see {out / 'run.json'})")
+    console.print(f"annotate them: spanjudge annotate --sources {out / 'sources.yaml'} --ensemble <ensemble.yaml>")
+    if summary.incomplete:
+        console.print(
+            f"[yellow]{summary.incomplete} prompts are incomplete[/yellow] (see {out / 'incomplete.jsonl'}): "
+            "re-run the same command to finish"
+        )
+        raise typer.Exit(1)

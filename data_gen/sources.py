@@ -12,7 +12,7 @@ import csv
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +164,7 @@ def _to_item(spec: SourceSpec, task: Task, fields: FieldMap, row: Row) -> Source
     if spec.format == "qags_mturk":  # the summary is a list of sentences
         data = {**data, "summary": _get(row, "summary_sentences")}
         row = Row(data, row.where)
-    inputs = _headed(row, fields.inputs_from) if fields.inputs_from else {}
-    inputs |= {header: _text(row, field) for header, field in fields.inputs.items()}
+    inputs, input_id = _inputs_and_id(task, fields, row)
     if fields.output_from:
         outputs = _headed(row, fields.output_from)
         if len(outputs) != 1:
@@ -175,14 +174,21 @@ def _to_item(spec: SourceSpec, task: Task, fields: FieldMap, row: Row) -> Source
         output = _text(row, fields.output)
     else:
         raise InputError(f"source '{spec.name}': fields.output (or fields.output_from) is required")
+    system = str(_get(row, fields.system)) if fields.system else spec.system
+    return SourceItem(spec.name, input_id, system, task.id, inputs, output, row.where)
+
+
+def _inputs_and_id(task: Task, fields: FieldMap, row: Row) -> tuple[dict[str, str], str]:
+    """The task's inputs by header (all required ones present) and the input's id."""
+    inputs = _headed(row, fields.inputs_from) if fields.inputs_from else {}
+    inputs |= {header: _text(row, name) for header, name in fields.inputs.items()}
     missing = [h for h in task.input_headers if h not in inputs and not _optional(task, h)]
     if missing:
         raise InputError(
             f"{row.where}: task '{task.id}' needs input '{missing[0]}'; this source maps {sorted(inputs) or 'none'}"
         )
     input_id = str(_get(row, fields.input_id)) if fields.input_id else _hash_inputs(inputs)
-    system = str(_get(row, fields.system)) if fields.system else spec.system
-    return SourceItem(spec.name, input_id, system, task.id, inputs, output, row.where)
+    return inputs, input_id
 
 
 def _optional(task: Task, header: str) -> bool:
@@ -223,4 +229,46 @@ def read_source(spec: SourceSpec, path: Path, task: Task) -> ReadReport:
             report.oversized.append(f"{item.where}: {header} has {length} characters (max_chars {spec.max_chars})")
             continue
         report.items.append(item)
+    return report
+
+
+@dataclass(frozen=True)
+class TaskInput:
+    dataset: str
+    input_id: str
+    task_id: str
+    inputs: dict[str, str]
+    where: str  # "file:line", for messages
+
+
+@dataclass
+class InputsReport:
+    inputs: list[TaskInput] = field(default_factory=list)
+    oversized: list[str] = field(default_factory=list)
+
+
+def _to_input(spec: SourceSpec, task: Task, row: Row) -> TaskInput:
+    inputs, input_id = _inputs_and_id(task, _fields(spec), row)
+    return TaskInput(spec.name, input_id, task.id, inputs, row.where)
+
+
+def read_inputs(spec: SourceSpec, path: Path, task: Task) -> InputsReport:
+    """For generating outputs: rows need no output, and an input repeated over rows (SummEval
+    has 16 systems per article) is given once. Distinct inputs in file order (the first
+    `limit_inputs`); oversized ones set aside."""
+    report = InputsReport()
+    seen: set[str] = set()
+    for row in _rows(spec, path):
+        item = _to_input(spec, task, row)
+        if item.input_id in seen:
+            continue
+        if spec.limit_inputs is not None and len(seen) >= spec.limit_inputs:
+            break
+        seen.add(item.input_id)
+        too_long = [(h, len(t)) for h, t in item.inputs.items() if len(t) > spec.max_chars]
+        if too_long:
+            header, length = too_long[0]
+            report.oversized.append(f"{item.where}: {header} has {length} characters (max_chars {spec.max_chars})")
+            continue
+        report.inputs.append(item)
     return report

@@ -38,13 +38,22 @@ COMMANDS: dict[str, CommandEntry] = {
         "Parse a model reply (annotator, supervisor or judge format) into JSON.",
         "spanjudge.inference.cli:parse",
     ),
+    "generate": CommandEntry(
+        "Generate new system outputs with LLMs (inputs for `annotate`).", "spanjudge.data_gen.cli:generate"
+    ),
     "annotate": CommandEntry(
         "Annotate outputs with the LLM ensemble and build training data.", "spanjudge.data_gen.cli:annotate"
     ),
     "train": CommandEntry(
         "Fine-tune the judge with LoRA/QLoRA (same as `accelerate launch train.py`).", "spanjudge.training.cli:train"
     ),
-    "score": CommandEntry("Score new outputs with a distilled judge.", issue=5),
+    "score": CommandEntry("Score new outputs with a distilled judge.", "spanjudge.inference.score_cli:score"),
+    "render": CommandEntry(
+        "Render score results as HTML with highlighted error spans.", "spanjudge.inference.score_cli:render"
+    ),
+    "export": CommandEntry(
+        "Export a trained judge: merged weights or a llama.cpp GGUF LoRA.", "spanjudge.inference.score_cli:export"
+    ),
     "meta-eval": CommandEntry("Correlate a judge with human judgments and perturbation benchmarks.", issue=6),
     "perturb": CommandEntry("Build a perturbation benchmark from source data.", issue=7),
     "publish": CommandEntry("Publish an adapter with its model card to the Hugging Face Hub.", issue=8),

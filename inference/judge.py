@@ -309,14 +309,14 @@ def _adapter_and_model(location: str, base: str | None) -> tuple[str | None, str
     """(adapter folder or None, the model to load) for a judge location."""
     path = Path(location).expanduser()
     if (path / "adapter_config.json").is_file():
-        base_spec = base or _recorded_base(path)
+        base_spec = base or recorded_base(path)
         return str(path.resolve()), local_folder(resolve_model_source(base_spec))
     if base is not None:  # an adapter on the hub, with its base named
         return location, local_folder(resolve_model_source(base))
     return None, local_folder(resolve_model_source(location))
 
 
-def _recorded_base(adapter: Path) -> str:
+def recorded_base(adapter: Path) -> str:
     """The base a spanjudge adapter was trained on (as the user named it), else PEFT's record."""
     meta = adapter / "spanjudge.json"
     if meta.is_file():

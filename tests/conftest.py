@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from judge_records import write_qags_records
 from standin import Reply, StandIn, start_stand_in, stop_stand_in
+from training_runs import TrainedRun, launch, smoke_args
 
 from spanjudge.inference.errors import SpanjudgeError
 from spanjudge.inference.llamacpp import LlamaCppServer, gemma3_gguf, smollm2_gguf
@@ -103,3 +105,21 @@ def serve() -> Iterator[Callable[..., tuple[StandIn, str]]]:
     yield start
     for server, stand_in in started:
         stop_stand_in(server, stand_in)
+
+
+@pytest.fixture(scope="session")
+def trained_judge(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> TrainedRun:
+    """The CPU smoke judge, trained once per session on QAGS-XSum human judgments by two
+    real CPU processes (`accelerate launch --config_file configs/accelerate/cpu_ddp.yaml
+    train.py`), evaluated before and after training."""
+    root = tmp_path_factory.mktemp("trained_judge")
+    records = write_qags_records(root / "annotate", shared_data)
+    # 16 steps (4 epochs of 16 examples): fewer leave SmolLM2 writing the format without its
+    # Severity lines, which the parser rightly refuses
+    sets = ["--set", "training.eval_on_start=true", "--set", "training.max_steps=16"]
+    args = smoke_args(records, root / "run", *sets)
+    process = launch(["--config_file", "configs/accelerate/cpu_ddp.yaml", *args])
+    log, _ = process.communicate(timeout=900)
+    if process.returncode != 0:
+        pytest.fail(f"training the smoke judge failed:\n{log[-4000:]}")
+    return TrainedRun(records=records, out=root / "run", log=log, args=args)

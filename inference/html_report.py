@@ -1,0 +1,96 @@
+"""A self-contained HTML page of scored outputs: error spans highlighted by severity, the
+explanation on hover, the score beside each output. No scripts, no external files.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_STYLE = """
+body{font:15px/1.5 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
+h1{font-size:1.4rem} .meta{color:#666;font-size:.9rem}
+.item{border:1px solid #ddd;border-radius:6px;padding:.8rem 1rem;margin:1rem 0}
+.head{display:flex;justify-content:space-between;align-items:baseline;gap:1rem}
+.score{font-weight:700;font-size:1.2rem;padding:.1rem .6rem;border-radius:4px;background:#eef}
+.unscored{background:#fee;color:#900}
+.output{white-space:pre-wrap;background:#fafafa;padding:.6rem;border-radius:4px;margin:.5rem 0}
+mark{border-radius:3px;padding:0 1px;cursor:help}
+.s1{background:#fff3b0}.s2{background:#ffe08a}.s3{background:#ffc078}.s4{background:#ff9a76}.s5{background:#ff6b6b}
+.errors{font-size:.92rem;margin:.3rem 0 0 1.2rem;padding:0}
+.flag{color:#a60;font-size:.85rem}
+.legend mark{margin-right:.4rem}
+"""
+
+
+def _highlighted(output: str, errors: Sequence[Mapping[str, Any]]) -> str:
+    """The output with anchored spans marked; an overlapping later span is listed, not marked."""
+    spans = sorted(
+        (e for e in errors if e.get("start") is not None and e.get("end") is not None),
+        key=lambda e: (e["start"], -e["end"]),
+    )
+    parts, cursor = [], 0
+    for error in spans:
+        start, end = int(error["start"]), int(error["end"])
+        if start < cursor or end > len(output):
+            continue
+        parts.append(html.escape(output[cursor:start]))
+        title = f"severity {error['severity']}: {error['explanation']}"
+        parts.append(
+            f'<mark class="s{int(error["severity"])}" title="{html.escape(title, quote=True)}">'
+            f"{html.escape(output[start:end])}</mark>"
+        )
+        cursor = end
+    parts.append(html.escape(output[cursor:]))
+    return "".join(parts)
+
+
+def _error_list(errors: Sequence[Mapping[str, Any]]) -> str:
+    items = []
+    for error in errors:
+        location = error.get("location")
+        where = "omission (no location)" if location is None else f"“{html.escape(location)}”"
+        if location is not None and error.get("start") is None:
+            where += ' <span class="flag">(not found in the output)</span>'
+        items.append(
+            f'<li><mark class="s{int(error["severity"])}">severity {error["severity"]}</mark> {where}: '
+            f"{html.escape(error['explanation'])}</li>"
+        )
+    return f'<ol class="errors">{"".join(items)}</ol>' if items else "<p>No errors reported.</p>"
+
+
+def render_html(rows: Sequence[Mapping[str, Any]], title: str = "spanjudge evaluations") -> str:
+    """One page for result rows as `spanjudge score` writes them."""
+    scored = [r for r in rows if r["evaluation"]["score"] is not None]
+    sections = []
+    for row in rows:
+        evaluation = row["evaluation"]
+        score = evaluation["score"]
+        badge = (
+            f'<span class="score">{score:g}</span>'
+            if score is not None
+            else f'<span class="score unscored" title="{html.escape(row.get("unscored_reason") or "", quote=True)}">'
+            "unscored</span>"
+        )
+        flags = []
+        if row.get("truncated"):
+            flags.append(f'<p class="flag">{html.escape(row["truncated"])}</p>')
+        if score is None and row.get("unscored_reason"):
+            flags.append(f'<p class="flag">unscored: {html.escape(row["unscored_reason"])}</p>')
+        sections.append(
+            f'<section class="item" id="{html.escape(str(row["id"]), quote=True)}">'
+            f'<div class="head"><span>{html.escape(str(row["id"]))} · {html.escape(row["task"])} · '
+            f"{html.escape(row['aspect'])}</span>{badge}</div>"
+            f'<div class="output">{_highlighted(row["output"], evaluation["errors"])}</div>'
+            f"{_error_list(evaluation['errors'])}{''.join(flags)}</section>"
+        )
+    mean = sum(r["evaluation"]["score"] for r in scored) / len(scored) if scored else None
+    summary = f"{len(rows)} outputs, {len(scored)} scored" + (f", mean score {mean:.1f}" if mean is not None else "")
+    legend = "".join(f'<mark class="s{s}">severity {s}</mark>' for s in range(1, 6))
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+        f'<p class="meta">{summary}. Hover a highlighted span for its explanation.</p>'
+        f'<p class="legend">{legend}</p>{"".join(sections)}</body></html>\n'
+    )

@@ -1,0 +1,223 @@
+"""`spanjudge score`, `spanjudge render` and `spanjudge export`: the distilled judge from the
+command line."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+score = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+render = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+export = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+CHUNK = 32  # items scored between two writes of the results file
+
+
+def _parse_inputs(values: list[str]) -> dict[str, str]:
+    from .errors import InputError
+
+    mapping = {}
+    for value in values:
+        header, sep, field = value.partition("=")
+        if not sep or not header.strip() or not field.strip():
+            raise InputError(f"--input expects HEADER=FIELD (e.g. --input \"Article=source\"), got '{value}'")
+        mapping[header.strip()] = field.strip()
+    return mapping
+
+
+def _result_row(request: Any, evaluation: Any) -> dict[str, Any]:
+    return {
+        "id": request.id,
+        "task": request.task.id,
+        "aspect": request.aspect.name,
+        "output": request.output,
+        "evaluation": {"errors": [e.model_dump() for e in evaluation.errors], "score": evaluation.score},
+        "unscored_reason": evaluation.unscored_reason,
+        "truncated": evaluation.truncated,
+        "attempts": evaluation.attempts,
+        "raw_replies": evaluation.raw_replies,
+    }
+
+
+@score.command()
+def score_command(
+    model: Annotated[
+        str, typer.Option("--model", help="Adapter folder (spanjudge train), merged model folder or hub id.")
+    ],
+    data: Annotated[str, typer.Option("--data", help="Rows to score: .jsonl, .json, .csv or a saved HF dataset.")],
+    out: Annotated[Path, typer.Option("--out", help="Results JSONL (one evaluation per line; re-running resumes).")],
+    task: Annotated[
+        str | None, typer.Option("--task", help="Task id (spanjudge tasks); else each row's task_id.")
+    ] = None,
+    aspect: Annotated[str | None, typer.Option("--aspect", help="Aspect name (else each row's aspect_name).")] = None,
+    aspect_definition: Annotated[
+        str | None,
+        typer.Option("--aspect-definition", help="Define a custom aspect."),
+    ] = None,
+    base: Annotated[str | None, typer.Option("--base", help="Base model (default: recorded in the adapter).")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="transformers | vllm | openai.")] = "transformers",
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="engine openai: the server, e.g. http://127.0.0.1:8080/v1.")
+    ] = None,
+    served_model: Annotated[
+        str | None, typer.Option("--served-model", help="engine openai: served model name.")
+    ] = None,
+    input_field: Annotated[
+        list[str] | None, typer.Option("--input", help='Map a task input to a field: "HEADER=FIELD" (repeatable).')
+    ] = None,
+    output_field: Annotated[str, typer.Option("--output-field", help="Field holding the text to evaluate.")] = "output",
+    id_field: Annotated[str, typer.Option("--id-field", help="Field with a unique id (else row number).")] = "id",
+    split: Annotated[str, typer.Option("--split", help="Split of a DatasetDict folder.")] = "test",
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Score only the first N rows.")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="transformers: batch size.")] = 8,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=16)] = 1536,
+    max_context: Annotated[
+        int | None, typer.Option("--max-context", help="Context length to fit prompts in (default: the model's).")
+    ] = None,
+    output_format: Annotated[
+        str, typer.Option("--format", help="jsonl, or html to also write OUT with .html: highlighted spans.")
+    ] = "jsonl",
+) -> None:
+    """Score outputs with a distilled judge: error spans (anchored to character offsets),
+    explanations, severities and a 0-100 score per output.
+
+    Decoding is greedy; a reply that does not parse is retried with light sampling up to 3
+    times, then reported as unscored (never given a made-up score). Inputs too long for the
+    context are cut from the end (the evaluated output never is) and flagged in the results.
+    Results are appended as they come: re-running the same command skips finished rows.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .catalog import load_catalog
+    from .errors import InputError
+    from .judge import Judge
+    from .score_data import FieldMapping, append_results, finished_ids, read_requests, read_results
+
+    if output_format not in ("jsonl", "html"):
+        raise InputError(f"--format must be jsonl or html, not '{output_format}'")
+    if engine not in ("transformers", "vllm", "openai"):
+        raise InputError(f"--engine must be transformers, vllm or openai, not '{engine}'")
+    console = Console(stderr=True, soft_wrap=True)  # log lines stay whole (greppable)
+    catalog = load_catalog()
+    mapping = FieldMapping(id_field=id_field, output_field=output_field, inputs=_parse_inputs(input_field or []))
+    requests = read_requests(data, catalog, task, aspect, aspect_definition, mapping, split=split, limit=limit)
+    done = finished_ids(out)
+    todo = [r for r in requests if r.id not in done]
+    console.print(
+        f"{len(requests)} rows; {len(done & {r.id for r in requests})} already scored in {out}; {len(todo)} to go"
+    )
+    failed = 0
+    if todo:
+        judge = Judge.from_pretrained(
+            model,
+            base,
+            engine,  # type: ignore[arg-type]
+            base_url=base_url,
+            served_model=served_model,
+            batch_size=batch_size,
+            max_new_tokens=max_new_tokens,
+            max_context=max_context,
+            catalog=catalog,
+        )
+        columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, disable=not sys.stderr.isatty()) as progress:
+            bar = progress.add_task("score", total=len(todo))
+            for start in range(0, len(todo), CHUNK):
+                chunk = todo[start : start + CHUNK]
+                results = judge.score(chunk, progress=lambda n: progress.advance(bar, n))
+                # model calls that failed are not written: the next run retries them
+                append_results(
+                    out, [_result_row(r, e) for r, e in zip(chunk, results, strict=True) if not e.call_failure]
+                )
+                failed += sum(1 for e in results if e.call_failure)
+        judge.close()
+    wanted = {r.id for r in requests}
+    rows = [row for row in read_results(out) if row["id"] in wanted]
+    _summary(console, rows, failed)
+    if output_format == "html":
+        from .fileio import atomic_write_text
+        from .html_report import render_html
+
+        page = out.with_suffix(".html")
+        atomic_write_text(page, render_html(rows, title=f"spanjudge: {Path(data).name}"))
+        console.print(f"HTML report: {page}")
+    if failed:
+        console.print(f"[red]{failed} rows could not reach the model; re-run the same command to finish them[/red]")
+        raise typer.Exit(1)
+
+
+def _summary(console: Any, rows: list[dict[str, Any]], failed: int) -> None:
+    scored = [row for row in rows if row["evaluation"]["score"] is not None]
+    unscored = Counter(row["unscored_reason"].split(" (")[0] for row in rows if row["evaluation"]["score"] is None)
+    truncated = sum(1 for row in rows if row.get("truncated"))
+    errors = [e for row in scored for e in row["evaluation"]["errors"]]
+    unanchored = sum(1 for e in errors if e.get("location") is not None and e.get("start") is None)
+    mean = sum(row["evaluation"]["score"] for row in scored) / len(scored) if scored else float("nan")
+    console.print(
+        f"scored {len(scored)}, unscored {len(rows) - len(scored)}, truncated inputs {truncated}"
+        + (f", failed calls {failed}" if failed else "")
+        + f"; mean score {mean:.1f}; {len(errors)} error spans ({unanchored} not found in their output)"
+    )
+    for reason, count in unscored.most_common():
+        console.print(f"  unscored ×{count}: {reason}")
+
+
+@render.command()
+def render_command(
+    results: Annotated[Path, typer.Argument(help="Results JSONL written by `spanjudge score`.")],
+    out: Annotated[Path | None, typer.Option("--out", help="HTML file (default: RESULTS with .html).")] = None,
+) -> None:
+    """Render score results as one self-contained HTML page: spans highlighted by severity,
+    explanations on hover, the score of each output."""
+    from .fileio import atomic_write_text
+    from .html_report import render_html
+    from .score_data import read_results
+
+    if not results.is_file():
+        from .errors import InputError
+
+        raise InputError(f"results file not found: {results}")
+    page = out or results.with_suffix(".html")
+    atomic_write_text(page, render_html(read_results(results), title=f"spanjudge: {results.stem}"))
+    typer.echo(str(page))
+
+
+@export.command()
+def export_command(
+    model: Annotated[Path, typer.Option("--model", help="Adapter folder from `spanjudge train`.")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder (--merge) or .gguf file (--gguf-lora).")],
+    merge: Annotated[bool, typer.Option("--merge", help="Fold the adapter into the base: safetensors folder.")] = False,
+    gguf_lora: Annotated[
+        bool, typer.Option("--gguf-lora", help="Write the adapter as a llama.cpp GGUF LoRA (Llama bases).")
+    ] = False,
+    base: Annotated[str | None, typer.Option("--base", help="Base model (default: recorded in the adapter).")] = None,
+) -> None:
+    """Export a trained judge for serving.
+
+    --merge writes merged weights (serve with vLLM, TGI, SGLang, or convert to GGUF with
+    llama.cpp's convert_hf_to_gguf.py). --gguf-lora writes a llama.cpp adapter for a GGUF of
+    the same base: `llama-server -m base.gguf --lora judge.gguf`. vLLM and Ollama can also
+    serve the adapter folder itself (see the README: "Serving the judge").
+    """
+    import json
+
+    from .errors import InputError
+    from .export import adapter_to_gguf, merge_adapter
+    from .hf_models import local_folder, resolve_model_source
+    from .judge import recorded_base
+
+    if merge == gguf_lora:
+        raise InputError("choose one of --merge or --gguf-lora")
+    if not (model / "adapter_config.json").is_file():
+        raise InputError(f"{model} is not an adapter folder (no adapter_config.json)")
+    base_folder = local_folder(resolve_model_source(base or recorded_base(model)))
+    if merge:
+        merge_adapter(model, base_folder, out, say=typer.echo)
+    else:
+        config = json.loads((Path(base_folder) / "config.json").read_text(encoding="utf-8"))
+        typer.echo(str(adapter_to_gguf(model, config, out)))
