@@ -56,7 +56,9 @@ COMMANDS: dict[str, CommandEntry] = {
     ),
     "meta-eval": CommandEntry("Correlate a judge with human judgments and perturbation benchmarks.", issue=6),
     "perturb": CommandEntry("Build a perturbation benchmark from source data.", issue=7),
-    "publish": CommandEntry("Publish an adapter with its model card to the Hugging Face Hub.", issue=8),
+    "publish": CommandEntry(
+        "Publish an adapter with its model card to the Hugging Face Hub.", "spanjudge.inference.publish_cli:publish"
+    ),
     "demo": CommandEntry(
         "Run what exists end to end on real data and a real local model.", "spanjudge.inference.preview:demo"
     ),
@@ -269,19 +271,34 @@ def _read_text(path: Path) -> str:
 # ---------------------------------------------------------------------------------------
 
 
+# Recent typer vendors its own copy of click, whose exceptions are not click's classes.
+try:
+    from typer._click import exceptions as _typer_click
+
+    _TYPER_EXIT: tuple[type[BaseException], ...] = tuple(
+        e for e in (getattr(_typer_click, "Exit", None),) if isinstance(e, type)
+    )
+    _TYPER_ABORT: tuple[type[BaseException], ...] = tuple(
+        e for e in (getattr(_typer_click, "Abort", None),) if isinstance(e, type)
+    )
+    _TYPER_CLICK: tuple[type[BaseException], ...] = (_typer_click.ClickException,)
+except ImportError:  # typer that uses click itself
+    _TYPER_EXIT = _TYPER_ABORT = _TYPER_CLICK = ()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry: user mistakes print one line and exit 2, never a traceback."""
     command = typer.main.get_command(app)
     try:
         returned = command.main(args=argv, prog_name="spanjudge", standalone_mode=False)
-    except click.exceptions.Exit as done:
-        return done.exit_code
-    except click.exceptions.Abort:
+    except (click.exceptions.Exit, *_TYPER_EXIT) as done:
+        return int(done.exit_code)
+    except (click.exceptions.Abort, *_TYPER_ABORT):
         click.echo("Aborted.", err=True)
         return 130
-    except click.ClickException as exc:
+    except (click.ClickException, *_TYPER_CLICK) as exc:  # usage errors: one message, no traceback
         exc.show()
-        return exc.exit_code
+        return int(exc.exit_code)
     except SpanjudgeError as exc:
         click.echo(f"{click.style('error:', fg='red', bold=True)} {exc}", err=True)
         return 2
