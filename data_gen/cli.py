@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -40,8 +42,6 @@ def annotate_command(
     a crash, a kill or a dead server finishes the work without repeating any call.
     """
     from spanjudge.inference.catalog import load_catalog
-    from spanjudge.inference.errors import SpanjudgeError
-    from spanjudge.inference.paths import data_dir as find_data_dir
 
     from .config import load_ensemble, load_sources, parse_endpoint_options
     from .pipeline import run_pipeline
@@ -49,27 +49,8 @@ def annotate_command(
     console = Console(stderr=True)
     ensemble_config = load_ensemble(ensemble, parse_endpoint_options(endpoint or []))
     sources_config = load_sources(sources)
-    try:
-        data_root: Path | None = find_data_dir(data_dir)
-    except SpanjudgeError:
-        if data_dir is not None:
-            raise
-        data_root = None  # only an error if a source uses $DATA/
-    columns = (
-        TextColumn("{task.description:<18}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("cached {task.fields[cached]}  failed {task.fields[failed]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console) as bar:
-        rows: dict[str, int] = {}
-
-        def progress(name: str, done: int, total: int, cached: int, failed: int) -> None:
-            if name not in rows:
-                rows[name] = bar.add_task(name, total=total, cached=0, failed=0)
-            bar.update(rows[name], completed=done, total=total, cached=cached, failed=failed)
-
+    data_root = _data_root(data_dir)
+    with model_progress(console) as progress:
         summary = run_pipeline(
             ensemble_config,
             sources_config,
@@ -132,8 +113,6 @@ def generate_command(
     command after a crash or a kill finishes the work without repeating any call.
     """
     from spanjudge.inference.catalog import load_catalog
-    from spanjudge.inference.errors import SpanjudgeError
-    from spanjudge.inference.paths import data_dir as find_data_dir
 
     from .config import load_sources, parse_endpoint_options
     from .generate import run_generate
@@ -142,27 +121,8 @@ def generate_command(
     console = Console(stderr=True)
     generate_config = load_generate_config(systems, parse_endpoint_options(endpoint or []))
     sources_config = load_sources(sources)
-    try:
-        data_root: Path | None = find_data_dir(data_dir)
-    except SpanjudgeError:
-        if data_dir is not None:
-            raise
-        data_root = None  # only an error if a source uses $DATA/
-    columns = (
-        TextColumn("{task.description:<18}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("cached {task.fields[cached]}  failed {task.fields[failed]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console) as bar:
-        rows: dict[str, int] = {}
-
-        def progress(name: str, done: int, total: int, cached: int, failed: int) -> None:
-            if name not in rows:
-                rows[name] = bar.add_task(name, total=total, cached=0, failed=0)
-            bar.update(rows[name], completed=done, total=total, cached=cached, failed=failed)
-
+    data_root = _data_root(data_dir)
+    with model_progress(console) as progress:
         summary = run_generate(
             generate_config,
             systems,
@@ -194,3 +154,37 @@ def generate_command(
             "re-run the same command to finish"
         )
         raise typer.Exit(1)
+
+
+def _data_root(data_dir: Path | None) -> Path | None:
+    """The shared data folder; only an error if one was asked for (or a source uses $DATA/)."""
+    from spanjudge.inference.errors import SpanjudgeError
+    from spanjudge.inference.paths import data_dir as find_data_dir
+
+    try:
+        return find_data_dir(data_dir)
+    except SpanjudgeError:
+        if data_dir is not None:
+            raise
+        return None
+
+
+@contextlib.contextmanager
+def model_progress(console: Console) -> Iterator[Callable[[str, int, int, int, int], None]]:
+    """One progress row per model: done/total, cached and failed calls."""
+    columns = (
+        TextColumn("{task.description:<18}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("cached {task.fields[cached]}  failed {task.fields[failed]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        rows: dict[str, int] = {}
+
+        def progress(name: str, done: int, total: int, cached: int, failed: int) -> None:
+            if name not in rows:
+                rows[name] = bar.add_task(name, total=total, cached=0, failed=0)
+            bar.update(rows[name], completed=done, total=total, cached=cached, failed=failed)
+
+        yield progress
