@@ -54,7 +54,9 @@ COMMANDS: dict[str, CommandEntry] = {
     "export": CommandEntry(
         "Export a trained judge: merged weights or a llama.cpp GGUF LoRA.", "spanjudge.inference.score_cli:export"
     ),
-    "meta-eval": CommandEntry("Correlate a judge with human judgments and perturbation benchmarks.", issue=6),
+    "meta-eval": CommandEntry(
+        "Correlate judges with human judgments (thesis Tables 5.1-5.8).", "spanjudge.eval.cli:meta_eval"
+    ),
     "perturb": CommandEntry("Build a perturbation benchmark from source data.", issue=7),
     "publish": CommandEntry(
         "Publish an adapter with its model card to the Hugging Face Hub.", "spanjudge.inference.publish_cli:publish"

@@ -1,0 +1,170 @@
+"""`spanjudge meta-eval`: correlate judges with human judgments on the suite's sets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+meta_eval = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def _options(values: list[str]) -> dict[str, str]:
+    from spanjudge.inference.errors import InputError
+
+    found = {}
+    for value in values:
+        key, sep, setting = value.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--judge-option expects KEY=VALUE (e.g. engine=openai), got {value!r}")
+        found[key.strip()] = setting.strip()
+    return found
+
+
+@meta_eval.command()
+def meta_eval_command(
+    suite: Annotated[Path, typer.Option("--suite", help="Suite YAML (configs/eval/thesis.yaml).")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder (created; re-running resumes).")],
+    judge: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--judge",
+            help="Judge to evaluate (repeatable; the first is paired-tested against the others): "
+            "scores:FILE.jsonl | distilled:MODEL_OR_ADAPTER | prompted:ENSEMBLE.yaml[#model,...] | "
+            "metric:rouge1|rouge2|rougeL[-recall|-precision]|bleu|chrf",
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Shared data folder (default ../shared/data or $SPANJUDGE_DATA).")
+    ] = None,
+    dataset: Annotated[
+        list[str] | None, typer.Option("--dataset", help="Only these sets of the suite (repeatable).")
+    ] = None,
+    max_items: Annotated[
+        int | None, typer.Option("--max-items", min=1, help="Only the first N items of each set (a quick sample).")
+    ] = None,
+    resamples: Annotated[
+        int | None, typer.Option("--resamples", min=0, help="Bootstrap resamples (default: the suite's; 0 = none).")
+    ] = None,
+    judge_option: Annotated[
+        list[str] | None,
+        typer.Option("--judge-option", help="KEY=VALUE for distilled: (Judge.from_pretrained), e.g. engine=openai."),
+    ] = None,
+    endpoint: Annotated[
+        list[str] | None,
+        typer.Option("--endpoint", help="prompted: point a model at other servers, NAME=URL[,URL...] (repeatable)."),
+    ] = None,
+    plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Write PNG plots.")] = True,
+    export_requests: Annotated[
+        Path | None,
+        typer.Option(
+            "--export-requests",
+            help="Write the suite's items as a JSONL for `spanjudge score --data` (ids are ITEM@ASPECT) and stop.",
+        ),
+    ] = None,
+) -> None:
+    """Correlate judges with human judgments (thesis §4.1, Tables 5.1-5.8).
+
+    For each set of the suite, each judge scores every item for every aspect (stored in
+    OUT/judgments/, so a re-run only does what is missing), and its Pearson / Spearman /
+    Kendall correlations with the human scores are computed at the level the published table
+    used, with bootstrap intervals over inputs. Writes OUT/report.md, OUT/results.json and PNG
+    plots; published numbers from the thesis are shown beside the measured ones, labelled.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from spanjudge.inference.errors import InputError, SpanjudgeError
+    from spanjudge.inference.paths import data_dir as find_data_dir
+
+    from .judges import make_judge
+    from .plots import bar_plots, scatter_plots
+    from .reference import load_reference_tables
+    from .report import write_reports
+    from .runner import reference_path, run_meta_eval
+    from .suite import load_suite
+
+    console = Console(stderr=True)
+    config = load_suite(suite)
+    if resamples is not None:
+        config = config.model_copy(update={"bootstrap": config.bootstrap.model_copy(update={"resamples": resamples})})
+    unknown = [d for d in dataset or [] if d not in {s.name for s in config.datasets}]
+    if unknown:
+        raise InputError(f"--dataset {unknown[0]!r} is not in {suite} ({', '.join(s.name for s in config.datasets)})")
+    try:
+        data_root: Path | None = find_data_dir(data_dir)
+    except SpanjudgeError:
+        if data_dir is not None:
+            raise
+        data_root = None
+    if export_requests is not None:
+        count = _export(config, suite, data_root, export_requests, dataset, max_items)
+        console.print(f"wrote {count} requests to {export_requests}; score them with `spanjudge score --data`")
+        return
+    if not judge:
+        raise InputError("give at least one --judge (e.g. --judge metric:bleu or --judge scores:results.jsonl)")
+    out.mkdir(parents=True, exist_ok=True)
+    judges = []
+    try:
+        for spec in judge:
+            judges.append(make_judge(spec, out=out, options=_options(judge_option or []), endpoints=endpoint or []))
+        names = [j.name for j in judges]
+        if len(set(names)) != len(names):
+            raise InputError(f"the same judge is given twice: {names}")
+        with Progress(
+            TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console, transient=True,
+        ) as bars:  # fmt: skip
+
+            def progress(label: str, done: int, total: int):  # type: ignore[no-untyped-def]
+                task = bars.add_task(label, total=total, completed=done)
+                return lambda n: bars.advance(task, n)
+
+            result = run_meta_eval(
+                config, suite, judges, out, data_root=data_root, max_items=max_items, datasets=dataset,
+                progress=progress,
+            )  # fmt: skip
+    finally:
+        for made in judges:
+            made.close()
+    ref_file = reference_path(config, suite)
+    references = load_reference_tables(ref_file) if ref_file is not None else None
+    written = write_reports(result, references, out)
+    if plots:
+        written += scatter_plots(result, out) + bar_plots(result, references, out)
+    console.print(f"report: {out / 'report.md'} ({len(written)} files in {out})")
+    for name, missing in result.incomplete.items():
+        console.print(
+            f"[yellow]{name}: {missing} judgments are incomplete[/yellow] (a model call failed); "
+            "re-run the same command to finish them"
+        )
+    if result.incomplete:
+        raise typer.Exit(1)
+
+
+def _export(config, suite_path, data_root, path, only, max_items) -> int:  # type: ignore[no-untyped-def]
+    from spanjudge.inference.fileio import atomic_write_text
+
+    from .datasets import load_suite_dataset, open_suite
+
+    data = open_suite(config, suite_path, data_root)
+    lines = []
+    for spec in config.datasets:
+        if only and spec.name not in only:
+            continue
+        dataset = load_suite_dataset(data, spec.name, max_items)
+        for aspect in spec.aspects:
+            for item in dataset.items:
+                if aspect.name in item.human:
+                    row = {
+                        "id": f"{item.id}@{aspect.judge_aspect}",
+                        "task_id": dataset.task.id,
+                        "aspect_name": aspect.judge_aspect,
+                        "inputs": item.inputs,
+                        "outputs": {dataset.task.output: item.output},
+                    }
+                    lines.append(json.dumps(row, ensure_ascii=False))
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return len(lines)

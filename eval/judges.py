@@ -1,0 +1,71 @@
+"""Judges to meta-evaluate, named by a spec string on the command line:
+
+    scores:<file.jsonl>             evaluations already computed (e.g. by `spanjudge score`)
+    distilled:<model or adapter>    the distilled judge (spanjudge.inference.judge), run here
+    prompted:<ensemble.yaml>[#a,b]  LLMs with the annotator prompt; several = plain average (§4.3)
+    metric:<name>                   a classic metric (rouge1, rouge2, rougeL[-recall|-precision], bleu, chrf)
+
+A judge returns, per item, a score or an unscored reason; it never invents a score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from spanjudge.inference.errors import InputError
+
+from .datasets import MetaDataset, MetaItem
+from .suite import AspectSpec
+
+
+@dataclass(frozen=True)
+class Judgment:
+    score: float | None
+    unscored_reason: str | None = None
+    detail: dict[str, object] | None = None  # per-model scores, reply counts ... (kept in the store)
+
+
+Progress = Callable[[int], None]
+
+
+class MetaJudge(Protocol):
+    name: str
+
+    def judge(
+        self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Progress | None = None
+    ) -> dict[str, Judgment]:
+        """item id -> Judgment for each item it could decide; an item left out (a model call
+        that failed) is not stored and is tried again on the next run."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def make_judge(
+    spec: str, *, out: Path, options: Mapping[str, str] | None = None, endpoints: Sequence[str] = ()
+) -> MetaJudge:
+    kind, sep, value = spec.partition(":")
+    if not sep or not value:
+        raise InputError(f"--judge expects KIND:VALUE (scores:, distilled:, prompted:, metric:), got {spec!r}")
+    if kind == "scores":
+        from .judge_files import ScoresFileJudge
+
+        return ScoresFileJudge(Path(value))
+    if kind == "distilled":
+        from .judge_files import DistilledJudge
+
+        return DistilledJudge(value, dict(options or {}))
+    if kind == "prompted":
+        from .judge_prompted import PromptedJudge
+
+        path, _, models = value.partition("#")
+        selected = tuple(m.strip() for m in models.split(",") if m.strip())
+        return PromptedJudge(Path(path), selected, out / "cache.sqlite", endpoints)
+    if kind == "metric":
+        from .baselines import MetricJudge
+
+        return MetricJudge(value)
+    raise InputError(f"unknown judge kind '{kind}' in {spec!r}; use scores:, distilled:, prompted: or metric:")

@@ -1,0 +1,263 @@
+"""One meta-evaluation run: load the suite's sets, get each judge's scores (from the store,
+else by running the judge, in chunks that are stored as they finish), correlate with the
+human scores at each set's level with bootstrap intervals, and test judge pairs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .bootstrap import _interval, input_weights
+from .correlation import Groups, level_values
+from .datasets import MetaDataset, load_suite_dataset, open_suite
+from .judges import MetaJudge, Progress
+from .store import JudgmentStore, judge_slug
+from .suite import SuiteConfig, resolve_config_path
+
+CHUNK = 32
+AVERAGE = "average"
+
+
+@dataclass
+class Cell:
+    """One judge x dataset x aspect x coefficient."""
+
+    judge: str
+    dataset: str
+    aspect: str
+    coefficient: str
+    level: str
+    value: float | None
+    low: float | None
+    high: float | None
+    items: int  # items with a human score
+    scored: int  # ... and a judge score (the ones correlated)
+    unscored: int
+    groups: int
+    skipped_groups: int
+    undefined_resamples: int
+
+
+@dataclass
+class Paired:
+    judge_a: str
+    judge_b: str
+    dataset: str
+    aspect: str
+    coefficient: str
+    a: float | None
+    b: float | None
+    difference: float | None
+    low: float | None
+    high: float | None
+    p_value: float | None  # one-sided: share of resamples where A is not better than B
+    items: int
+
+
+@dataclass
+class AspectData:
+    """What the plots need: paired judge and human scores."""
+
+    judge: list[float]
+    human: list[float]
+
+
+@dataclass
+class MetaEvalResult:
+    suite: str
+    judges: list[str]
+    datasets: dict[str, dict[str, Any]]
+    cells: list[Cell] = field(default_factory=list)
+    paired: list[Paired] = field(default_factory=list)
+    scatter: dict[tuple[str, str, str], AspectData] = field(default_factory=dict)
+    unscored_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
+    incomplete: dict[str, int] = field(default_factory=dict)  # judge -> judgments a model call never made
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "suite": self.suite,
+            "judges": self.judges,
+            "datasets": self.datasets,
+            "cells": [asdict(c) for c in self.cells],
+            "paired": [asdict(p) for p in self.paired],
+            "unscored_reasons": self.unscored_reasons,
+            "incomplete": self.incomplete,
+        }
+
+
+def _num(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+@dataclass
+class _Series:
+    judge: np.ndarray  # NaN where unscored
+    human: np.ndarray  # NaN where no human score
+
+
+def collect(
+    judge: MetaJudge,
+    store: JudgmentStore,
+    dataset: MetaDataset,
+    progress: Callable[[str, int, int], Progress] | None = None,
+) -> tuple[dict[str, _Series], int]:
+    """Per aspect: the judge's scores for every item (from the store, else judged now), and how
+    many judgments are still missing (a model call failed; a re-run tries them again)."""
+    series = {}
+    incomplete: dict[str, int] = {}
+    for aspect in dataset.spec.aspects:
+        wanted = [i for i in dataset.items if aspect.name in i.human]
+        todo = [i for i in wanted if (dataset.name, aspect.name, i.id) not in store.found]
+        step = progress(f"{dataset.name}/{aspect.name}", len(wanted) - len(todo), len(wanted)) if progress else None
+        for start in range(0, len(todo), CHUNK):
+            chunk = todo[start : start + CHUNK]
+            store.add(dataset.name, aspect.name, judge.judge(dataset, aspect, chunk, step).items())
+        scores = []
+        for item in dataset.items:
+            found = store.found.get((dataset.name, aspect.name, item.id))
+            scores.append(np.nan if found is None or found.score is None else float(found.score))
+        missing = sum((dataset.name, aspect.name, i.id) not in store.found for i in wanted)
+        if missing:
+            incomplete[aspect.name] = missing
+        human = [item.human.get(aspect.name, np.nan) for item in dataset.items]
+        series[aspect.name] = _Series(np.array(scores, dtype=np.float64), np.array(human, dtype=np.float64))
+    return series, sum(incomplete.values())
+
+
+def correlate_dataset(
+    result: MetaEvalResult,
+    suite: SuiteConfig,
+    dataset: MetaDataset,
+    per_judge: Mapping[str, dict[str, _Series]],
+) -> None:
+    spec = dataset.spec
+    groups = Groups.from_labels([i.input_id for i in dataset.items], [i.system for i in dataset.items])
+    resamples = suite.bootstrap.resamples
+    weights = input_weights(groups.n_inputs, resamples, suite.bootstrap.seed) if resamples else None
+    variant = suite.kendall_variant
+    confidence = suite.bootstrap.confidence
+
+    def values(judge: np.ndarray, human: np.ndarray, mask: np.ndarray, coefficient: str) -> tuple[Any, Any]:
+        sub = groups.subset(mask)
+        plain = level_values(judge[mask], human[mask], sub, spec.level, coefficient, None, variant)  # type: ignore[arg-type]
+        boot = (
+            level_values(judge[mask], human[mask], sub, spec.level, coefficient, weights, variant).values  # type: ignore[arg-type]
+            if weights is not None
+            else np.empty(0)
+        )
+        return plain, boot
+
+    for judge_name, series in per_judge.items():
+        for coefficient in spec.coefficients:
+            plains, boots = [], []
+            for aspect in spec.aspects:
+                s = series[aspect.name]
+                has_human = ~np.isnan(s.human)
+                mask = has_human & ~np.isnan(s.judge)
+                plain, boot = values(s.judge, s.human, mask, coefficient)
+                interval = _interval(float(plain.values[0]), boot, confidence) if boot.size else None
+                plains.append(float(plain.values[0]))
+                boots.append(boot)
+                result.cells.append(
+                    Cell(
+                        judge_name, spec.name, aspect.name, coefficient, spec.level,
+                        _num(plain.values[0]),
+                        _num(interval.low) if interval else None,
+                        _num(interval.high) if interval else None,
+                        int(has_human.sum()), int(mask.sum()), int((has_human & np.isnan(s.judge)).sum()),
+                        plain.groups, plain.skipped, interval.undefined if interval else 0,
+                    )
+                )  # fmt: skip
+            if len(spec.aspects) > 1:
+                with np.errstate(invalid="ignore"):
+                    mean = float(np.mean(plains))
+                    boot_mean = np.mean(np.vstack(boots), axis=0) if weights is not None else np.empty(0)
+                interval = _interval(mean, boot_mean, confidence) if boot_mean.size else None
+                result.cells.append(
+                    Cell(
+                        judge_name, spec.name, AVERAGE, coefficient, spec.level, _num(mean),
+                        _num(interval.low) if interval else None, _num(interval.high) if interval else None,
+                        0, 0, 0, 0, 0, interval.undefined if interval else 0,
+                    )
+                )  # fmt: skip
+    names = list(per_judge)
+    if weights is None or len(names) < 2:
+        return
+    first = names[0]
+    for other in names[1:]:
+        for coefficient in spec.coefficients:
+            for aspect in spec.aspects:
+                a, b = per_judge[first][aspect.name], per_judge[other][aspect.name]
+                mask = ~np.isnan(a.human) & ~np.isnan(a.judge) & ~np.isnan(b.judge)
+                plain_a, boot_a = values(a.judge, a.human, mask, coefficient)
+                plain_b, boot_b = values(b.judge, b.human, mask, coefficient)
+                va, vb = float(plain_a.values[0]), float(plain_b.values[0])
+                diff = boot_a - boot_b
+                finite = diff[~np.isnan(diff)]
+                interval = _interval(va - vb, diff, confidence)
+                result.paired.append(
+                    Paired(
+                        first, other, spec.name, aspect.name, coefficient, _num(va), _num(vb), _num(va - vb),
+                        _num(interval.low), _num(interval.high),
+                        float((finite <= 0).mean()) if finite.size else None, int(mask.sum()),
+                    )
+                )  # fmt: skip
+
+
+def run_meta_eval(
+    suite: SuiteConfig,
+    suite_path: Path,
+    judges: Sequence[MetaJudge],
+    out: Path,
+    *,
+    data_root: Path | None,
+    max_items: int | None = None,
+    datasets: Sequence[str] | None = None,
+    progress: Callable[[str, int, int], Progress] | None = None,
+) -> MetaEvalResult:
+    data = open_suite(suite, suite_path, data_root)
+    chosen = [d for d in suite.datasets if not datasets or d.name in datasets]
+    result = MetaEvalResult(suite.name, [j.name for j in judges], {})
+    stores = {j.name: JudgmentStore(out / "judgments" / f"{judge_slug(j.name)}.jsonl") for j in judges}
+    for spec in chosen:
+        dataset = load_suite_dataset(data, spec.name, max_items)
+        result.datasets[spec.name] = {
+            "title": spec.label,
+            "level": spec.level,
+            "coefficients": list(spec.coefficients),
+            "aspects": [a.name for a in spec.aspects],
+            "convention": spec.convention,
+            "tables": list(spec.tables),
+            "items": len(dataset.items),
+            "inputs": len({i.input_id for i in dataset.items}),
+            "systems": len({i.system for i in dataset.items}),
+            "source": str(dataset.source_path),
+        }
+        per_judge = {}
+        for judge in judges:
+            series, missing = collect(judge, stores[judge.name], dataset, progress)
+            if missing:
+                result.incomplete[judge.name] = result.incomplete.get(judge.name, 0) + missing
+            per_judge[judge.name] = series
+            for aspect, s in series.items():
+                keep = ~np.isnan(s.judge) & ~np.isnan(s.human)
+                result.scatter[(judge.name, spec.name, aspect)] = AspectData(
+                    s.judge[keep].tolist(), s.human[keep].tolist()
+                )
+            reasons: dict[str, int] = result.unscored_reasons.setdefault(judge.name, {})
+            ids = {item.id for item in dataset.items}
+            for (ds, _, item_id), judgment in stores[judge.name].found.items():
+                if ds == spec.name and item_id in ids and judgment.score is None:
+                    reason = (judgment.unscored_reason or "unscored").split(":")[0]
+                    reasons[reason] = reasons.get(reason, 0) + 1
+        correlate_dataset(result, suite, dataset, per_judge)
+    return result
+
+
+def reference_path(suite: SuiteConfig, suite_path: Path) -> Path | None:
+    return resolve_config_path(suite.reference_tables, suite_path) if suite.reference_tables else None
