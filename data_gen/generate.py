@@ -13,9 +13,9 @@ and the same command finishes it: no call is repeated and no output is written t
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +32,8 @@ from .config import SourcesConfig, SourceSpec, resolve_source_path
 from .generate_config import GenerateConfig, SystemSpec
 from .generate_post import postprocess
 from .generate_prompts import Template, Templates, build_request, load_templates, render_prompt, templates_for
+from .pipeline import ProgressCallback, StageSummary
 from .sources import TaskInput, read_inputs
-
-ProgressCallback = Callable[[str, int, int, int, int], None]
-"""(system name, done, total, cached, failed) after each finished call."""
 
 OUTPUT_FIELDS = {"input_id": "input_id", "system": "system", "output": "output", "inputs_from": "inputs"}
 """How a sources YAML reads the files written here (`format: jsonl`)."""
@@ -54,8 +52,7 @@ class GenJob:
 
 
 @dataclass
-class GenerateSummary:
-    out_dir: Path
+class GenerateSummary(StageSummary):
     jobs: int = 0
     outputs: int = 0
     rejected: int = 0
@@ -63,16 +60,6 @@ class GenerateSummary:
     truncated: int = 0
     per_source: dict[str, int] = field(default_factory=dict)
     rejected_reasons: dict[str, int] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)
-    model_calls: dict[str, int] = field(default_factory=dict)
-    cache_hits: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def total_model_calls(self) -> int:
-        return sum(self.model_calls.values())
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "out_dir": str(self.out_dir)}
 
 
 def job_id(dataset: str, input_id: str, system: str) -> str:

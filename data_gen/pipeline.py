@@ -45,14 +45,10 @@ ProgressCallback = Callable[[str, int, int, int, int], None]
 
 
 @dataclass
-class RunSummary:
+class StageSummary:
+    """What a data_gen stage did: its folder, what it set aside, and its model calls."""
+
     out_dir: Path
-    requests: int = 0
-    records: int = 0
-    train: int = 0
-    validation: int = 0
-    unscored: int = 0
-    incomplete: int = 0
     skipped: list[str] = field(default_factory=list)
     model_calls: dict[str, int] = field(default_factory=dict)
     cache_hits: dict[str, int] = field(default_factory=dict)
@@ -63,6 +59,16 @@ class RunSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "out_dir": str(self.out_dir)}
+
+
+@dataclass
+class RunSummary(StageSummary):
+    requests: int = 0
+    records: int = 0
+    train: int = 0
+    validation: int = 0
+    unscored: int = 0
+    incomplete: int = 0
 
 
 def build_requests(

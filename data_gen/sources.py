@@ -8,7 +8,6 @@ what the ensemble annotates without anyone noticing.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
@@ -18,6 +17,7 @@ from typing import Any
 
 from spanjudge.inference.catalog import Task
 from spanjudge.inference.errors import InputError
+from spanjudge.inference.tabular import iter_csv, iter_json_list, iter_jsonl
 
 from .config import FieldMap, SourceSpec
 
@@ -68,37 +68,15 @@ def _rows(spec: SourceSpec, path: Path) -> Iterator[Row]:
 
 
 def _jsonl(path: Path) -> Iterator[Row]:
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(data, dict):
-                raise InputError(f"{where}: expected a JSON object, got {type(data).__name__}")
-            yield Row(data, where)
+    return (Row(data, where) for where, data in iter_jsonl(path))
 
 
 def _json(path: Path) -> Iterator[Row]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    if not isinstance(data, list):
-        raise InputError(f"{path}: expected a JSON list of objects")
-    for index, item in enumerate(data):
-        if not isinstance(item, dict):
-            raise InputError(f"{path}[{index}]: expected a JSON object, got {type(item).__name__}")
-        yield Row(item, f"{path}[{index}]")
+    return (Row(data, where) for where, data in iter_json_list(path))
 
 
 def _csv(path: Path) -> Iterator[Row]:
-    with path.open(encoding="utf-8", newline="") as handle:
-        for number, data in enumerate(csv.DictReader(handle), start=2):
-            yield Row(data, f"{path}:{number}")
+    return (Row(data, where) for where, data in iter_csv(path))
 
 
 def _hf(spec: SourceSpec, path: Path) -> Iterator[Row]:

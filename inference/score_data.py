@@ -11,7 +11,6 @@ missing field stops the run with the file, the line and the fix.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,6 +21,7 @@ from typing import Any
 from .catalog import Aspect, Catalog, validate_inputs
 from .errors import InputError
 from .judge_prompt import JudgeRequest
+from .tabular import iter_csv, iter_json_list, iter_jsonl
 
 
 @dataclass(frozen=True)
@@ -48,34 +48,8 @@ def _rows(path: str, split: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
     if not local.is_file():
         raise InputError(f"data not found: {path}")
     suffix = local.suffix.lower()
-    if suffix == ".csv":
-        with local.open(encoding="utf-8", newline="") as handle:
-            for number, row in enumerate(csv.DictReader(handle), start=2):  # line 1 is the header
-                yield f"{path}:{number}", row
-    elif suffix == ".json":
-        try:
-            rows = json.loads(local.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-        if not isinstance(rows, list):
-            raise InputError(f"{path}: expected a JSON list of objects")
-        for number, row in enumerate(rows):
-            yield f"{path}[{number}]", _object(row, f"{path}[{number}]")
-    else:  # JSONL
-        with local.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if line.strip():
-                    where = f"{path}:{number}"
-                    try:
-                        yield where, _object(json.loads(line), where)
-                    except json.JSONDecodeError as exc:
-                        raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
-
-
-def _object(row: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(row, Mapping):
-        raise InputError(f"{where}: expected a JSON object")
-    return row
+    readers = {".csv": iter_csv, ".json": iter_json_list}
+    yield from readers.get(suffix, iter_jsonl)(local)  # anything else is read as JSONL
 
 
 def _candidates(header: str) -> list[str]:

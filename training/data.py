@@ -9,8 +9,7 @@ generated tokens. Every prompt token gets the label -100, so it adds nothing to 
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ from spanjudge.inference.chat import encode_prompt
 from spanjudge.inference.contract import Evaluation
 from spanjudge.inference.errors import InputError
 from spanjudge.inference.judge_prompt import judge_training_texts, request_from_record
+from spanjudge.inference.tabular import iter_jsonl
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -50,22 +50,6 @@ class TokenizedSplit:
         import datasets
 
         return datasets.Dataset.from_dict({"input_ids": self.input_ids, "labels": self.labels})
-
-
-def read_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(where, record) per non-blank line; a malformed line stops with its file:line."""
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(record, dict):
-                raise InputError(f"{where}: expected a JSON object")
-            yield where, record
 
 
 def record_evaluation(record: dict[str, Any], where: str) -> Evaluation:
@@ -99,7 +83,7 @@ def tokenize_split(
 ) -> TokenizedSplit:
     """Every record of `path` as (input_ids, labels); checks lengths before any model loads."""
     split = TokenizedSplit(path)
-    for count, (where, record) in enumerate(read_records(path)):
+    for count, (where, record) in enumerate(iter_jsonl(path)):
         if limit is not None and count >= limit:
             break
         request = request_from_record(record, catalog, where)
