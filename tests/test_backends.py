@@ -347,6 +347,33 @@ def test_cache_keys_separate_models_and_sampling_params(serve, tmp_path: Path) -
     assert (other_model.model_calls, other_params.model_calls, stand_in.hits) == (1, 1, 3)
 
 
+def test_cache_files_opened_and_written_by_many_threads_at_once(tmp_path: Path) -> None:
+    """Several caches on one new file at once (generate runs one per system in threads):
+    switching a fresh file to WAL used to fail at once with "database is locked"."""
+    import threading
+
+    errors: list[str] = []
+    for trial in range(15):
+        path = tmp_path / f"cache-{trial}.sqlite"
+
+        def write(worker: int, path: Path = path) -> None:
+            try:
+                with LLMCache(path) as cache:
+                    for n in range(10):
+                        cache.put(f"{worker}-{n}", "m", Completion(text="x", model="m"))
+            except Exception as exc:  # collected: a thread's exception would not fail the test
+                errors.append(repr(exc))
+
+        threads = [threading.Thread(target=write, args=(worker,)) for worker in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        with LLMCache(path) as cache:
+            assert len(cache) == 60
+    assert errors == []
+
+
 _KILLED_RUN = """
 import sys
 from spanjudge.inference.backends import BackendSpec, CachedBackend, ChatRequest, LLMCache, SamplingParams

@@ -6,7 +6,10 @@ is killed keeps everything it finished, and a re-run asks the models only for th
 Failures are never stored: a re-run tries them again.
 
 The file uses SQLite's write-ahead log, so several processes (e.g. one per ensemble
-member) can share one cache file; a writer waits up to 30 s for another's lock.
+member) can share one cache file; a writer waits up to 30 s for another's lock. Within one
+process every connection to the same file shares one lock: SQLite's busy handler does not
+cover all of the setup (switching a new file to WAL can fail at once with "database is
+locked" while another connection opens it), so threads never race each other there.
 """
 
 from __future__ import annotations
@@ -30,6 +33,33 @@ CREATE TABLE IF NOT EXISTS completions (
 )
 """
 _QUERY_CHUNK = 500  # keys per SELECT, below SQLite's limit on bound parameters
+_SETUP_WAIT_S = 30.0  # how long setup retries while another process holds the file
+
+_path_locks: dict[Path, threading.Lock] = {}
+_path_locks_guard = threading.Lock()
+
+
+def _lock_for(path: Path) -> threading.Lock:
+    """One lock per cache file in this process, shared by all its connections."""
+    with _path_locks_guard:
+        return _path_locks.setdefault(path.resolve(), threading.Lock())
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """Open `path` in WAL mode with the schema, retrying while another process sets it up."""
+    deadline = time.monotonic() + _SETUP_WAIT_S
+    while True:
+        db = sqlite3.connect(path, timeout=30, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(_SCHEMA)
+            db.commit()
+            return db
+        except sqlite3.OperationalError as exc:
+            db.close()
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 class LLMCache:
@@ -38,13 +68,11 @@ class LLMCache:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # on_result may arrive from a backend's worker thread; one lock serialises use
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+        # on_result may arrive from a backend's worker thread, and other caches in this
+        # process may use the same file: one lock per file serialises them
+        self._lock = _lock_for(self.path)
         with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(_SCHEMA)
-            self._db.commit()
+            self._db = _connect(self.path)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Completion]:
         """The stored completions among `keys`, by key (absent keys are simply missing)."""
