@@ -25,8 +25,25 @@ def _options(values: list[str]) -> dict[str, str]:
 
 @meta_eval.command()
 def meta_eval_command(
-    suite: Annotated[Path, typer.Option("--suite", help="Suite YAML (configs/eval/thesis.yaml).")],
     out: Annotated[Path, typer.Option("--out", help="Output folder (created; re-running resumes).")],
+    suite: Annotated[
+        Path | None, typer.Option("--suite", help="Suite YAML of human-judgment sets (configs/eval/thesis.yaml).")
+    ] = None,
+    benchmark: Annotated[
+        Path | None,
+        typer.Option("--benchmark", help="Instead of --suite: a perturbation benchmark built by `spanjudge perturb`."),
+    ] = None,
+    spans: Annotated[
+        str | None,
+        typer.Option("--spans", help="Instead of --suite: error-span P/R/F1 on rotowire or quintd1 (human spans)."),
+    ] = None,
+    dhp_weight: Annotated[
+        list[str] | None,
+        typer.Option("--dhp-weight", help="DHP expert weight ASPECT=W (repeatable; must sum to 1; default uniform)."),
+    ] = None,
+    normalised_p: Annotated[
+        bool, typer.Option("--normalised-p", help="DHP: harmonic mean M/sum(1/p) instead of the printed 1/sum(1/p).")
+    ] = False,
     judge: Annotated[
         list[str] | None,
         typer.Option(
@@ -87,6 +104,13 @@ def meta_eval_command(
     from .suite import load_suite
 
     console = Console(stderr=True)
+    if sum(x is not None for x in (suite, benchmark, spans)) != 1:
+        raise InputError("give exactly one of --suite, --benchmark and --spans")
+    if benchmark is not None or spans is not None:
+        _perturbation_eval(console, benchmark, spans, judge or [], out, judge_option, endpoint, dhp_weight,
+                           normalised_p, plots, data_dir, max_items)  # fmt: skip
+        return
+    assert suite is not None
     config = load_suite(suite)
     if resamples is not None:
         config = config.model_copy(update={"bootstrap": config.bootstrap.model_copy(update={"resamples": resamples})})
@@ -142,6 +166,53 @@ def meta_eval_command(
         )
     if result.incomplete:
         raise typer.Exit(1)
+
+
+def _perturbation_eval(  # type: ignore[no-untyped-def]
+    console,
+    benchmark,
+    spans,
+    judge_specs,
+    out,
+    judge_option,
+    endpoint,
+    dhp_weight,
+    normalised_p,
+    plots,
+    data_dir,
+    max_items,
+) -> None:
+    from spanjudge.inference.errors import InputError
+
+    from .judges import make_judge
+    from .perturb.cli import evaluate_benchmark, evaluate_span_set
+
+    if not judge_specs and benchmark is not None:
+        raise InputError("give at least one --judge (e.g. --judge distilled:runs/judge/adapter)")
+    weights = {}
+    for value in dhp_weight or []:
+        aspect, sep, weight = value.partition("=")
+        try:
+            weights[aspect.strip()] = float(weight)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise InputError(f"--dhp-weight expects ASPECT=NUMBER, got {value!r}")
+    out.mkdir(parents=True, exist_ok=True)
+    judges = []
+    try:
+        for spec in judge_specs:
+            judges.append(make_judge(spec, out=out, options=_options(judge_option or []), endpoints=endpoint or []))
+        if benchmark is not None:
+            written = evaluate_benchmark(benchmark, judges, out, weights=weights or None, normalised=normalised_p,
+                                         plots=plots)  # fmt: skip
+            reports = [p for p in written if p.name == "report.md"]
+            console.print("report: " + ", ".join(str(p) for p in reports))
+        else:
+            console.print(f"report: {evaluate_span_set(spans, judges, out, data_dir, max_items)}")
+    finally:
+        for made in judges:
+            made.close()
 
 
 def _export(config, suite_path, data_root, path, only, max_items) -> int:  # type: ignore[no-untyped-def]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from spanjudge.inference.errors import InputError, SpanjudgeError
+from spanjudge.inference.judge_prompt import JudgeRequest
 
 from .datasets import MetaDataset, MetaItem
 from .judges import Judgment, Progress
@@ -37,6 +38,19 @@ def _score_of(row: Mapping[str, Any], where: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(f"{where}: score must be a number or null, got {value!r}")
     return float(value)
+
+
+def _file_spans(evaluation: Any) -> dict[str, Any] | None:
+    """Anchored spans of a scores-file evaluation (as `spanjudge score` writes them), if any."""
+    errors = evaluation.get("errors") if isinstance(evaluation, Mapping) else None
+    if not isinstance(errors, list):
+        return None
+    spans = [
+        [e["start"], e["end"]]
+        for e in errors
+        if isinstance(e, Mapping) and isinstance(e.get("start"), int) and isinstance(e.get("end"), int)
+    ]
+    return {"errors": len(errors), "spans": spans}
 
 
 def read_scores_file(path: Path) -> dict[tuple[str, str | None], Judgment]:
@@ -58,8 +72,13 @@ def read_scores_file(path: Path) -> dict[tuple[str, str | None], Judgment]:
         key = (item_id, aspect if sep else (str(row["aspect"]) if row.get("aspect") else None))
         score = _score_of(row, where)
         reason = None if score is not None else str(row.get("unscored_reason") or "unscored in the scores file")
-        found[key] = Judgment(score, reason)
+        found[key] = Judgment(score, reason, _file_spans(row.get("evaluation")))
     return found
+
+
+def error_spans(evaluation: Any) -> list[list[int]]:
+    """The anchored error spans of an evaluation ([start, end] character offsets), for span metrics."""
+    return [[e.start, e.end] for e in evaluation.errors if e.start is not None and e.end is not None]
 
 
 class ScoresFileJudge:
@@ -111,8 +130,10 @@ class DistilledJudge:
     def judge(
         self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Progress | None = None
     ) -> dict[str, Judgment]:
+        # the dataset's own Task, not a catalog lookup: benchmarks carry tasks of their own
+        task_aspect = dataset.task.aspect(aspect.judge_aspect)
         requests = [
-            self._judge.request(dataset.task.id, aspect.judge_aspect, item.inputs, item.output, id=item.id)
+            JudgeRequest(task=dataset.task, aspect=task_aspect, inputs=item.inputs, output=item.output, id=item.id)
             for item in items
         ]
         results: dict[str, Judgment] = {}
@@ -122,7 +143,7 @@ class DistilledJudge:
             results[item.id] = Judgment(
                 None if evaluation.score is None else float(evaluation.score),
                 getattr(evaluation, "unscored_reason", None),
-                {"errors": len(evaluation.errors)},
+                {"errors": len(evaluation.errors), "spans": error_spans(evaluation)},
             )
         return results
 

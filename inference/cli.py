@@ -25,8 +25,7 @@ from .errors import SpanjudgeError
 @dataclass(frozen=True)
 class CommandEntry:
     help: str
-    target: str | None = None  # "module:attr" of a click command or typer app
-    issue: int | None = None  # where a not-yet-built command is tracked
+    target: str  # "module:attr" of a click command or typer app
 
 
 COMMANDS: dict[str, CommandEntry] = {
@@ -57,28 +56,17 @@ COMMANDS: dict[str, CommandEntry] = {
     "meta-eval": CommandEntry(
         "Correlate judges with human judgments (thesis Tables 5.1-5.8).", "spanjudge.eval.cli:meta_eval"
     ),
-    "perturb": CommandEntry("Build a perturbation benchmark from source data.", issue=7),
+    "perturb": CommandEntry(
+        "Build a perturbation benchmark (DHP, dual-perspective, aspect attacks, perturbed prompt).",
+        "spanjudge.eval.perturb.cli:perturb",
+    ),
     "publish": CommandEntry(
         "Publish an adapter with its model card to the Hugging Face Hub.", "spanjudge.inference.publish_cli:publish"
     ),
     "demo": CommandEntry(
-        "Run what exists end to end on real data and a real local model.", "spanjudge.inference.preview:demo"
+        "Run the whole pipeline end to end on a CPU and write one HTML report.", "spanjudge.eval.demo:demo"
     ),
 }
-
-
-def _not_implemented(name: str, entry: CommandEntry) -> click.Command:
-    def run(args: tuple[str, ...]) -> None:
-        raise SpanjudgeError(f"'spanjudge {name}' is not implemented yet; it is tracked in issue #{entry.issue}")
-
-    return click.Command(
-        name,
-        callback=run,
-        params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
-        help=f"{entry.help} (Not implemented yet: issue #{entry.issue}.)",
-        short_help=f"{entry.help.rstrip('.')} (not implemented yet, issue #{entry.issue})",
-        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    )
 
 
 class LazyGroup(typer.core.TyperGroup):
@@ -91,8 +79,6 @@ class LazyGroup(typer.core.TyperGroup):
         entry = COMMANDS.get(cmd_name)
         if entry is None:
             return None
-        if entry.target is None:
-            return _not_implemented(cmd_name, entry)
         module_name, attr = entry.target.split(":")
         target = getattr(importlib.import_module(module_name), attr)
         command = target if isinstance(target, click.Command) else typer.main.get_command(target)

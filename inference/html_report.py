@@ -8,7 +8,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-_STYLE = """
+STYLE = """
 body{font:15px/1.5 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
 h1{font-size:1.4rem} .meta{color:#666;font-size:.9rem}
 .item{border:1px solid #ddd;border-radius:6px;padding:.8rem 1rem;margin:1rem 0}
@@ -60,9 +60,8 @@ def _error_list(errors: Sequence[Mapping[str, Any]]) -> str:
     return f'<ol class="errors">{"".join(items)}</ol>' if items else "<p>No errors reported.</p>"
 
 
-def render_html(rows: Sequence[Mapping[str, Any]], title: str = "spanjudge evaluations") -> str:
-    """One page for result rows as `spanjudge score` writes them."""
-    scored = [r for r in rows if r["evaluation"]["score"] is not None]
+def render_items(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The result rows as HTML sections (no page around them), for pages that embed them."""
     sections = []
     for row in rows:
         evaluation = row["evaluation"]
@@ -85,12 +84,21 @@ def render_html(rows: Sequence[Mapping[str, Any]], title: str = "spanjudge evalu
             f'<div class="output">{_highlighted(row["output"], evaluation["errors"])}</div>'
             f"{_error_list(evaluation['errors'])}{''.join(flags)}</section>"
         )
+    return "".join(sections)
+
+
+def legend() -> str:
+    return '<p class="legend">' + "".join(f'<mark class="s{s}">severity {s}</mark>' for s in range(1, 6)) + "</p>"
+
+
+def render_html(rows: Sequence[Mapping[str, Any]], title: str = "spanjudge evaluations") -> str:
+    """One page for result rows as `spanjudge score` writes them."""
+    scored = [r for r in rows if r["evaluation"]["score"] is not None]
     mean = sum(r["evaluation"]["score"] for r in scored) / len(scored) if scored else None
     summary = f"{len(rows)} outputs, {len(scored)} scored" + (f", mean score {mean:.1f}" if mean is not None else "")
-    legend = "".join(f'<mark class="s{s}">severity {s}</mark>' for s in range(1, 6))
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+        f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
         f'<p class="meta">{summary}. Hover a highlighted span for its explanation.</p>'
-        f'<p class="legend">{legend}</p>{"".join(sections)}</body></html>\n'
+        f"{legend()}{render_items(rows)}</body></html>\n"
     )

@@ -92,6 +92,7 @@ class Judge:
         max_context: int | None = None,
         max_new_tokens: int = MAX_NEW_TOKENS,
         name: str = "judge",
+        retries: int = RETRIES,
     ) -> None:
         self.backend = backend
         self.tokenizer = tokenizer
@@ -99,6 +100,7 @@ class Judge:
         self.catalog = catalog or load_catalog()
         self.max_context = max_context
         self.max_new_tokens = max_new_tokens
+        self.retries = retries  # fewer on a CPU with a weak judge: each retry costs a whole generation
         self.name = name
 
     # -- construction -----------------------------------------------------------------------
@@ -115,6 +117,7 @@ class Judge:
         batch_size: int = 8,
         dtype: str = "auto",
         max_new_tokens: int = MAX_NEW_TOKENS,
+        retries: int = RETRIES,
         max_context: int | None = None,
         catalog: Catalog | None = None,
         trust_remote_code: bool = False,
@@ -123,7 +126,9 @@ class Judge:
         engine_options: Mapping[str, Any] | None = None,
     ) -> Judge:
         """A judge from an adapter folder (base found in its spanjudge.json or adapter_config.json,
-        or given), a merged/full model folder, a hub id, or a served model (engine "openai")."""
+        or given), a merged/full model folder, a hub id, or a served model (engine "openai").
+        `retries`: sampled retries of an unparseable reply (3, as the thesis's scorer; fewer keeps a
+        weak judge on a CPU affordable, since each retry is a whole generation)."""
         location = str(model_or_adapter)
         adapter, model = _adapter_and_model(location, base)
         tokenizer_folder = adapter or (model if Path(model).is_dir() else None)
@@ -160,6 +165,7 @@ class Judge:
             max_context=context,
             max_new_tokens=max_new_tokens,
             name=location,
+            retries=retries,
         )
 
     def request(
@@ -196,7 +202,7 @@ class Judge:
         replies: dict[int, list[str]] = {index: [] for index in prepared}
         pending = list(prepared)
         greedy = SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens)
-        for attempt in range(1 + RETRIES):
+        for attempt in range(1 + self.retries):
             if not pending:
                 break
             params = (
@@ -215,7 +221,7 @@ class Judge:
                 replies[index].append(result.text)
                 parsed = parse_judge(result.text)
                 if isinstance(parsed, ParseFailure):
-                    if attempt == RETRIES:
+                    if attempt == self.retries:
                         reason = f"no parseable reply in {attempt + 1} tries (last: {parsed.reason})"
                         results[index] = _unscored(item, replies[index], attempt + 1, reason=reason)
                     else:

@@ -75,6 +75,9 @@ def score_command(
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Score only the first N rows.")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="transformers: batch size.")] = 8,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=16)] = 1536,
+    retries: Annotated[
+        int, typer.Option("--retries", min=0, help="Sampled retries of a reply that does not parse.")
+    ] = 3,
     max_context: Annotated[
         int | None, typer.Option("--max-context", help="Context length to fit prompts in (default: the model's).")
     ] = None,
@@ -121,6 +124,7 @@ def score_command(
             served_model=served_model,
             batch_size=batch_size,
             max_new_tokens=max_new_tokens,
+            retries=retries,
             max_context=max_context,
             catalog=catalog,
         )

@@ -112,6 +112,9 @@ def trained_judge(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -
     """The CPU smoke judge, trained once per session on QAGS-XSum human judgments by two
     real CPU processes (`accelerate launch --config_file configs/accelerate/cpu_ddp.yaml
     train.py`), evaluated before and after training."""
+    reuse = os.environ.get("SPANJUDGE_TEST_TRAINED_JUDGE")
+    if reuse:  # a developer's shortcut: a run folder this fixture made before (never set in CI)
+        return TrainedRun(records=Path(reuse) / "unused", out=Path(reuse), log="", args=[])
     root = tmp_path_factory.mktemp("trained_judge")
     records = write_qags_records(root / "annotate", shared_data)
     # 16 steps (4 epochs of 16 examples): fewer leave SmolLM2 writing the format without its

@@ -8,10 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from spanjudge.inference.cli import COMMANDS
-
 SPANJUDGE = str(Path(sys.executable).with_name("spanjudge"))
 
 
@@ -54,14 +50,6 @@ def test_tasks_table_and_one_task() -> None:
     assert table.returncode == 0 and "news_summarization" in table.stdout
     one = run("tasks", "--task", "topical_chat")
     assert one.returncode == 0 and "groundedness" in one.stdout
-
-
-@pytest.mark.parametrize("command", [name for name, entry in COMMANDS.items() if entry.target is None])
-def test_placeholders_say_they_are_not_implemented(command: str) -> None:
-    result = run(command, "--anything", "x")
-    assert result.returncode == 2
-    assert "not implemented yet" in result.stderr and "issue #" in result.stderr
-    assert "Traceback" not in result.stderr
 
 
 def test_bad_config_is_one_line_exit_2(tmp_path: Path) -> None:

@@ -164,6 +164,14 @@ def test_garbage_replies_are_retried_with_sampling_then_unscored(serve, tokenize
     assert stand_in.bodies[0]["prompt"] == judge_chat_prompt(judge.tokenizer, request)
 
 
+def test_fewer_retries_when_asked(serve, tokenizer_folder: Path) -> None:
+    stand_in, url = serve([Reply(text="not an evaluation")])
+    judge = stand_in_judge(url, tokenizer_folder, retries=1)
+    [result] = judge.score([judge.request(TASK, ASPECT, {"Article": "The cat sat on the mat."}, "A cat sat.")])
+    assert result.score is None and result.attempts == 2 and len(stand_in.bodies) == 2
+    assert "no parseable reply in 2 tries" in (result.unscored_reason or "")
+
+
 def test_a_reply_that_parses_on_retry_is_scored_and_anchored(serve, tokenizer_folder: Path) -> None:
     good = "Error 1:\nLocation: sat on a hat\nExplanation: The article says mat.\nSeverity: 3\n\nOverall score: 40"
     _stand_in, url = serve([Reply(text="garbage"), Reply(text=good)])

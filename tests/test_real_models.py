@@ -6,8 +6,6 @@ reply ends as a parsed result or an explicit, reasoned failure."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -95,18 +93,3 @@ def test_server_that_cannot_load_reports_its_log(tmp_path: Path) -> None:
     fake.write_bytes(b"this is not a gguf file")
     with pytest.raises(SpanjudgeError, match="exited with code"):
         LlamaCppServer(fake, alias="x").start(timeout=60)
-
-
-def test_demo_runs_on_real_data_with_a_real_model(tmp_path: Path) -> None:
-    spanjudge = str(Path(sys.executable).with_name("spanjudge"))
-    result = subprocess.run(
-        [spanjudge, "demo", "--out", str(tmp_path), "--items", "2"], capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stderr
-    records = json.loads((tmp_path / "preview.json").read_text())
-    assert len(records) == 2
-    for record in records:
-        assert record["dataset"] == "summeval" and record["reply"]
-        # every item is either scored by a parsed reply or explicitly unscored, never both
-        assert ("parse_failure" in record) != ("evaluation" in record)
-    assert f"parsed {sum('evaluation' in r for r in records)} of 2" in result.stdout

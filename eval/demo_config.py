@@ -1,0 +1,118 @@
+"""The demo's config: which ensemble annotates which sources, how the judge is trained, how
+much is scored and meta-evaluated, and what is staged for publishing.
+
+`configs/demo/tiny.yaml` is the default (the PyPI-shipped tiny models on a 2-core CPU, a
+few minutes); `configs/demo/thesis.yaml` is the real scale (the thesis ensemble on
+Ollama/vLLM, Llama 3.1 8B on a GPU). Paths are relative to the built-in `configs/` folder
+unless a file of that name sits beside the demo YAML. A mistake is one line naming the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from spanjudge.inference.configio import configs_dir, load_yaml_model
+
+DEFAULT_CONFIG = "demo/tiny.yaml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSpec(_Strict):
+    """A llama.cpp server the demo starts on a free 127.0.0.1 port, and the ensemble roles it serves."""
+
+    model: str = Field(description="@smollm2, @gemma3 or a .gguf file")
+    alias: str = Field(min_length=1, description="the model name the server answers to")
+    roles: tuple[str, ...] = Field(min_length=1, description="ensemble roles pointed at this server")
+    n_ctx: int = Field(default=4096, gt=0)
+
+
+class AnnotateSection(_Strict):
+    ensemble: str = Field(description="ensemble YAML (configs/ensemble/...)")
+    sources: str = Field(description="sources YAML (configs/sources/...)")
+    limit_inputs: int | None = Field(default=None, ge=1, description="annotate only the first N inputs of each source")
+    serve: tuple[ServerSpec, ...] = Field(
+        default=(), description="llama.cpp servers to start; empty = the ensemble's own endpoints (yours to run)"
+    )
+
+
+class TrainSection(_Strict):
+    config: str = Field(description="training YAML (configs/train/...); data and output_dir are set by the demo")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="dotted key -> value, as `--set`")
+
+
+class ScoreSection(_Strict):
+    held_out: int = Field(ge=1, description="outputs of inputs after the annotated ones, scored by the judge")
+    max_new_tokens: int = Field(default=1536, ge=16)
+    batch_size: int = Field(default=8, ge=1)
+    retries: int = Field(default=3, ge=0, description="sampled retries of a reply that does not parse")
+
+
+class MetaEvalSection(_Strict):
+    suite: str = Field(description="meta-evaluation suite (configs/eval/...)")
+    datasets: tuple[str, ...] = Field(default=(), description="sets of the suite; empty = all")
+    max_items: int | None = Field(default=None, ge=1, description="first N items of each set")
+    resamples: int | None = Field(default=None, ge=0, description="bootstrap resamples (default: the suite's)")
+    baselines: tuple[str, ...] = Field(default=(), description="more judges beside the distilled one, e.g. metric:bleu")
+    judge_options: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Judge.from_pretrained options for the distilled judge"
+    )
+
+
+class PerturbSection(_Strict):
+    benchmark: Literal["dhp", "dual", "attacks", "prompt"] = Field(description="what `spanjudge perturb` builds")
+    source: str = Field(default="summeval", description="summeval, or topical_chat for dual / prompt")
+    n: int | None = Field(default=None, ge=1, description="source texts to sample (default: all)")
+    perturbations: tuple[str, ...] = Field(default=(), description="perturbation keys; empty = the benchmark's all")
+    aspects: tuple[str, ...] = Field(default=(), description="dhp / attacks: aspects to rate; empty = all")
+    perturber: str | None = Field(
+        default=None, description="model for LLM-made perturbations (configs/perturb/...); served by the demo if local"
+    )
+    judge_options: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Judge.from_pretrained options for the distilled judge"
+    )
+
+
+class PublishSection(_Strict):
+    repo_id: str = Field(pattern=r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$", description="owner/name for the card")
+    license: str = "other"
+
+
+class DemoConfig(_Strict):
+    name: str
+    description: str = ""
+    annotate: AnnotateSection
+    train: TrainSection
+    score: ScoreSection
+    meta_eval: MetaEvalSection
+    perturbation: PerturbSection | None = None
+    publish: PublishSection
+
+    @model_validator(mode="after")
+    def _roles_served_once(self) -> DemoConfig:
+        roles = [role for server in self.annotate.serve for role in server.roles]
+        if len(set(roles)) != len(roles):
+            raise ValueError(f"annotate.serve: a role is served twice ({roles})")
+        return self
+
+
+def resolve(value: str, config_path: Path) -> Path:
+    """Absolute as given; else beside the demo YAML if it exists there; else in configs/."""
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return path
+    beside = config_path.parent / path
+    return beside if beside.exists() else configs_dir() / path
+
+
+def default_config_path() -> Path:
+    return configs_dir() / DEFAULT_CONFIG
+
+
+def load_demo_config(path: Path) -> DemoConfig:
+    return load_yaml_model(DemoConfig, path)

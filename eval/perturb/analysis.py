@@ -1,0 +1,251 @@
+"""From a judge's scores on a benchmark to the benchmark's statistics (BENCHMARKS.md §1-4).
+
+Every function is data in, data out: the benchmark, the scores by (aspect, item id) and the
+options; the result is a JSON-ready dict with the counts of texts left unscored, so a
+report never hides how much of the benchmark a number rests on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..judges import Judgment
+from . import metrics
+from .benchmark import BenchItem, Benchmark, originals_by_group
+from .spans import PRF, micro_total, overlap_span_prf, token_prf
+
+Scores = Mapping[tuple[str, str], Judgment]
+LEVELS = {"character": "C", "word": "W", "sentence": "S"}
+
+
+def _score(scores: Scores, aspect: str, item: BenchItem) -> float | None:
+    judgment = scores.get((aspect, item.id))
+    return None if judgment is None else judgment.score
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def _pairs(benchmark: Benchmark, scores: Scores, key: str, aspect: str) -> tuple[list[float], list[float], int]:
+    """(original scores, perturbed scores, pairs lost to an unscored text) for one set."""
+    originals = originals_by_group(benchmark.items)
+    kept_o, kept_p, lost = [], [], 0
+    for item in benchmark.items:
+        if item.perturbation != key or aspect not in item.aspects:
+            continue
+        original = originals.get(item.group)
+        o = None if original is None else _score(scores, aspect, original)
+        p = _score(scores, aspect, item)
+        if o is None or p is None:
+            lost += 1
+        else:
+            kept_o.append(o)
+            kept_p.append(p)
+    return kept_o, kept_p, lost
+
+
+# -- §1 DHP ------------------------------------------------------------------------------------
+
+
+def analyze_dhp(
+    benchmark: Benchmark, scores: Scores, weights: Mapping[str, float] | None = None, normalised: bool = False
+) -> dict[str, Any]:
+    """Per set: one-sided Wilcoxon p per aspect (the paper's metrics m_j), the harmonic-mean p,
+    its expert-weighted variant and D; then D_min and the level-balanced D_avg (and EW)."""
+    aspects = list(benchmark.aspects)
+    w = [float((weights or {}).get(a, 1.0 / len(aspects))) for a in aspects]
+    sets: dict[str, Any] = {}
+    plain: list[metrics.DHPSet] = []
+    weighted: list[metrics.DHPSet] = []
+    for key, info in benchmark.perturbations.items():
+        per_aspect: dict[str, Any] = {}
+        for aspect in aspects:
+            original, perturbed, lost = _pairs(benchmark, scores, key, aspect)
+            p = metrics.wilcoxon_greater(original, perturbed) if original else None
+            per_aspect[aspect] = {"p": p, "pairs": len(original), "unscored_pairs": lost}
+        ps = [v["p"] for v in per_aspect.values()]
+        if any(p is None for p in ps):  # an aspect with no scored pair: no honest combined p
+            sets[key] = {"name": info.get("name"), "level": info.get("level"), "aspects": per_aspect, "p": None}
+            continue
+        p_i = metrics.harmonic_p(ps, normalised=normalised)
+        p_ew = metrics.harmonic_p(ps, weights=w)
+        level = LEVELS.get(str(info.get("level")), str(info.get("level")))
+        plain.append(metrics.DHPSet(key, level, p_i))
+        weighted.append(metrics.DHPSet(key, level, p_ew))
+        sets[key] = {
+            "name": info.get("name"),
+            "level": info.get("level"),
+            "degree": info.get("degree"),
+            "aspects": per_aspect,
+            "p": p_i,
+            "p_EW": p_ew,
+            "D": metrics.discernment(p_i),
+            "D_EW": metrics.discernment(p_ew),
+        }
+    summary: dict[str, Any] = {"D_avg": None, "D_min": None, "D_avg_EW": None, "D_min_EW": None}
+    if plain:
+        s, s_ew = metrics.dhp_summary(plain), metrics.dhp_summary(weighted)
+        summary = {"D_avg": s["D_avg"], "D_min": s["D_min"], "D_avg_EW": s_ew["D_avg"], "D_min_EW": s_ew["D_min"]}
+    return {
+        "sets": sets,
+        "summary": summary,
+        "sets_without_p": sorted(k for k, v in sets.items() if v["p"] is None),
+        "harmonic": "normalised M/sum(1/p)" if normalised else "printed 1/sum(1/p)",
+        "weights": dict(zip(aspects, w, strict=True)),
+    }
+
+
+# -- §2 dual perspective ----------------------------------------------------------------------
+
+
+def analyze_dual(benchmark: Benchmark, scores: Scores, gap: int = 2) -> dict[str, Any]:
+    """Global: the judge's score binned onto the gold scale, linear weighted κ and CEM-ORD per
+    aspect. Local: each chain (0, 1, 2 ... injected errors) is a sequence of strictly falling
+    quality; adjacent-pair accuracy (ties are errors) and gap-d accuracy."""
+    classes = tuple(int(c) for c in benchmark.info.get("scale", (1, 2, 3, 4, 5)))
+    binner = metrics.EqualWidthBinner(0.0, 100.0, classes)
+    per_aspect: dict[str, Any] = {}
+    for aspect in benchmark.aspects:
+        items = [i for i in benchmark.items if aspect in i.aspects]
+        gold, predicted, unscored = [], [], 0
+        chains: dict[str, list[tuple[int, float | None]]] = {}
+        for item in items:
+            score = _score(scores, aspect, item)
+            chains.setdefault(str(item.meta.get("chain", item.group)), []).append((int(item.meta["errors"]), score))
+            if score is None:
+                unscored += 1
+                continue
+            gold.append(int(item.meta["gold"]))
+            predicted.append(binner(score))
+        sequences = [[s for _, s in sorted(chain)] for chain in chains.values()]
+        accuracy, pairs = metrics.adjacent_pair_accuracy(sequences)
+        gap_acc, gap_pairs = metrics.gap_accuracy(sequences, gap)
+        per_aspect[aspect] = {
+            "texts": len(items),
+            "unscored": unscored,
+            "kappa": _num(metrics.linear_weighted_kappa(gold, predicted, classes)) if gold else None,
+            "cem_ord": _num(metrics.cem_ord(gold, predicted, classes)) if gold else None,
+            "pair_accuracy": _num(accuracy),
+            "pairs": pairs,
+            f"gap{gap}_accuracy": _num(gap_acc),
+            f"gap{gap}_pairs": gap_pairs,
+            "chains": len(sequences),
+        }
+
+    def mean(metric: str) -> float | None:
+        values = [v[metric] for v in per_aspect.values() if v[metric] is not None]
+        return sum(values) / len(values) if values else None
+
+    return {
+        "aspects": per_aspect,
+        "average": {m: mean(m) for m in ("kappa", "cem_ord", "pair_accuracy", f"gap{gap}_accuracy")},
+        "binner": binner.describe(),
+    }
+
+
+# -- §3 aspect-targeted attacks ---------------------------------------------------------------
+
+
+def analyze_attacks(benchmark: Benchmark, scores: Scores) -> dict[str, Any]:
+    """Δ(perturbation, aspect) = mean(original − perturbed) on the 1-5 scale (s' = 1 + 4s/100)."""
+    delta: dict[tuple[str, str], float | None] = {}
+    cells: list[dict[str, Any]] = []
+    for key, info in benchmark.perturbations.items():
+        name = str(info.get("name"))
+        for aspect in benchmark.aspects:
+            original, perturbed, lost = _pairs(benchmark, scores, key, aspect)
+            value, used = metrics.attack_delta(
+                [metrics.to_likert(s) for s in original], [metrics.to_likert(s) for s in perturbed]
+            )
+            expected = metrics.EXPECTED_EFFECT.get(name, {}).get(aspect, "?")
+            if name in metrics.EXPECTED_EFFECT and aspect in metrics.ATTACK_ASPECTS:
+                delta[(name, aspect)] = value
+            cells.append(
+                {"perturbation": name, "aspect": aspect, "delta": value, "items": used, "unscored": lost,
+                 "expected": expected}
+            )  # fmt: skip
+    return {"cells": cells, "summary": metrics.attack_summary(delta), "scale": "1 + 4*score/100"}
+
+
+# -- §4 perturbed prompt ----------------------------------------------------------------------
+
+
+def analyze_prompt(benchmark: Benchmark, scores: Scores) -> dict[str, Any]:
+    """Krippendorff's ordinal α of the judge (binned onto the aspect's expert scale) beside the
+    experts, with and without the injected rating, and the exact-match rate of the two scores."""
+    scales = benchmark.info.get("scales") or {}
+    originals = originals_by_group(benchmark.items)
+    per_aspect: dict[str, Any] = {}
+    binners: dict[str, str] = {}
+    for aspect in benchmark.aspects:
+        binner = metrics.EqualWidthBinner(0.0, 100.0, tuple(int(c) for c in scales.get(aspect, (1, 2, 3, 4, 5))))
+        binners[aspect] = binner.describe()
+        injected = [i for i in benchmark.items if i.perturbation and aspect in i.aspects]
+        plain_scores, injected_scores, experts = [], [], []
+        for item in injected:
+            original = originals[item.group]
+            experts.append(float(original.meta["experts"][aspect]))
+            plain_scores.append(_score(scores, aspect, original))
+            injected_scores.append(_score(scores, aspect, item))
+        rate, pairs = metrics.exact_match_rate(plain_scores, injected_scores)
+        per_aspect[aspect] = {
+            "items": len(injected),
+            "alpha_plain": _alpha(plain_scores, experts, binner),
+            "alpha_injected": _alpha(injected_scores, experts, binner),
+            "exact_match": _num(rate),
+            "pairs": pairs,
+            "unscored_plain": sum(v is None for v in plain_scores),
+            "unscored_injected": sum(v is None for v in injected_scores),
+        }
+    return {"aspects": per_aspect, "binners": binners}
+
+
+def _alpha(values: Sequence[float | None], experts: list[float], binner: metrics.EqualWidthBinner) -> float | None:
+    judge = [None if v is None else float(binner(v)) for v in values]
+    if sum(v is not None for v in judge) < 2:
+        return None
+    return _num(metrics.krippendorff_alpha_ordinal(judge, [experts]))
+
+
+# -- spans ------------------------------------------------------------------------------------
+
+
+def _prf(total: PRF) -> dict[str, Any]:
+    return {
+        "precision": total.precision,
+        "recall": total.recall,
+        "f1": total.f1,
+        "tp": total.tp,
+        "fp": total.fp,
+        "fn": total.fn,
+    }
+
+
+def analyze_spans(benchmark: Benchmark, scores: Scores) -> dict[str, Any] | None:
+    """The judge's error spans against the characters each perturbation changed; None when the
+    judge gives no spans (a metric or a prompted ensemble)."""
+    overlap: list[PRF] = []
+    tokens: list[PRF] = []
+    unscored = 0
+    for item in benchmark.items:
+        if item.perturbation is None or not item.spans:
+            continue
+        for aspect in item.aspects:
+            judgment = scores.get((aspect, item.id))
+            detail = judgment.detail if judgment is not None else None
+            if judgment is None or judgment.score is None or not detail or "spans" not in detail:
+                unscored += 1
+                continue
+            predicted = [(int(s), int(e)) for s, e in detail["spans"]]
+            overlap.append(overlap_span_prf(predicted, list(item.spans)))
+            tokens.append(token_prf(predicted, list(item.spans), item.output))
+    if not overlap:
+        return None
+    return {"texts": len(overlap), "unscored": unscored, "overlap": _prf(micro_total(overlap)),
+            "token": _prf(micro_total(tokens))}  # fmt: skip
+
+
+ANALYSES = {"dhp": analyze_dhp, "dual": analyze_dual, "attacks": analyze_attacks, "prompt": analyze_prompt}

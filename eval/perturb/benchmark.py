@@ -1,0 +1,220 @@
+"""A perturbation benchmark on disk: one folder, built once and scored by any number of judges.
+
+    <folder>/benchmark.json   what it is: kind, dataset, the task the judge is asked about
+                              (a full catalog Task, so custom aspects travel with it), the
+                              perturbations, the seed, who made the LLM perturbations, counts
+    <folder>/items.jsonl      one text to score per line (originals and perturbed texts)
+    <folder>/frozen.jsonl     the LLM-made perturbations with provenance (reused on rebuild)
+
+An item line:
+
+    {"id": "summeval-3:dhp.char_deletion.minor", "group": "summeval-3",
+     "perturbation": "dhp.char_deletion.minor" | null, "aspects": ["coherence", ...],
+     "inputs": {"Article": "..."}, "output": "...", "spans": [[12, 19]], "meta": {...}}
+
+`group` ties a perturbed text to its original (same group, `perturbation: null`); `spans` are
+the characters the perturbation changed (ground truth for span metrics); `meta` holds what a
+kind needs (dual: `aspect`, `errors`, `gold`; prompt: `experts`, `injected`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from spanjudge.inference.catalog import Task
+from spanjudge.inference.errors import InputError
+from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl
+
+FORMAT = "spanjudge-benchmark/1"
+Kind = Literal["dhp", "dual", "attacks", "prompt"]
+KINDS: tuple[Kind, ...] = ("dhp", "dual", "attacks", "prompt")
+MANIFEST = "benchmark.json"
+ITEMS = "items.jsonl"
+FROZEN = "frozen.jsonl"
+
+
+@dataclass(frozen=True)
+class BenchItem:
+    id: str
+    group: str
+    perturbation: str | None
+    aspects: tuple[str, ...]
+    inputs: dict[str, str]
+    output: str
+    spans: tuple[tuple[int, int], ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "group": self.group,
+            "perturbation": self.perturbation,
+            "aspects": list(self.aspects),
+            "inputs": self.inputs,
+            "output": self.output,
+            "spans": [list(s) for s in self.spans],
+            "meta": self.meta,
+        }
+
+
+@dataclass
+class Benchmark:
+    kind: Kind
+    name: str
+    dataset: str
+    task: Task
+    items: list[BenchItem]
+    perturbations: dict[str, dict[str, Any]]  # key -> name, level, method, degree, aspects
+    seed: int
+    info: dict[str, Any] = field(default_factory=dict)  # counts, rejections, builder settings, provenance
+    folder: Path | None = None
+
+    @property
+    def aspects(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(a for item in self.items for a in item.aspects))
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "kind": self.kind,
+            "name": self.name,
+            "dataset": self.dataset,
+            "seed": self.seed,
+            "task": self.task.model_dump(mode="json"),
+            "perturbations": self.perturbations,
+            "items": len(self.items),
+            **self.info,
+        }
+
+
+def write_benchmark(benchmark: Benchmark, folder: Path) -> None:
+    """Items first, manifest last: a folder with a manifest is a complete benchmark."""
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_jsonl(folder / ITEMS, (item.to_json() for item in benchmark.items))
+    atomic_write_json(folder / MANIFEST, benchmark.manifest())
+    benchmark.folder = folder
+
+
+def _need(row: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in row:
+        raise InputError(f"{where}: missing field '{key}'")
+    value = row[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise InputError(f"{where}: field '{key}' has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _spans(value: Any, output: str, where: str) -> tuple[tuple[int, int], ...]:
+    spans = []
+    for span in value:
+        if (
+            not isinstance(span, list | tuple)
+            or len(span) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in span)
+            or not 0 <= span[0] <= span[1] <= len(output)
+        ):
+            raise InputError(f"{where}: span {span!r} is not [start, end] within the output")
+        spans.append((span[0], span[1]))
+    return tuple(spans)
+
+
+def parse_item(row: Any, where: str, task: Task) -> BenchItem:
+    if not isinstance(row, Mapping):
+        raise InputError(f"{where}: each line must be a JSON object")
+    inputs = _need(row, "inputs", dict, where)
+    if not all(isinstance(v, str) for v in inputs.values()):
+        raise InputError(f"{where}: every input must be a string")
+    unknown = [h for h in inputs if h not in task.input_headers]
+    if unknown:
+        raise InputError(f"{where}: input '{unknown[0]}' is not one of task '{task.id}': {task.input_headers}")
+    output = _need(row, "output", str, where)
+    aspects = tuple(_need(row, "aspects", list, where))
+    for aspect in aspects:
+        if aspect not in task.aspects:
+            raise InputError(f"{where}: aspect '{aspect}' is not an aspect of task '{task.id}'")
+    perturbation = row.get("perturbation")
+    if perturbation is not None and not isinstance(perturbation, str):
+        raise InputError(f"{where}: field 'perturbation' must be a string or null")
+    return BenchItem(
+        id=str(_need(row, "id", (str, int), where)),
+        group=str(_need(row, "group", (str, int), where)),
+        perturbation=perturbation,
+        aspects=aspects,
+        inputs=inputs,
+        output=output,
+        spans=_spans(row.get("spans") or [], output, where),
+        meta=dict(row.get("meta") or {}),
+    )
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                yield number, line
+
+
+def load_benchmark(folder: Path) -> Benchmark:
+    """A built benchmark; any damage is one message naming the file, line and field."""
+    manifest_path = folder / MANIFEST
+    if not manifest_path.is_file():
+        raise InputError(f"{folder} is not a benchmark folder (no {MANIFEST}); build one with `spanjudge perturb`")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{manifest_path}: not valid JSON ({exc.msg})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise InputError(f"{manifest_path}: not a {FORMAT} manifest")
+    kind = manifest.get("kind")
+    if kind not in KINDS:
+        raise InputError(f"{manifest_path}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    try:
+        task = Task.model_validate(manifest.get("task"))
+    except Exception as exc:  # pydantic's message names the field
+        raise InputError(f"{manifest_path}: field 'task' is not a valid task ({str(exc).splitlines()[0]})") from None
+    items_path = folder / ITEMS
+    if not items_path.is_file():
+        raise InputError(f"{items_path} is missing")
+    items: list[BenchItem] = []
+    seen: set[str] = set()
+    for number, line in _lines(items_path):
+        where = f"{items_path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
+        item = parse_item(row, where, task)
+        if item.id in seen:
+            raise InputError(f"{where}: item id '{item.id}' appears twice")
+        seen.add(item.id)
+        items.append(item)
+    if not items:
+        raise InputError(f"{items_path} has no items")
+    known = set(manifest.get("perturbations") or {})
+    stray = sorted({i.perturbation for i in items if i.perturbation and i.perturbation not in known})
+    if stray:
+        raise InputError(f"{items_path}: perturbation '{stray[0]}' is not listed in {MANIFEST}")
+    info = {
+        k: v
+        for k, v in manifest.items()
+        if k not in {"format", "kind", "name", "dataset", "seed", "task", "perturbations", "items"}
+    }
+    return Benchmark(
+        kind=kind,
+        name=str(manifest.get("name") or folder.name),
+        dataset=str(manifest.get("dataset") or ""),
+        task=task,
+        items=items,
+        perturbations=dict(manifest.get("perturbations") or {}),
+        seed=int(manifest.get("seed") or 0),
+        info=info,
+        folder=folder,
+    )
+
+
+def originals_by_group(items: Sequence[BenchItem]) -> dict[str, BenchItem]:
+    return {item.group: item for item in items if item.perturbation is None}

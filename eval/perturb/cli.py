@@ -1,0 +1,232 @@
+"""`spanjudge perturb` builds a perturbation benchmark; `spanjudge meta-eval --benchmark DIR`
+(or `--spans rotowire|quintd1`) scores a judge on it (see `evaluate_benchmark`, `evaluate_span_set`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import BaseModel, ConfigDict
+
+from spanjudge.inference.backends import BackendSpec, SamplingParams
+
+perturb = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+class PerturberConfig(BaseModel):
+    """configs/perturb/<name>.yaml: the model that makes the LLM perturbations."""
+
+    model_config = ConfigDict(extra="forbid")
+    description: str = ""
+    backend: BackendSpec
+    sampling: SamplingParams = SamplingParams(temperature=0.7, top_p=0.95, max_tokens=1024)
+
+
+@contextmanager
+def _bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=Console(stderr=True), transient=True,
+    ) as bars:  # fmt: skip
+
+        def start(label: str, total: int) -> Callable[[int], None]:
+            task = bars.add_task(label, total=total)
+            return lambda done: bars.update(task, completed=done)
+
+        yield start
+
+
+def _counter(show: Callable[[int], None], done: int) -> Callable[[int], None]:
+    """Turn "n more done" callbacks into a bar's absolute position."""
+    count = [done]
+    show(done)
+
+    def step(n: int) -> None:
+        count[0] += n
+        show(count[0])
+
+    return step
+
+
+@perturb.command()
+def perturb_command(
+    benchmark: Annotated[str, typer.Option("--benchmark", help="dhp | dual | attacks | prompt")],
+    source: Annotated[str, typer.Option("--source", help="summeval (all four) or topical_chat (dual, prompt).")],
+    out: Annotated[Path, typer.Option("--out", help="Benchmark folder (created; re-running reuses frozen LLM texts).")],
+    n: Annotated[
+        int | None, typer.Option("--n", min=1, help="Sample this many source texts (seeded; default: all).")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and of every perturbation.")] = 0,
+    perturbation: Annotated[
+        list[str] | None,
+        typer.Option("--perturbation", help="Only these perturbation keys (repeatable; default: the benchmark's all)."),
+    ] = None,
+    perturber: Annotated[
+        Path | None,
+        typer.Option(
+            "--perturber",
+            help="YAML naming the model for LLM-made perturbations (configs/perturb/tiny_local.yaml, thesis.yaml).",
+        ),
+    ] = None,
+    endpoint: Annotated[
+        list[str] | None, typer.Option("--endpoint", help="Point the perturber at these servers instead (repeatable).")
+    ] = None,
+    steps: Annotated[
+        int | None, typer.Option("--steps", min=1, help="dual: errors injected per chain (default: scale size - 1).")
+    ] = None,
+    aspect: Annotated[
+        list[str] | None,
+        typer.Option("--aspect", help="dhp, attacks: rate only these aspects (repeatable; default: all of them)."),
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Shared data folder (default ../shared/data or $SPANJUDGE_DATA).")
+    ] = None,
+) -> None:
+    """Build a perturbation benchmark from our source data (BENCHMARKS.md; seeds 000-003).
+
+    dhp: SummEval references (the one with most sentences per article) under the 12 DHP sets
+    (character / word / sentence × rule / LLM × minor / major). dual: error chains that inject
+    one error of an aspect per step (global ordinal targets + local sequences). attacks: the 18
+    aspect-targeted perturbations, judged on 11 aspects. prompt: rated outputs with and without
+    a misleading "human expert rating" in the prompt. Rule-based perturbations run here; LLM-made
+    ones need --perturber and are frozen in OUT/frozen.jsonl with provenance, so a rebuild makes
+    no model call. Rejected perturbations are counted by reason and printed. Score a judge on the
+    result with `spanjudge meta-eval --benchmark OUT --judge ... --out REPORT`.
+    """
+    from rich.console import Console
+
+    from spanjudge.inference.configio import load_yaml_model
+    from spanjudge.inference.errors import InputError
+
+    from .benchmark import KINDS, write_benchmark
+    from .build import build_benchmark
+    from .llm_perturb import LLMPerturber
+
+    console = Console(stderr=True, soft_wrap=True)  # counts stay on one line, for logs and greps
+    if benchmark not in KINDS:
+        raise InputError(f"--benchmark must be one of {', '.join(KINDS)}, got {benchmark!r}")
+    llm = None
+    info: dict[str, Any] = {}
+    if perturber is not None:
+        config = load_yaml_model(PerturberConfig, perturber)
+        spec = config.backend
+        if endpoint:
+            spec = spec.model_copy(update={"endpoints": tuple(endpoint)})
+        llm = LLMPerturber(spec, out / "frozen.jsonl", sampling=config.sampling)
+        info = {"model": spec.model, "kind": spec.kind, "config": perturber.name, **config.sampling.model_dump()}
+    try:
+        with _bars() as progress:
+            built = build_benchmark(
+                benchmark, source, data_root=data_dir, n=n, seed=seed, perturbations=perturbation,  # type: ignore[arg-type]
+                llm=llm, llm_info=info, steps=steps, aspects=aspect, progress=progress,
+            )  # fmt: skip
+    finally:
+        if llm is not None:
+            llm.close()
+    write_benchmark(built.benchmark, out)
+    made = sum(built.made.values())
+    rejected = sum(sum(r.values()) for r in built.rejected.values())
+    texts = len(built.benchmark.items)
+    console.print(f"{built.benchmark.name}: {texts} texts in {out} ({made} perturbed, {rejected} rejected)")
+    for key, reasons in built.rejected.items():
+        console.print(f"[yellow]  rejected {key}:[/yellow] " + ", ".join(f"{r} {c}" for r, c in reasons.items()))
+    if llm is not None:
+        console.print(f"LLM perturbations: {llm.summary}")
+
+
+def evaluate_benchmark(
+    folder: Path,
+    judges: Sequence[Any],
+    out: Path,
+    *,
+    weights: dict[str, float] | None = None,
+    normalised: bool = False,
+    plots: bool = True,
+) -> list[Path]:
+    """Score every judge on the benchmark in `folder`; a report per judge in OUT/<judge>/."""
+    from ..store import judge_slug
+    from .analysis import ANALYSES, analyze_spans
+    from .benchmark import load_benchmark
+    from .report import write_report
+    from .scoring import score_benchmark
+
+    benchmark = load_benchmark(folder)
+    written: list[Path] = []
+    with _bars() as bars:
+
+        def progress(label: str, done: int, total: int) -> Callable[[int], None]:
+            return _counter(bars(label, total), done)
+
+        for judge in judges:
+            scored = score_benchmark(benchmark, judge, out, progress)
+            if benchmark.kind == "dhp":
+                body = ANALYSES["dhp"](benchmark, scored.scores, weights, normalised)  # type: ignore[operator]
+            else:
+                body = ANALYSES[benchmark.kind](benchmark, scored.scores)  # type: ignore[operator]
+            result = {"metrics": body, "spans": analyze_spans(benchmark, scored.scores), "missing": scored.missing}
+            written += write_report(benchmark, judge.name, result, out / judge_slug(judge.name), plots)
+    return written
+
+
+def evaluate_span_set(
+    name: str, judges: Sequence[Any], out: Path, data_root: Path | None, max_items: int | None
+) -> Path:
+    """Error-span P/R/F1 of each judge, and of the mark-every-number baseline, on a span set."""
+    import json
+
+    from spanjudge.inference.catalog import load_catalog
+    from spanjudge.inference.errors import InputError
+    from spanjudge.inference.fileio import atomic_write_text
+
+    from ..datasets import MetaDataset, MetaItem
+    from ..store import JudgmentStore, judge_slug
+    from ..suite import AspectSpec, DatasetSpec
+    from .spans import evaluate_spans, load_quintd1, load_rotowire, mark_numbers
+
+    loaders = {"rotowire": load_rotowire, "quintd1": load_quintd1}
+    if name not in loaders:
+        raise InputError(f"--spans must be one of {', '.join(loaders)}, got {name!r}")
+    docs = loaders[name](data_root, limit=max_items)  # type: ignore[operator]
+    task = load_catalog().task(docs[0].task_id)
+    aspect = AspectSpec(name="faithfulness", human="-")
+    spec = DatasetSpec(name=f"spans-{name}", level="global", aspects=(aspect,))
+    items = [MetaItem(d.id, spec.name, d.id, "output", task.id, d.inputs, d.output, {}) for d in docs]
+    dataset = MetaDataset(spec, task, items, Path(name))
+    baseline = evaluate_spans(docs, {d.id: mark_numbers(d.output) for d in docs})
+    results: dict[str, Any] = {"baseline: mark every number": baseline}
+    for judge in judges:
+        store = JudgmentStore(out / "judgments" / f"{judge_slug(judge.name)}.jsonl")
+        todo = [i for i in items if (spec.name, aspect.name, i.id) not in store.found]
+        with _bars() as bars:
+            step = _counter(bars(f"{name}/{judge.name}", len(todo)), 0)
+            for start in range(0, len(todo), 16):
+                store.add(spec.name, aspect.name, judge.judge(dataset, aspect, todo[start : start + 16], step).items())
+        predictions: dict[str, Any] = {}
+        for item in items:
+            found = store.found.get((spec.name, aspect.name, item.id))
+            if found is None:
+                continue
+            spans = (found.detail or {}).get("spans") if found.score is not None else None
+            predictions[item.id] = None if spans is None else [tuple(s) for s in spans]
+        results[judge.name] = evaluate_spans(docs, predictions)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"# Error-span precision / recall on {name} ({len(docs)} documents)",
+        "",
+        "| system | variant | precision | recall | F1 | scored | unscored |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for system, r in results.items():
+        for variant in ("exact", "overlap", "token"):
+            v = r[variant]
+            lines.append(f"| {system} | {variant} | {v['precision']:.3f} | {v['recall']:.3f} | {v['f1']:.3f} | "
+                         f"{r['scored']} | {r['unscored'] + r['missing']} |")  # fmt: skip
+    atomic_write_text(out / "spans.json", json.dumps(results, indent=2) + "\n")
+    atomic_write_text(out / "spans.md", "\n".join(lines) + "\n")
+    return out / "spans.md"
