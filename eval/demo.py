@@ -335,10 +335,15 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
     shutil.copyfile(report / "report.md", ctx.layout.perturbation / "report.md")
     results = json.loads((report / "results.json").read_text(encoding="utf-8"))
     rejected = sum(sum(r.values()) for r in benchmark.info.get("rejected", {}).values())
-    text = (
-        f"{benchmark.name}: {len(benchmark.items)} texts ({rejected} perturbations rejected); "
-        f"D_avg {results['metrics']['summary'].get('D_avg') if benchmark.kind == 'dhp' else '-'}"
+    unscored = sum(
+        j.get("score") is None
+        for line in (report.parent / "judgments" / f"{judge_slug(judge.name)}.jsonl").read_text().splitlines()
+        if (j := json.loads(line))
     )
+    text = f"{benchmark.name}: {len(benchmark.items)} texts ({rejected} perturbations rejected), {unscored} unscored"
+    if benchmark.kind == "dhp":
+        d_avg = results["metrics"]["summary"]["D_avg"]
+        text += f"; D_avg {d_avg:.3f}" if d_avg is not None else "; no D (no scored pair)"
     return text, {"benchmark": benchmark.name, "missing": results["missing"]}
 
 

@@ -68,7 +68,8 @@ def analyze_dhp(
             per_aspect[aspect] = {"p": p, "pairs": len(original), "unscored_pairs": lost}
         ps = [v["p"] for v in per_aspect.values()]
         if any(p is None for p in ps):  # an aspect with no scored pair: no honest combined p
-            sets[key] = {"name": info.get("name"), "level": info.get("level"), "aspects": per_aspect, "p": None}
+            sets[key] = {"name": info.get("name"), "level": info.get("level"), "degree": info.get("degree"),
+                         "aspects": per_aspect, "p": None}  # fmt: skip
             continue
         p_i = metrics.harmonic_p(ps, normalised=normalised)
         p_ew = metrics.harmonic_p(ps, weights=w)

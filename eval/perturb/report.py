@@ -44,9 +44,11 @@ def _dhp(result: Mapping[str, Any]) -> list[str]:
     for key, s in result["sets"].items():
         ps = " / ".join(_f(a["p"]) for a in s["aspects"].values())
         pairs = min((a["pairs"] for a in s["aspects"].values()), default=0)
-        rows.append([s["name"], s["level"], s.get("degree"), pairs, ps, s["p"], s.get("D"), s.get("D_EW"), key])
+        lost = max((a["unscored_pairs"] for a in s["aspects"].values()), default=0)
+        rows.append([s["name"], s["level"], s.get("degree"), pairs, lost, ps, s["p"], s.get("D"), s.get("D_EW"), key])
     aspects = "/".join(next(iter(result["sets"].values()))["aspects"]) if result["sets"] else ""
-    lines += _table(["set", "level", "degree", "pairs", f"p ({aspects})", "p", "D", "D (EW)", "key"], rows)
+    header = ["set", "level", "degree", "pairs", "unscored pairs", f"p ({aspects})", "p", "D", "D (EW)", "key"]
+    lines += _table(header, rows)
     summary = result["summary"]
     lines += ["", *_table(["D_avg", "D_min", "D_avg EW", "D_min EW"], [[summary[k] for k in summary]])]
     if result["sets_without_p"]:
