@@ -27,8 +27,9 @@ from rich.console import Console
 from spanjudge.inference.errors import SpanjudgeError
 from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 
-from .demo_config import DemoConfig, ServerSpec, default_config_path, load_demo_config, resolve
+from .demo_config import DemoConfig, ServerSpec, default_config_path, load_demo_config
 from .demo_report import DemoLayout, StepRecord, render_report
+from .suite import resolve_config_path
 
 DISTILLED = "distilled:adapter"  # the meta-eval name of the judge at OUT/train/adapter
 
@@ -47,7 +48,7 @@ class DemoContext:
     endpoints: dict[str, list[str]] = field(default_factory=dict)  # ensemble role -> URLs of started servers
 
     def path(self, value: str) -> Path:
-        return resolve(value, self.config_path)
+        return resolve_config_path(value, self.config_path)
 
 
 StepOutput = tuple[str, dict[str, Any]]  # a one-line summary, details kept in demo_run.json
@@ -298,8 +299,7 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
     from .judge_files import DistilledJudge
     from .perturb.benchmark import MANIFEST, load_benchmark, write_benchmark
     from .perturb.build import build_benchmark
-    from .perturb.cli import PerturberConfig, evaluate_benchmark
-    from .perturb.llm_perturb import LLMPerturber
+    from .perturb.cli import PerturberConfig, evaluate_benchmark, open_perturber
     from .store import judge_slug
 
     section = ctx.config.perturbation
@@ -307,24 +307,22 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
         raise NotBuiltYet("no perturbation section in the demo config")
     folder = ctx.layout.perturbation / "benchmark"
     if not (folder / MANIFEST).is_file():
-        llm = None
+        llm, info = None, {}
         if section.perturber:
-            perturber = load_yaml_model(PerturberConfig, ctx.path(section.perturber))
-            spec = perturber.backend
-            served = ctx.endpoints.get(spec.model)
-            if served:  # the demo's own server for that model
-                spec = spec.model_copy(update={"endpoints": tuple(served)})
-            llm = LLMPerturber(spec, folder / "frozen.jsonl", sampling=perturber.sampling)
+            config_path = ctx.path(section.perturber)
+            model = load_yaml_model(PerturberConfig, config_path).backend.model
+            # on the demo's own server for that model, when it started one
+            llm, info = open_perturber(config_path, folder / "frozen.jsonl", ctx.endpoints.get(model, ()))
         try:
             built = build_benchmark(
                 section.benchmark, section.source, data_root=ctx.data_root, n=section.n, seed=0,
                 perturbations=list(section.perturbations) or None, aspects=list(section.aspects) or None, llm=llm,
-                llm_info={"model": llm.backend.model_id} if llm else None,
+                llm_info=info,
             )  # fmt: skip
         finally:
             if llm is not None:
                 llm.close()
-        write_benchmark(built.benchmark, folder)
+        write_benchmark(built, folder)
     benchmark = load_benchmark(folder)
     judge = DistilledJudge(str(ctx.layout.adapter), {k: str(v) for k, v in section.judge_options.items()})
     try:

@@ -101,15 +101,6 @@ class DemoConfig(_Strict):
         return self
 
 
-def resolve(value: str, config_path: Path) -> Path:
-    """Absolute as given; else beside the demo YAML if it exists there; else in configs/."""
-    path = Path(value).expanduser()
-    if path.is_absolute():
-        return path
-    beside = config_path.parent / path
-    return beside if beside.exists() else configs_dir() / path
-
-
 def default_config_path() -> Path:
     return configs_dir() / DEFAULT_CONFIG
 

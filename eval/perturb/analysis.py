@@ -214,17 +214,6 @@ def _alpha(values: Sequence[float | None], experts: list[float], binner: metrics
 # -- spans ------------------------------------------------------------------------------------
 
 
-def _prf(total: PRF) -> dict[str, Any]:
-    return {
-        "precision": total.precision,
-        "recall": total.recall,
-        "f1": total.f1,
-        "tp": total.tp,
-        "fp": total.fp,
-        "fn": total.fn,
-    }
-
-
 def analyze_spans(benchmark: Benchmark, scores: Scores) -> dict[str, Any] | None:
     """The judge's error spans against the characters each perturbation changed; None when the
     judge gives no spans (a metric or a prompted ensemble)."""
@@ -245,8 +234,8 @@ def analyze_spans(benchmark: Benchmark, scores: Scores) -> dict[str, Any] | None
             tokens.append(token_prf(predicted, list(item.spans), item.output))
     if not overlap:
         return None
-    return {"texts": len(overlap), "unscored": unscored, "overlap": _prf(micro_total(overlap)),
-            "token": _prf(micro_total(tokens))}  # fmt: skip
+    return {"texts": len(overlap), "unscored": unscored, "overlap": micro_total(overlap).as_dict(),
+            "token": micro_total(tokens).as_dict()}  # fmt: skip
 
 
 ANALYSES = {"dhp": analyze_dhp, "dual": analyze_dual, "attacks": analyze_attacks, "prompt": analyze_prompt}

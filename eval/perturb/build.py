@@ -75,13 +75,6 @@ class Source:
     human: dict[str, float]
 
 
-@dataclass
-class Built:
-    benchmark: Benchmark
-    rejected: dict[str, dict[str, int]]  # perturbation key -> reason -> count
-    made: dict[str, int]
-
-
 # -- sources ----------------------------------------------------------------------------------
 
 
@@ -242,9 +235,6 @@ def _aspects(wanted: Sequence[str] | None, default: tuple[str, ...]) -> tuple[st
 
 
 def build_perturbed_sets(
-    kind: Kind,
-    dataset: str,
-    task: Task,
     sources: Sequence[Source],
     keys: Sequence[str],
     aspects: tuple[str, ...],
@@ -358,7 +348,7 @@ def build_benchmark(
     steps: int | None = None,
     aspects: Sequence[str] | None = None,
     progress: Progress | None = None,
-) -> Built:
+) -> Benchmark:
     """The benchmark `kind` from `dataset`; `aspects` narrows what the judge rates (dhp, attacks)."""
     if dataset not in SOURCES[kind]:
         raise InputError(
@@ -381,13 +371,13 @@ def build_benchmark(
         if kind == "dhp":
             keys = _keys(perturbations, DHP_SUMMARIZATION)
             rated = _aspects(aspects, ("coherence", "consistency", "fluency", "relevance"))
-            collected = build_perturbed_sets(kind, dataset, task, sources, keys, rated, seed, llm, progress)
+            collected = build_perturbed_sets(sources, keys, rated, seed, llm, progress)
         elif kind == "attacks":
             custom = _pku_aspects(data_root)
             task = task.model_copy(update={"id": f"{task.id}_attacks", "aspects": custom})
             keys = _keys(perturbations, ATTACKS)
             rated = _aspects(aspects, tuple(custom))
-            collected = build_perturbed_sets(kind, dataset, task, sources, keys, rated, seed, llm, progress)
+            collected = build_perturbed_sets(sources, keys, rated, seed, llm, progress)
         else:
             custom = _injection_aspects(task, dataset)
             task = task.model_copy(update={"id": f"{task.id}_dual", "aspects": custom})
@@ -402,5 +392,4 @@ def build_benchmark(
             info["note"] = "global targets and local sequences share the injection chains (see build_dual)"
     info["made"] = dict(collected.made)
     info["rejected"] = {k: dict(v) for k, v in collected.rejected.items()}
-    benchmark = Benchmark(kind, f"{kind}-{dataset}", dataset, task, collected.items, collected.table, seed, info)
-    return Built(benchmark, info["rejected"], info["made"])
+    return Benchmark(kind, f"{kind}-{dataset}", dataset, task, collected.items, collected.table, seed, info)

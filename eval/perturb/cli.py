@@ -25,6 +25,21 @@ class PerturberConfig(BaseModel):
     sampling: SamplingParams = SamplingParams(temperature=0.7, top_p=0.95, max_tokens=1024)
 
 
+def open_perturber(config_path: Path, store: Path, endpoints: Sequence[str] = ()) -> tuple[Any, dict[str, Any]]:
+    """The LLMPerturber a perturber YAML names (optionally on other servers) and its
+    description for the benchmark manifest."""
+    from spanjudge.inference.configio import load_yaml_model
+
+    from .llm_perturb import LLMPerturber
+
+    config = load_yaml_model(PerturberConfig, config_path)
+    spec = config.backend
+    if endpoints:
+        spec = spec.model_copy(update={"endpoints": tuple(endpoints)})
+    info = {"model": spec.model, "kind": spec.kind, "config": config_path.name, **config.sampling.model_dump()}
+    return LLMPerturber(spec, store, sampling=config.sampling), info
+
+
 @contextmanager
 def _bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
     from rich.console import Console
@@ -101,25 +116,15 @@ def perturb_command(
     """
     from rich.console import Console
 
-    from spanjudge.inference.configio import load_yaml_model
     from spanjudge.inference.errors import InputError
 
     from .benchmark import KINDS, write_benchmark
     from .build import build_benchmark
-    from .llm_perturb import LLMPerturber
 
     console = Console(stderr=True, soft_wrap=True)  # counts stay on one line, for logs and greps
     if benchmark not in KINDS:
         raise InputError(f"--benchmark must be one of {', '.join(KINDS)}, got {benchmark!r}")
-    llm = None
-    info: dict[str, Any] = {}
-    if perturber is not None:
-        config = load_yaml_model(PerturberConfig, perturber)
-        spec = config.backend
-        if endpoint:
-            spec = spec.model_copy(update={"endpoints": tuple(endpoint)})
-        llm = LLMPerturber(spec, out / "frozen.jsonl", sampling=config.sampling)
-        info = {"model": spec.model, "kind": spec.kind, "config": perturber.name, **config.sampling.model_dump()}
+    llm, info = open_perturber(perturber, out / "frozen.jsonl", endpoint or ()) if perturber else (None, {})
     try:
         with _bars() as progress:
             built = build_benchmark(
@@ -129,12 +134,11 @@ def perturb_command(
     finally:
         if llm is not None:
             llm.close()
-    write_benchmark(built.benchmark, out)
-    made = sum(built.made.values())
-    rejected = sum(sum(r.values()) for r in built.rejected.values())
-    texts = len(built.benchmark.items)
-    console.print(f"{built.benchmark.name}: {texts} texts in {out} ({made} perturbed, {rejected} rejected)")
-    for key, reasons in built.rejected.items():
+    write_benchmark(built, out)
+    made = sum(built.info["made"].values())
+    rejected = sum(sum(r.values()) for r in built.info["rejected"].values())
+    console.print(f"{built.name}: {len(built.items)} texts in {out} ({made} perturbed, {rejected} rejected)")
+    for key, reasons in built.info["rejected"].items():
         console.print(f"[yellow]  rejected {key}:[/yellow] " + ", ".join(f"{r} {c}" for r, c in reasons.items()))
     if llm is not None:
         console.print(f"LLM perturbations: {llm.summary}")
@@ -187,6 +191,7 @@ def evaluate_span_set(
     from ..datasets import MetaDataset, MetaItem
     from ..store import JudgmentStore, judge_slug
     from ..suite import AspectSpec, DatasetSpec
+    from .scoring import judge_missing
     from .spans import evaluate_spans, load_quintd1, load_rotowire, mark_numbers
 
     loaders = {"rotowire": load_rotowire, "quintd1": load_quintd1}
@@ -204,9 +209,7 @@ def evaluate_span_set(
         store = JudgmentStore(out / "judgments" / f"{judge_slug(judge.name)}.jsonl")
         todo = [i for i in items if (spec.name, aspect.name, i.id) not in store.found]
         with _bars() as bars:
-            step = _counter(bars(f"{name}/{judge.name}", len(todo)), 0)
-            for start in range(0, len(todo), 16):
-                store.add(spec.name, aspect.name, judge.judge(dataset, aspect, todo[start : start + 16], step).items())
+            judge_missing(judge, store, dataset, aspect, todo, _counter(bars(f"{name}/{judge.name}", len(todo)), 0))
         predictions: dict[str, Any] = {}
         for item in items:
             found = store.found.get((spec.name, aspect.name, item.id))

@@ -161,6 +161,15 @@ def _class_indices(values: Sequence[int], classes: Sequence[int], what: str) -> 
     return [position[v] for v in values]
 
 
+def _paired_classes(
+    gold: Sequence[int], predicted: Sequence[int], classes: Sequence[int]
+) -> tuple[list[int], list[int]]:
+    """Class indices of gold and predicted labels, checked to pair up."""
+    if len(gold) != len(predicted):
+        raise ValueError(f"{len(gold)} gold labels but {len(predicted)} predictions")
+    return _class_indices(gold, classes, "gold"), _class_indices(predicted, classes, "predicted")
+
+
 def linear_weighted_kappa(gold: Sequence[int], predicted: Sequence[int], classes: Sequence[int]) -> float:
     """Cohen's linear weighted κ as 001 Appendix A.2 defines it.
 
@@ -169,12 +178,9 @@ def linear_weighted_kappa(gold: Sequence[int], predicted: Sequence[int], classes
     κ = 1 − Σ w·c / Σ w·e. When Σ w·e = 0 (all gold and all predictions in one single class)
     κ is undefined and we return NaN rather than invent agreement.
     """
-    if len(gold) != len(predicted):
-        raise ValueError(f"{len(gold)} gold labels but {len(predicted)} predictions")
-    if not gold:
+    g, p = _paired_classes(gold, predicted, classes)
+    if not g:
         return math.nan
-    g = _class_indices(gold, classes, "gold")
-    p = _class_indices(predicted, classes, "predicted")
     k = len(classes)
     confusion = np.zeros((k, k))
     for pi, gj in zip(p, g, strict=True):
@@ -202,12 +208,9 @@ def cem_ord(gold: Sequence[int], predicted: Sequence[int], classes: Sequence[int
     to its gold class the fewer gold items lie between them, so skipping a crowded class
     costs more than skipping a rare one. 1 = perfect; lower is worse.
     """
-    if len(gold) != len(predicted):
-        raise ValueError(f"{len(gold)} gold labels but {len(predicted)} predictions")
-    if not gold:
+    g, p = _paired_classes(gold, predicted, classes)
+    if not g:
         return math.nan
-    g = _class_indices(gold, classes, "gold")
-    p = _class_indices(predicted, classes, "predicted")
     counts = np.bincount(g, minlength=len(classes)).astype(float)
     total = float(len(g))
 

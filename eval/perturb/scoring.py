@@ -8,7 +8,7 @@ and is tried again on the next run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +54,20 @@ def as_meta_dataset(benchmark: Benchmark) -> MetaDataset:
     return MetaDataset(spec, benchmark.task, [_meta_item(benchmark, i) for i in benchmark.items], source)
 
 
+def judge_missing(
+    judge: MetaJudge,
+    store: JudgmentStore,
+    dataset: MetaDataset,
+    aspect: AspectSpec,
+    todo: Sequence[MetaItem],
+    step: Progress | None = None,
+) -> None:
+    """Judge `todo` in chunks, each chunk stored as it comes (a kill loses at most one chunk)."""
+    for start in range(0, len(todo), CHUNK):
+        chunk = todo[start : start + CHUNK]
+        store.add(dataset.name, aspect.name, judge.judge(dataset, aspect, chunk, step).items())
+
+
 def score_benchmark(
     benchmark: Benchmark,
     judge: MetaJudge,
@@ -69,9 +83,7 @@ def score_benchmark(
         wanted = [by_id[i.id] for i in benchmark.items if aspect.name in i.aspects]
         todo = [m for m in wanted if (benchmark.name, aspect.name, m.id) not in store.found]
         step = progress(f"{benchmark.name}/{aspect.name}", len(wanted) - len(todo), len(wanted)) if progress else None
-        for start in range(0, len(todo), CHUNK):
-            chunk = todo[start : start + CHUNK]
-            store.add(benchmark.name, aspect.name, judge.judge(dataset, aspect, chunk, step).items())
+        judge_missing(judge, store, dataset, aspect, todo, step)
         missing += sum((benchmark.name, aspect.name, m.id) not in store.found for m in wanted)
     scores = {
         (aspect, item_id): judgment
