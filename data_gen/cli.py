@@ -79,6 +79,45 @@ def annotate_command(
         raise typer.Exit(1)
 
 
+import_annotations = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@import_annotations.command()
+def import_command(
+    config: Annotated[Path, typer.Option("--config", help="Import YAML (configs/import/*.yaml).")],
+    out: Annotated[
+        Path, typer.Option("--out", help="Output folder (train.jsonl, validation.jsonl, hf_dataset/, ...).")
+    ],
+) -> None:
+    """Build training records from existing annotations, with no model call.
+
+    Formats: quintd-1 / factgenie span annotations (GPT-4 or human spans; span types become
+    severities and a 0-100 score by the rule the config declares) and OpeNLGauge's released
+    JSON array (evaluations structured or in the judge's text format). Writes what
+    `spanjudge annotate` writes: OUT/train.jsonl, OUT/validation.jsonl (split by input),
+    OUT/hf_dataset/, OUT/stats.{json,md}, OUT/score_histogram.png and OUT/run.json. Every
+    record is checked before anything is written; a bad one is named by file and line.
+    """
+    from spanjudge.inference.catalog import load_catalog
+
+    from .teacher import import_annotations as run_import
+    from .teacher import load_import_config
+
+    console = Console(stderr=True)
+    import_config = load_import_config(config)
+    summary = run_import(import_config, config.parent, out, load_catalog())
+    console.print(
+        f"{summary.records} records ({summary.train} train / {summary.validation} validation), "
+        f"{summary.spans} spans; relocated {len(summary.relocated)}, dropped {len(summary.dropped)}, "
+        f"capped {len(summary.capped)}"
+    )
+    if summary.rule:
+        console.print(f"rule: {summary.rule}")
+    for line in [*summary.relocated, *summary.dropped][:10]:
+        console.print(f"  {line}")
+    console.print(f"statistics: {out / 'stats.md'}")
+
+
 generate = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 

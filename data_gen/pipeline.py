@@ -21,7 +21,6 @@ from typing import Any
 from spanjudge.inference.backends import CachedBackend, LLMCache, make_backend
 from spanjudge.inference.catalog import Catalog, Task
 from spanjudge.inference.contract import (
-    MAX_ERRORS,
     AnnotatorEvaluation,
     ErrorAnnotation,
     Evaluation,
@@ -35,7 +34,7 @@ from spanjudge.inference.prompts import render_annotator_prompt, render_supervis
 from .aggregate import aggregate
 from .annotate import Outcome, run_with_retries
 from .config import EnsembleConfig, ModelRole, SourcesConfig, resolve_source_path
-from .records import Record, split_by_input, write_split
+from .records import Record, cap_errors, split_by_input, task_fields, write_split
 from .sampling import EvalRequest, sample_requests
 from .sources import read_source
 from .stats import compute_stats, write_stats
@@ -146,14 +145,6 @@ def _annotate_all(
         return dict(zip((r.name for r in roles), pool.map(one, roles), strict=True))
 
 
-def _cap_errors(errors: Sequence[ErrorAnnotation]) -> list[ErrorAnnotation]:
-    """At most MAX_ERRORS, keeping the most severe (order otherwise as the model gave it)."""
-    if len(errors) <= MAX_ERRORS:
-        return list(errors)
-    keep = sorted(range(len(errors)), key=lambda i: (-errors[i].severity, i))[:MAX_ERRORS]
-    return [errors[i] for i in sorted(keep)]
-
-
 def _annotator_provenance(name: str, role_model: str, outcome: Outcome[AnnotatorEvaluation]) -> dict[str, Any]:
     parsed = outcome.parsed
     return {
@@ -176,7 +167,6 @@ def _incomplete(record: Record, reason: str) -> Record:
 
 
 def _base_record(request: EvalRequest, task: Task, ensemble: EnsembleConfig, seed: int) -> Record:
-    aspect = task.aspect(request.aspect)
     item = request.item
     return {
         "id": request.id,
@@ -185,12 +175,7 @@ def _base_record(request: EvalRequest, task: Task, ensemble: EnsembleConfig, see
         "system": item.system,
         "inputs": item.inputs,
         "outputs": {task.output: item.output},
-        "aspect_name": aspect.name,
-        "aspect_definition": aspect.definition,
-        "task_type": task.category,
-        "task_name": task.title,
-        "task_id": task.id,
-        "extra_task_info": task.description,
+        **task_fields(task, request.aspect),
         "provenance": {"ensemble": ensemble.name, "seed": seed, "source": item.where},
     }
 
@@ -318,7 +303,7 @@ def _merge(
                 record["unscored_reason"] = f"supervisor reply could not be parsed ({outcome.parse_failure})"
                 unscored.append(record)
                 continue
-            errors = _cap_errors(outcome.parsed)
+            errors = cap_errors(outcome.parsed)
         anchored = anchor_errors([e.model_copy(update={"aspect": record["aspect_name"]}) for e in errors], output)
         evaluation = Evaluation(errors=anchored, score=record["provenance"]["aggregated_score"])
         record["evaluation"] = evaluation.model_dump()

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spanjudge.inference.catalog import Task
+from spanjudge.inference.contract import MAX_ERRORS, ErrorAnnotation
 from spanjudge.inference.fileio import atomic_directory, atomic_write_jsonl
 
 Record = dict[str, Any]
@@ -40,6 +42,27 @@ def split_by_input(records: Sequence[Record], fraction: float, seed: int) -> tup
     train = [r for r in records if input_key(r) not in chosen]
     validation = [r for r in records if input_key(r) in chosen]
     return train, validation
+
+
+def task_fields(task: Task, aspect_name: str) -> dict[str, Any]:
+    """The task and aspect fields of a record, from the catalog."""
+    aspect = task.aspect(aspect_name)
+    return {
+        "aspect_name": aspect.name,
+        "aspect_definition": aspect.definition,
+        "task_type": task.category,
+        "task_name": task.title,
+        "task_id": task.id,
+        "extra_task_info": task.description,
+    }
+
+
+def cap_errors(errors: Sequence[ErrorAnnotation]) -> list[ErrorAnnotation]:
+    """At most MAX_ERRORS, keeping the most severe (order otherwise as given)."""
+    if len(errors) <= MAX_ERRORS:
+        return list(errors)
+    keep = sorted(range(len(errors)), key=lambda i: (-errors[i].severity, i))[:MAX_ERRORS]
+    return [errors[i] for i in sorted(keep)]
 
 
 def _as_pairs(headed: dict[str, str]) -> list[dict[str, str]]:

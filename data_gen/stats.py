@@ -79,7 +79,25 @@ def stats_markdown(stats: dict[str, Any]) -> str:
         f"| {name} | {'-' if rate is None else f'{100 * rate:.2f}%'} |"
         for name, rate in stats["parse_failure_rate"].items()
     ]
+    if "import" in stats:
+        lines += ["", *_import_markdown(stats["import"])]
     return "\n".join(lines) + "\n"
+
+
+def _import_markdown(info: dict[str, Any]) -> list[str]:
+    """What `spanjudge import` read, and the declared rule that made its scores."""
+    lines = [
+        f"## Teacher import `{info['name']}` ({info['format']})\n",
+        f"{info['outputs']} outputs of {info['inputs']} inputs; {info['spans']} spans "
+        f"({info['relocated']} relocated to their text, {info['dropped']} dropped, "
+        f"{info['capped']} outputs capped at the 8 most severe errors).\n",
+    ]
+    if info.get("rule"):
+        lines.append(f"Rule: {info['rule']}.\n")
+    if info["spans_per_type"]:
+        lines += ["| span type | spans |", "|---|---|"]
+        lines += [f"| {t} | {n} |" for t, n in info["spans_per_type"].items()]
+    return lines
 
 
 def write_histogram(path: Path, histogram: dict[str, int]) -> None:

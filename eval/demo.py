@@ -32,6 +32,7 @@ from .demo_report import DemoLayout, StepRecord, render_report
 from .suite import resolve_config_path
 
 DISTILLED = "distilled:adapter"  # the meta-eval name of the judge at OUT/train/adapter
+BASE = "base:untrained"  # the meta-eval name of the untrained base model, judged beside it
 
 
 class NotBuiltYet(SpanjudgeError):
@@ -139,6 +140,56 @@ def annotate_step(ctx: DemoContext) -> StepOutput:
     return text, summary.as_dict()
 
 
+def teacher_step(ctx: DemoContext) -> StepOutput:
+    """Teacher records from existing annotations (`spanjudge import`: no model call)."""
+    from spanjudge.data_gen.teacher import import_annotations, load_import_config
+    from spanjudge.inference.catalog import load_catalog
+
+    section, layout = ctx.config.teacher, ctx.layout
+    if section is None:
+        raise NotBuiltYet("no teacher section in the demo config: the judge trains on the ensemble's records alone")
+    if (layout.teacher / "run.json").is_file():
+        summary = json.loads((layout.teacher / "run.json").read_text(encoding="utf-8"))
+    else:
+        path = ctx.path(section.config)
+        summary = import_annotations(load_import_config(path), path.parent, layout.teacher, load_catalog()).as_dict()
+    used = min(summary["train"], section.limit or summary["train"])
+    text = (
+        f"{summary['records']} records imported from {summary['name']} ({summary['train']} train, "
+        f"{used} used), {summary['spans']} teacher spans; rule: {summary['rule']}"
+    )
+    return text, {"summary": summary, "used": used}
+
+
+def training_data(ctx: DemoContext) -> Path:
+    """The records the judge trains on: the ensemble's, the teacher's (its first `limit`), or both."""
+    from spanjudge.inference.tabular import iter_jsonl
+
+    layout, choice = ctx.layout, ctx.config.train.data
+    if choice == "ensemble":
+        return layout.annotate
+    limit = ctx.config.teacher.limit if ctx.config.teacher else None
+
+    def rows(folder: Path, name: str, limit: int | None = None) -> list[dict[str, Any]]:
+        path = folder / f"{name}.jsonl"
+        found = [row for _, row in iter_jsonl(path)] if path.is_file() else []
+        return found[:limit]
+
+    for name in ("train", "validation"):
+        combined = rows(layout.annotate, name) if choice == "both" else []
+        combined += rows(layout.teacher, name, limit if name == "train" else None)
+        atomic_write_jsonl(layout.train_data / f"{name}.jsonl", combined)
+    return layout.train_data
+
+
+def base_model(ctx: DemoContext) -> str:
+    """The trained judge's base model as a local transformers folder (the untrained comparison)."""
+    from spanjudge.inference.hf_models import local_folder, resolve_model_source
+    from spanjudge.inference.judge import recorded_base
+
+    return local_folder(resolve_model_source(recorded_base(ctx.layout.adapter)), lambda _: None)
+
+
 def train_step(ctx: DemoContext) -> StepOutput:
     from spanjudge.training.config import load_train_config
     from spanjudge.training.run import TrainingRun
@@ -146,7 +197,7 @@ def train_step(ctx: DemoContext) -> StepOutput:
     section = ctx.config.train
     overrides = [
         *section.overrides.items(),
-        ("data.train", str(ctx.layout.annotate.resolve())),
+        ("data.train", str(training_data(ctx).resolve())),
         ("training.output_dir", str(ctx.layout.train.resolve())),
     ]
     run = TrainingRun(
@@ -216,27 +267,46 @@ def score_step(ctx: DemoContext) -> StepOutput:
     if not rows:
         raise SpanjudgeError("score: no held-out outputs (no validation split, and annotate.limit_inputs is not set)")
     atomic_write_jsonl(layout.held_out, rows)
-    try:
-        score_command(
-            model=str(layout.adapter), data=str(layout.held_out), out=layout.scores,
-            max_new_tokens=section.max_new_tokens, batch_size=section.batch_size, retries=section.retries,
-            output_format="jsonl",
-        )  # fmt: skip
-    except typer.Exit as exc:
-        if _exit_code(exc):
-            raise SpanjudgeError("score: some outputs could not reach the model; re-run the demo to finish") from None
-    results = read_results(layout.scores)
-    scored = [r for r in results if r["evaluation"]["score"] is not None]
-    spans = sum(1 for r in scored for e in r["evaluation"]["errors"] if e.get("start") is not None)
+    judges = [("trained", str(layout.adapter), layout.scores)]
+    if ctx.config.compare.base:
+        judges.append(("base", base_model(ctx), layout.base_scores))
+    counts: dict[str, dict[str, int]] = {}
+    for name, model, out in judges:
+        try:
+            score_command(
+                model=model, data=str(layout.held_out), out=out, max_new_tokens=section.max_new_tokens,
+                batch_size=section.batch_size, retries=section.retries, output_format="jsonl",
+            )  # fmt: skip
+        except typer.Exit as exc:
+            if _exit_code(exc):
+                raise SpanjudgeError(
+                    "score: some outputs could not reach the model; re-run the demo to finish"
+                ) from None
+        results = read_results(out)
+        scored = [r for r in results if r["evaluation"]["score"] is not None]
+        spans = sum(1 for r in scored for e in r["evaluation"]["errors"] if e.get("start") is not None)
+        counts[name] = {"outputs": len(results), "scored": len(scored), "anchored_spans": spans}
+    trained = counts["trained"]
     text = (
-        f"{len(results)} held-out outputs: {len(scored)} scored, {len(results) - len(scored)} unscored; {spans} spans"
+        f"{trained['outputs']} held-out outputs: trained judge scored {trained['scored']} "
+        f"({trained['anchored_spans']} spans)"
+        + (f", untrained base scored {counts['base']['scored']}" if "base" in counts else "")
     )
-    return text, {"outputs": len(results), "scored": len(scored), "anchored_spans": spans}
+    compare = [_parse_row("held-out outputs", counts.get("base"), trained)]
+    return text, {**trained, "judges": counts, "compare": compare}
+
+
+def _parse_row(what: str, base: dict[str, Any] | None, trained: dict[str, Any]) -> dict[str, Any]:
+    def rate(counts: dict[str, Any] | None) -> str | None:
+        return None if counts is None else f"{counts['scored']}/{counts['outputs']}"
+
+    return {"what": what, "measure": "parsed (scored / asked)", "base": rate(base), "trained": rate(trained)}
 
 
 def meta_eval_step(ctx: DemoContext) -> StepOutput:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .judge_files import DistilledJudge
     from .judges import make_judge
     from .plots import bar_plots, scatter_plots
     from .reference import load_reference_tables
@@ -258,6 +328,10 @@ def meta_eval_step(ctx: DemoContext) -> StepOutput:
             judges.append(
                 make_judge(spec, out=layout.meta_eval, options=options if spec.startswith("distilled:") else {})
             )
+        if ctx.config.compare.base:
+            base = DistilledJudge(base_model(ctx), options)
+            base.name = BASE
+            judges.append(base)
         columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=ctx.console) as bars:
 
@@ -278,16 +352,54 @@ def meta_eval_step(ctx: DemoContext) -> StepOutput:
     references = load_reference_tables(ref_file) if ref_file is not None else None
     written = write_reports(result, references, layout.meta_eval)
     written += scatter_plots(result, layout.meta_eval) + bar_plots(result, references, layout.meta_eval)
-    index = {(c.judge, c.dataset, c.aspect): c for c in result.cells}
-    coverage = []
-    for name, info in result.datasets.items():
-        cells = [index[(DISTILLED, name, a)] for a in info["aspects"] if (DISTILLED, name, a) in index]
-        coverage.append(f"{name} {sum(c.scored for c in cells)}/{sum(c.items for c in cells)}")
+    coverage = {judge: _coverage(result, judge) for judge in (DISTILLED, BASE) if judge in result.judges}
+
+    def counts(judge: str) -> str:
+        return ", ".join(f"{name} {c['scored']}/{c['outputs']}" for name, c in coverage[judge].items())
+
     text = (
-        f"judges {', '.join(result.judges)}; the distilled judge scored {', '.join(coverage)} items; "
-        f"{len(written)} files (report.md, results.json, plots)"
+        f"judges {', '.join(result.judges)}; the trained judge scored {counts(DISTILLED)}"
+        + (f"; the untrained base {counts(BASE)}" if BASE in coverage else "")
+        + f" items; {len(written)} files (report.md, results.json, plots)"
     )
-    return text, {"judges": result.judges, "unscored_reasons": result.unscored_reasons}
+    compare = [
+        _parse_row(f"{name} (meta-eval items)", coverage.get(BASE, {}).get(name), coverage[DISTILLED][name])
+        for name in result.datasets
+    ]
+    cells = {(c.judge, c.dataset, c.aspect, c.level, c.coefficient): c for c in result.cells}
+    for (judge, dataset, aspect, level, coefficient), cell in cells.items():
+        if judge != DISTILLED:
+            continue
+        base_cell = cells.get((BASE, dataset, aspect, level, coefficient))
+        compare.append(
+            {
+                "what": f"{dataset} {aspect}",
+                "measure": f"{coefficient} ({level}) with human scores",
+                "base": _value(base_cell),
+                "trained": _value(cell),
+            }
+        )
+    return text, {"judges": result.judges, "unscored_reasons": result.unscored_reasons, "compare": compare}
+
+
+def _coverage(result: Any, judge: str) -> dict[str, dict[str, int]]:
+    """Scored and asked items per dataset for one judge (one cell per aspect, so items count once)."""
+    cells = {(c.dataset, c.aspect): c for c in result.cells if c.judge == judge}
+    return {
+        name: {
+            "scored": sum(c.scored for (dataset, _), c in cells.items() if dataset == name),
+            "outputs": sum(c.items for (dataset, _), c in cells.items() if dataset == name),
+        }
+        for name in result.datasets
+    }
+
+
+def _value(cell: Any) -> str | None:
+    if cell is None:
+        return None
+    if cell.value is None:
+        return f"– ({cell.scored}/{cell.items} scored)"
+    return f"{cell.value:+.3f} [{cell.low:+.2f}, {cell.high:+.2f}]" if cell.low is not None else f"{cell.value:+.3f}"
 
 
 def perturbation_step(ctx: DemoContext) -> StepOutput:
@@ -324,25 +436,121 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
                 llm.close()
         write_benchmark(built, folder)
     benchmark = load_benchmark(folder)
-    judge = DistilledJudge(str(ctx.layout.adapter), {k: str(v) for k, v in section.judge_options.items()})
+    options = {k: str(v) for k, v in section.judge_options.items()}
+    judges = [DistilledJudge(str(ctx.layout.adapter), options)]
+    if ctx.config.compare.base:
+        judges.append(DistilledJudge(base_model(ctx), options))
+        judges[-1].name = BASE
     try:
-        evaluate_benchmark(folder, [judge], ctx.layout.perturbation)
+        evaluate_benchmark(folder, judges, ctx.layout.perturbation)
     finally:
-        judge.close()
-    report = ctx.layout.perturbation / judge_slug(judge.name)
-    shutil.copyfile(report / "report.md", ctx.layout.perturbation / "report.md")
-    results = json.loads((report / "results.json").read_text(encoding="utf-8"))
-    rejected = sum(sum(r.values()) for r in benchmark.info.get("rejected", {}).values())
-    unscored = sum(
-        j.get("score") is None
-        for line in (report.parent / "judgments" / f"{judge_slug(judge.name)}.jsonl").read_text().splitlines()
-        if (j := json.loads(line))
+        for judge in judges:
+            judge.close()
+    summaries = {}
+    for judge in judges:
+        report = ctx.layout.perturbation / judge_slug(judge.name)
+        results = json.loads((report / "results.json").read_text(encoding="utf-8"))
+        lines = (report.parent / "judgments" / f"{judge_slug(judge.name)}.jsonl").read_text().splitlines()
+        judgments = [json.loads(line) for line in lines if line.strip()]
+        d_avg = results["metrics"]["summary"]["D_avg"] if benchmark.kind == "dhp" else None
+        summaries[judge.name] = {
+            "outputs": len(judgments),
+            "scored": sum(j.get("score") is not None for j in judgments),
+            "d_avg": d_avg,
+            "missing": results["missing"],
+        }
+    trained = summaries[judges[0].name]
+    shutil.copyfile(
+        ctx.layout.perturbation / judge_slug(judges[0].name) / "report.md", ctx.layout.perturbation / "report.md"
     )
-    text = f"{benchmark.name}: {len(benchmark.items)} texts ({rejected} perturbations rejected), {unscored} unscored"
+    rejected = sum(sum(r.values()) for r in benchmark.info.get("rejected", {}).values())
+    text = (
+        f"{benchmark.name}: {len(benchmark.items)} texts ({rejected} perturbations rejected); trained judge "
+        f"{trained['outputs'] - trained['scored']} unscored"
+        + (
+            f", untrained base {summaries[BASE]['outputs'] - summaries[BASE]['scored']} unscored"
+            if BASE in summaries
+            else ""
+        )
+    )
     if benchmark.kind == "dhp":
-        d_avg = results["metrics"]["summary"]["D_avg"]
-        text += f"; D_avg {d_avg:.3f}" if d_avg is not None else "; no D (no scored pair)"
-    return text, {"benchmark": benchmark.name, "missing": results["missing"]}
+        text += f"; D_avg {trained['d_avg']:.3f}" if trained["d_avg"] is not None else "; no D (no scored pair)"
+    base = summaries.get(BASE)
+    compare = [_parse_row(f"{benchmark.name} judgments", base, trained)]
+    if benchmark.kind == "dhp":
+        compare.append(
+            {
+                "what": f"{benchmark.name}",
+                "measure": "discernment D_avg",
+                "base": None if base is None else _number(base["d_avg"]),
+                "trained": _number(trained["d_avg"]),
+            }
+        )
+    return text, {"benchmark": benchmark.name, "missing": trained["missing"], "judges": summaries, "compare": compare}
+
+
+def _number(value: float | None) -> str:
+    return "– (no scored pair)" if value is None else f"{value:.3f}"
+
+
+def spans_step(ctx: DemoContext) -> StepOutput:
+    """Both judges mark errors in held-out quintd-1 outputs; agreement with the human spans."""
+    from spanjudge.inference.judge import Judge
+
+    from .perturb.span_agreement import span_agreement
+    from .perturb.span_judging import judge_span_documents, predictions, quintd_tables
+
+    section, layout = ctx.config.compare, ctx.layout
+    if section.span_tables is None:
+        raise NotBuiltYet("no compare.span_tables in the demo config")
+    docs = quintd_tables("human", section.span_tables, section.span_domains, ctx.data_root)
+    options = ctx.config.score
+    judges = [("trained", str(layout.adapter))] + ([("base", base_model(ctx))] if section.base else [])
+    rows: dict[str, dict[str, Any]] = {}
+    for name, model in judges:
+        path = layout.spans / f"{name}.json"
+        judge = None if path.is_file() else Judge.from_pretrained(
+            model, batch_size=options.batch_size, max_new_tokens=options.max_new_tokens, retries=options.retries
+        )  # fmt: skip
+        try:
+            judged = judge_span_documents(judge, docs, path)
+        finally:
+            if judge is not None:
+                judge.close()
+        rows[name] = span_agreement(docs, predictions(judged), n_resamples=200)
+    teacher = {
+        d.id: d.gold_spans for d in quintd_tables("gpt-4", section.span_tables, section.span_domains, ctx.data_root)
+    }
+    rows["teacher (GPT-4)"] = span_agreement(docs, teacher, n_resamples=200)
+    atomic_write_json(layout.spans / "agreement.json", rows)
+    trained, base = rows["trained"], rows.get("base")
+    compare = [_parse_row("quintd-1 held-out outputs", _as_counts(base), _as_counts(trained))]
+    for key, measure in (("token_f1", "token F1 vs human spans"), ("count_pearson", "error-count Pearson r")):
+        compare.append(
+            {
+                "what": "quintd-1 held-out outputs",
+                "measure": measure,
+                "base": None if base is None else _metric(base, key),
+                "trained": _metric(trained, key),
+                "teacher": _metric(rows["teacher (GPT-4)"], key),
+            }
+        )
+    text = (
+        f"{len(docs)} held-out quintd-1 outputs: trained judge scored {trained['scored']}, token F1 "
+        f"{_metric(trained, 'token_f1')}" + (f"; untrained base scored {base['scored']}" if base is not None else "")
+    )
+    return text, {"rows": rows, "compare": compare}
+
+
+def _as_counts(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if row is None else {"scored": row["scored"], "outputs": row["n_outputs"]}
+
+
+def _metric(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if value is None:
+        return f"– ({row.get(f'{key}_reason') or 'nothing scored'})"
+    return f"{value:.3f}"
 
 
 def publish_step(ctx: DemoContext) -> StepOutput:
@@ -393,8 +601,10 @@ def _card_rows(results_path: Path) -> list[dict[str, Any]]:
 
 STEPS: list[Step] = [
     Step("annotate", "annotate real SummEval outputs with the ensemble, merge, build the dataset", annotate_step, True),
-    Step("train", "LoRA-train the judge on the merged data", train_step),
-    Step("score", "score held-out outputs with the trained judge", score_step),
+    Step("teacher", "import a strong teacher's error spans from files (GPT-4 on quintd-1)", teacher_step),
+    Step("train", "LoRA-train the judge (on the records `train.data` names)", train_step),
+    Step("score", "score held-out outputs with the trained judge and the untrained base", score_step),
+    Step("spans", "both judges mark errors in held-out quintd-1 outputs, against human spans", spans_step),
     Step("meta_eval", "meta-evaluate against human judgments", meta_eval_step),
     Step("perturbation", "build a perturbation benchmark and score the judge on it", perturbation_step, True),
     Step("publish", "stage a publish dry run (model card + allow-listed files)", publish_step),
@@ -499,21 +709,26 @@ def demo_command(
       1 annotate      serve SmolLM2-135M + Gemma 3 270M with llama.cpp on
                       127.0.0.1, annotate real SummEval outputs, merge,
                       build the dataset
-      2 train         LoRA-train SmolLM2-135M on it (CPU, a few steps)
-      3 score         score held-out outputs with the trained judge
-      4 meta_eval     correlate the judge with human scores (samples of
-                      QAGS-XSum and SFRES), beside the thesis's rows
-      5 perturbation  perturbation benchmark (issue #7: not built yet)
-      6 publish       stage a publish dry run (card + allow-listed files)
-    then OUT/report.html: timings, highlighted error spans, tables,
-    plots and the training loss; its path is printed at the end.
+      2 teacher       import GPT-4's quintd-1 error spans (no model call)
+      3 train         LoRA-train SmolLM2-135M on the teacher's records (CPU)
+      4 score         score held-out outputs: trained judge and untrained base
+      5 spans         both mark errors in held-out quintd-1 outputs, compared
+                      with the human spans (quintd-1's agreement measure)
+      6 meta_eval     correlate both with human scores (samples of SFRES
+                      and SFHOT), beside the thesis's rows
+      7 perturbation  a small DHP benchmark, rated by both
+      8 publish       stage a publish dry run (card + allow-listed files)
+    then OUT/report.html: timings, base vs trained side by side,
+    highlighted error spans, tables, plots and the training loss; its
+    path is printed at the end.
 
     \b
-    Time: about 15 minutes on a 2-core CPU the first time. A second run
-    reuses the annotation cache, the finished training run and the
-    score/meta-eval stores, and takes a minute or two.
-    Outputs: OUT (default runs/demo): annotate/, train/, score/,
-    meta_eval/, publish/, logs/, demo_run.json, report.html.
+    Time: about 20 minutes on a 2-core CPU the first time. A second run
+    reuses the annotation cache, the imported records, the finished
+    training run and every judgment store, and takes under a minute.
+    Outputs: OUT (default runs/demo): annotate/, teacher/, train_data/,
+    train/, score/, spans/, meta_eval/, perturbation/, publish/, logs/,
+    demo_run.json, report.html.
 
     \b
     The tiny models are poor judges: the numbers mean nothing, and what

@@ -41,8 +41,27 @@ class AnnotateSection(_Strict):
     )
 
 
+class TeacherSection(_Strict):
+    config: str = Field(description="import YAML (configs/import/...): teacher records read from files, no model call")
+    limit: int | None = Field(default=None, ge=1, description="train on the first N imported records only")
+
+
+class CompareSection(_Strict):
+    """The untrained base beside the trained judge, on the same items with the same settings."""
+
+    base: bool = Field(default=True, description="also judge every item with the untrained base model")
+    span_tables: tuple[int, int] | None = Field(
+        default=None,
+        description="[first, stop) held-out quintd-1 tables whose outputs both judges rate against the human spans",
+    )
+    span_domains: tuple[str, ...] = ("wikidata",)
+
+
 class TrainSection(_Strict):
     config: str = Field(description="training YAML (configs/train/...); data and output_dir are set by the demo")
+    data: Literal["ensemble", "teacher", "both"] = Field(
+        default="ensemble", description="train on the ensemble's records, the imported teacher's, or both"
+    )
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted key -> value, as `--set`")
 
 
@@ -87,11 +106,19 @@ class DemoConfig(_Strict):
     name: str
     description: str = ""
     annotate: AnnotateSection
+    teacher: TeacherSection | None = None
     train: TrainSection
+    compare: CompareSection = CompareSection()
     score: ScoreSection
     meta_eval: MetaEvalSection
     perturbation: PerturbSection | None = None
     publish: PublishSection
+
+    @model_validator(mode="after")
+    def _teacher_when_trained_on(self) -> DemoConfig:
+        if self.train.data != "ensemble" and self.teacher is None:
+            raise ValueError(f"train.data is '{self.train.data}' but the config has no teacher section")
+        return self
 
     @model_validator(mode="after")
     def _roles_served_once(self) -> DemoConfig:

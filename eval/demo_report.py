@@ -45,6 +45,14 @@ class DemoLayout:
         return self.out / "annotate"
 
     @property
+    def teacher(self) -> Path:
+        return self.out / "teacher"
+
+    @property
+    def train_data(self) -> Path:
+        return self.out / "train_data"
+
+    @property
     def train(self) -> Path:
         return self.out / "train"
 
@@ -59,6 +67,14 @@ class DemoLayout:
     @property
     def scores(self) -> Path:
         return self.out / "score" / "scores.jsonl"
+
+    @property
+    def base_scores(self) -> Path:
+        return self.out / "score" / "base_scores.jsonl"
+
+    @property
+    def spans(self) -> Path:
+        return self.out / "spans"
 
     @property
     def meta_eval(self) -> Path:
@@ -358,6 +374,60 @@ def _perturbation_section(layout: DemoLayout, records: Sequence[StepRecord]) -> 
     return f'<p class="note">{_inline(step.summary)}.</p>'
 
 
+def _compare_section(records: Sequence[StepRecord]) -> str:
+    """What training changed: every step's base-vs-trained rows, on the same items."""
+    rows = [(r.name, row) for r in records for row in r.details.get("compare", [])]
+    if not rows:
+        return "<p>Not run.</p>"
+    teacher = any("teacher" in row for _, row in rows)
+    header = ["step", "items", "measure", "untrained base", "trained judge"] + (["teacher"] if teacher else [])
+    body = [
+        [_e(step), _e(row["what"]), _e(row["measure"]), _e(row.get("base") or "not run"), _e(row["trained"])]
+        + ([_e(row.get("teacher") or "")] if teacher else [])
+        for step, row in rows
+    ]
+    return (
+        "<p>The same items, the same prompt and decoding, before and after training. A reply that does not "
+        "follow the output contract is unscored (never given a score), so the parse rate is the first thing "
+        "training must fix; correlations are defined only where enough items were scored.</p>"
+        + _table(header, body)
+    )
+
+
+def _teacher_section(layout: DemoLayout) -> str:
+    stats = layout.teacher / "stats.md"
+    if not stats.is_file():
+        return "<p>Not run.</p>"
+    return (
+        "<p>Training records read from existing annotations (<code>spanjudge import</code>, no model call): a strong "
+        "teacher's error spans, turned into severities and a score by the rule the import config declares.</p>"
+        + markdown_html(stats.read_text(encoding="utf-8"))
+    )
+
+
+def _spans_section(layout: DemoLayout) -> str:
+    path = layout.spans / "agreement.json"
+    if not path.is_file():
+        return "<p>Not run.</p>"
+    rows = json.loads(path.read_text(encoding="utf-8"))
+
+    def cell(row: Mapping[str, Any], key: str) -> str:
+        value = row.get(key)
+        return "–" if value is None else f"{value:.3f}"
+
+    body = [
+        [_e(name), f"{r['scored']}/{r['n_outputs']}"]
+        + [cell(r, k) for k in ("overlap_f1", "token_f1", "count_pearson", "token_pearson")]
+        for name, r in rows.items()
+    ]
+    return (
+        "<p>Held-out quintd-1 outputs (inputs never trained on), scored against the crowd workers' spans. "
+        "Agreement as in the quintd-1 paper: Pearson r of per-output error counts and of per-token error labels "
+        "(– where undefined: nothing scored, or constant counts).</p>"
+        + _table(["judge", "scored", "overlap F1", "token F1", "count r", "token r"], body, numeric=[1, 2, 3, 4, 5])
+    )
+
+
 def _publish_section(layout: DemoLayout) -> str:
     if not layout.publish.is_dir():
         return "<p>Not run.</p>"
@@ -378,12 +448,15 @@ def render_report(
 ) -> str:
     sections = [
         ("Steps and timings", _header(run, records, earlier)),
+        ("What training changed: the untrained base beside the trained judge", _compare_section(records)),
         ("1. Ensemble annotation", _annotate_section(layout)),
-        ("2. Training the judge", _train_section(layout)),
-        ("3. Held-out outputs scored by the judge", _score_section(layout)),
-        ("4. Meta-evaluation against human judgments", _meta_eval_section(layout)),
-        ("5. Perturbation benchmark", _perturbation_section(layout, records)),
-        ("6. Publish dry run", _publish_section(layout)),
+        ("2. Teacher data from files", _teacher_section(layout)),
+        ("3. Training the judge", _train_section(layout)),
+        ("4. Held-out outputs scored by the judge", _score_section(layout)),
+        ("5. Error spans against human annotators", _spans_section(layout)),
+        ("6. Meta-evaluation against human judgments", _meta_eval_section(layout)),
+        ("7. Perturbation benchmark", _perturbation_section(layout, records)),
+        ("8. Publish dry run", _publish_section(layout)),
     ]
     body = "".join(f'<h2 id="{_slug(title)}">{_e(title)}</h2>{content}' for title, content in sections)
     return (

@@ -43,6 +43,10 @@ COMMANDS: dict[str, CommandEntry] = {
     "annotate": CommandEntry(
         "Annotate outputs with the LLM ensemble and build training data.", "spanjudge.data_gen.cli:annotate"
     ),
+    "import": CommandEntry(
+        "Build training data from existing annotations (quintd-1 spans, OpeNLGauge's release).",
+        "spanjudge.data_gen.cli:import_annotations",
+    ),
     "train": CommandEntry(
         "Fine-tune the judge with LoRA/QLoRA (same as `accelerate launch train.py`).", "spanjudge.training.cli:train"
     ),

@@ -51,6 +51,15 @@ def test_a_bad_field_is_one_line_naming_it(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_training_on_a_teacher_needs_one(tmp_path: Path) -> None:
+    text = (REPO / "configs/demo/tiny.yaml").read_text()
+    start, end = text.index("teacher:"), text.index("train:")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text[:start] + text[end:])  # train.data: teacher, but no teacher section
+    with pytest.raises(ConfigError, match="train.data is 'teacher' but the config has no teacher section"):
+        load_demo_config(bad)
+
+
 def test_a_missing_data_folder_is_one_line(tmp_path: Path) -> None:
     result = run("--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
@@ -172,8 +181,20 @@ def test_report_shows_spans_tables_and_plots(tmp_path: Path, shared_data: Path) 
     _meta_eval(layout, shared_data)
     layout.publish.mkdir()
     (layout.publish / "README.md").write_text("---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n---\n")
+    from spanjudge.eval.demo import _parse_row
+    from spanjudge.eval.perturb.span_agreement import span_agreement
+    from spanjudge.eval.perturb.span_judging import quintd_tables
+
+    docs = quintd_tables("human", (80, 81), root=shared_data)
+    teacher = {d.id: d.gold_spans for d in quintd_tables("gpt-4", (80, 81), root=shared_data)}
+    agreement = {"teacher (GPT-4)": span_agreement(docs, teacher, n_resamples=20)}
+    agreement["base"] = span_agreement(docs, {d.id: None for d in docs}, n_resamples=20)
+    layout.spans.mkdir()
+    (layout.spans / "agreement.json").write_text(json.dumps(agreement))
+    compare = [_parse_row("held-out outputs", {"scored": 0, "outputs": 4}, {"scored": 3, "outputs": 4})]
     records = [
         StepRecord("annotate", "annotate", "done", 61.2, "3 records"),
+        StepRecord("score", "score", "done", 5.0, "3 scored", {"compare": compare}),
         StepRecord("perturbation", "perturbation benchmark", "not built", 0.0, "`spanjudge perturb` is not built yet"),
     ]
     run_info = {"config": "configs/demo/tiny.yaml", "config_name": "tiny", "seconds": 70.0, "finished": "now"}
@@ -189,3 +210,7 @@ def test_report_shows_spans_tables_and_plots(tmp_path: Path, shared_data: Path) 
     assert "<th>Judge</th>" in page and "<em>(published)</em>" in page and "metric:bleu" in page
     assert "is not built yet" in page and 'href="publish/README.md"' in page
     assert "600.0" in page and "61.2" in page  # this run's and the earlier run's timings
+    # base vs trained on the same items, and the span agreement (unscored base: undefined, not 0)
+    assert "<th>untrained base</th>" in page and "<td>0/4</td>" in page and "<td>3/4</td>" in page
+    assert "<td>teacher (GPT-4)</td><td class=num>4/4</td>" in page
+    assert "<td>base</td><td class=num>0/4</td><td class=num>–</td>" in page

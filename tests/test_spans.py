@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from spanjudge.data_gen.quintd import QUINTD_CATEGORIES, quintd_input
 from spanjudge.eval.perturb.spans import (
     PRF,
-    QUINTD_CATEGORIES,
+    QUINTD_INPUT_HEADER,
     SPAN_INPUT_HEADER,
     SPAN_TASK_ID,
     GoldSpan,
@@ -24,7 +25,6 @@ from spanjudge.eval.perturb.spans import (
     mark_numbers,
     micro_total,
     overlap_span_prf,
-    quintd_input,
     token_prf,
     token_spans,
 )
@@ -178,7 +178,7 @@ def test_quintd1_inputs_are_the_source_data(shared_data: Path) -> None:
     }
     for doc in docs:
         index = int(doc.id.rsplit("/", 1)[1])
-        assert doc.inputs[SPAN_INPUT_HEADER] == csv_files[index]  # table_idx lines up with the input order
+        assert doc.inputs[QUINTD_INPUT_HEADER] == csv_files[index]  # table_idx lines up with the input order
     assert quintd_input("no data block here") is None
 
 
@@ -204,6 +204,9 @@ def test_loaders_report_malformed_input(shared_data: Path, tmp_path: Path) -> No
     folder = tmp_path / "spans/quintd1/annotations/human"
     folder.mkdir(parents=True)
     (folder / "bad.jsonl").write_text('{"dataset": "owid"}\n{not json\n')
+    with pytest.raises(InputError, match=r"bad\.jsonl:1: needs a known 'dataset', 'model' and an int 'table_idx'"):
+        load_quintd1(tmp_path)
+    (folder / "bad.jsonl").write_text('\n{not json\n')
     with pytest.raises(InputError, match=r"bad\.jsonl:2: not valid JSON"):
         load_quintd1(tmp_path)
     with pytest.raises(InputError, match="no annotation files"):

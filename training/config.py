@@ -46,7 +46,10 @@ class LoraSection(_Strict):
 
 
 class DataSection(_Strict):
-    train: Path = Field(description="train.jsonl from `spanjudge annotate`, or its output folder")
+    train: Path = Field(
+        description="train.jsonl from `spanjudge annotate` or `spanjudge import` (or its folder), or a JSON array "
+        "in OpeNLGauge's released format"
+    )
     validation: Path | None = Field(
         default=None, description="validation.jsonl; defaults to the one beside train.jsonl when it exists"
     )

@@ -9,7 +9,7 @@ generated tokens. Every prompt token gets the label -100, so it adds nothing to 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +21,7 @@ from spanjudge.inference.chat import encode_prompt
 from spanjudge.inference.contract import Evaluation
 from spanjudge.inference.errors import InputError
 from spanjudge.inference.judge_prompt import judge_training_texts, request_from_record
-from spanjudge.inference.tabular import iter_jsonl
+from spanjudge.inference.tabular import Located, iter_jsonl
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -72,6 +72,17 @@ def tokenize_example(tokenizer: PreTrainedTokenizerBase, prompt: str, completion
     return prompt_ids + completion_ids, [IGNORE_INDEX] * len(prompt_ids) + completion_ids
 
 
+def iter_records(path: Path, catalog: Catalog) -> Iterator[Located]:
+    """(where, record) from train.jsonl, or from a JSON array in OpeNLGauge's released format."""
+    if path.suffix == ".json":
+        from spanjudge.data_gen.teacher import iter_openlgauge
+
+        for record in iter_openlgauge(path, catalog):
+            yield record["provenance"]["source"], record
+    else:
+        yield from iter_jsonl(path)
+
+
 def tokenize_split(
     path: Path,
     tokenizer: PreTrainedTokenizerBase,
@@ -83,7 +94,7 @@ def tokenize_split(
 ) -> TokenizedSplit:
     """Every record of `path` as (input_ids, labels); checks lengths before any model loads."""
     split = TokenizedSplit(path)
-    for count, (where, record) in enumerate(iter_jsonl(path)):
+    for count, (where, record) in enumerate(iter_records(path, catalog)):
         if limit is not None and count >= limit:
             break
         request = request_from_record(record, catalog, where)

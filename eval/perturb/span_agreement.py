@@ -1,0 +1,261 @@
+"""Agreement of a judge's error spans with the human ones, as in the quintd-1 paper, with bootstrap intervals.
+
+Kasner & Dušek (2024) compare GPT-4's error spans with the crowd workers' by Pearson
+correlation at two grains: the number of errors per output, and per-token binary error
+labels pooled over all outputs. We compute both, next to the span P/R/F1 of `spans.py`,
+and give each a percentile interval from resampling *inputs* (`SpanDocument.input_id`)
+with replacement: the outputs generated from one input share its difficulty, so they
+move together (see `eval/bootstrap.py`).
+
+Only scored documents count (a prediction that is present and not None, as in
+`evaluate_spans`); an unscored document adds nothing to any resample. A coefficient that
+does not exist (fewer than two values, or one side constant) is None with the reason, never
+nan.
+
+Every statistic here is a function of per-document sums (overlap and token tp/fp/fn; for
+the Pearsons n, Σx, Σy, Σxy, Σx², Σy²), so they are computed once per document, summed per
+input, and each resample is a weighted sum of the input rows: one matrix product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..bootstrap import _interval, input_weights
+from .spans import (
+    PRF,
+    Span,
+    SpanDocument,
+    _check_spans,
+    _exact_matches,
+    _from_matches,
+    _overlap_matches,
+    micro_total,
+    token_prf,
+    token_spans,
+)
+
+INTERVAL_METRICS: tuple[str, ...] = ("overlap_f1", "token_f1", "count_pearson", "token_pearson")
+
+
+@dataclass(frozen=True)
+class Pearson:
+    """A Pearson r over `n` pairs; `value` is None when r does not exist, and `reason` says why."""
+
+    value: float | None
+    n: int
+    reason: str | None = None
+
+
+# Columns of the per-document statistics matrix.
+_COLUMNS = (
+    "o_tp", "o_fp", "o_fn",  # overlap matching
+    "t_tp", "t_fp", "t_fn", "t_n",  # token labels; Σx = tp + fp, Σy = tp + fn, Σxy = tp, and x² = x
+    "c_n", "c_x", "c_y", "c_xy", "c_xx", "c_yy",  # error counts: x predicted, y gold
+)  # fmt: skip
+_COL = {name: i for i, name in enumerate(_COLUMNS)}
+
+
+@dataclass(frozen=True)
+class _DocStats:
+    input_id: str
+    exact: PRF
+    overlap: PRF
+    token: PRF
+    n_tokens: int
+    n_predicted: int
+    n_gold: int
+
+    def row(self) -> list[int]:
+        x, y = self.n_predicted, self.n_gold
+        o, t = self.overlap, self.token
+        return [o.tp, o.fp, o.fn, t.tp, t.fp, t.fn, self.n_tokens, 1, x, y, x * y, x * x, y * y]
+
+
+def _scored(docs: Sequence[SpanDocument], predictions: Mapping[str, Sequence[Span] | None]) -> list[_DocStats]:
+    """Per-document statistics of the scored documents, in document order."""
+    stats = []
+    for doc in docs:
+        predicted = predictions.get(doc.id)
+        if predicted is None:
+            continue
+        pred = _check_spans(predicted, f"{doc.id}: predicted")
+        gold = doc.gold_spans
+        stats.append(
+            _DocStats(
+                input_id=doc.input_id,
+                exact=_from_matches(_exact_matches(pred, gold), len(pred)),
+                overlap=_from_matches(_overlap_matches(pred, gold), len(pred)),
+                token=token_prf(pred, gold, doc.output),
+                n_tokens=len(token_spans(doc.output)),
+                n_predicted=len(pred),
+                n_gold=len(gold),
+            )
+        )
+    return stats
+
+
+def _pearson_from_sums(n: int, sx: int, sy: int, sxy: int, sxx: int, syy: int, what: str) -> Pearson:
+    """r from exact integer sums; None with the reason where it does not exist."""
+    if n < 2:
+        return Pearson(None, n, f"fewer than 2 {what}")
+    var_x, var_y = n * sxx - sx * sx, n * syy - sy * sy
+    if var_x <= 0 or var_y <= 0:
+        side = "predictions and gold" if var_x <= 0 and var_y <= 0 else "predictions" if var_x <= 0 else "gold"
+        return Pearson(None, n, f"constant {side}")
+    r = (n * sxy - sx * sy) / (float(var_x) ** 0.5 * float(var_y) ** 0.5)
+    return Pearson(min(1.0, max(-1.0, r)), n)
+
+
+def _count_sums(stats: Sequence[_DocStats]) -> tuple[int, int, int, int, int, int]:
+    x = [s.n_predicted for s in stats]
+    y = [s.n_gold for s in stats]
+    return (
+        len(stats),
+        sum(x),
+        sum(y),
+        sum(a * b for a, b in zip(x, y, strict=True)),
+        sum(a * a for a in x),
+        sum(b * b for b in y),
+    )
+
+
+def _token_sums(stats: Sequence[_DocStats]) -> tuple[int, int, int, int, int, int]:
+    token = micro_total(s.token for s in stats)
+    sx, sy = token.tp + token.fp, token.tp + token.fn  # binary labels: Σx² = Σx
+    return sum(s.n_tokens for s in stats), sx, sy, token.tp, sx, sy
+
+
+def count_pearson(docs: Sequence[SpanDocument], predictions: Mapping[str, Sequence[Span] | None]) -> Pearson:
+    """Pearson r between the number of predicted and of gold spans per scored output."""
+    return _pearson_from_sums(*_count_sums(_scored(docs, predictions)), what="scored outputs")
+
+
+def token_pearson(docs: Sequence[SpanDocument], predictions: Mapping[str, Sequence[Span] | None]) -> Pearson:
+    """Pearson r between per-token binary error labels (predicted vs gold), pooled over scored outputs.
+
+    Tokens are the whitespace tokens of `token_spans`; a token is 1 if any of its characters
+    lies in a span (the rule of `token_prf`).
+    """
+    return _pearson_from_sums(*_token_sums(_scored(docs, predictions)), what="tokens")
+
+
+def _f1_rows(sums: np.ndarray, prefix: str) -> np.ndarray:
+    """Micro F1 per resample row, as PRF.f1 (2tp / (2tp + fp + fn), 0 without spans); nan without scored docs."""
+    tp, fp, fn = (sums[:, _COL[f"{prefix}_{k}"]] for k in ("tp", "fp", "fn"))
+    denominator = 2 * tp + fp + fn
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f1 = np.where(denominator > 0, 2 * tp / np.where(denominator > 0, denominator, 1), 0.0)
+    return np.where(sums[:, _COL["c_n"]] > 0, f1, np.nan)
+
+
+def _pearson_rows(
+    n: np.ndarray, sx: np.ndarray, sy: np.ndarray, sxy: np.ndarray, sxx: np.ndarray, syy: np.ndarray
+) -> np.ndarray:
+    """r per resample row from weighted sums; nan where it does not exist (n < 2 or a constant side)."""
+    var_x, var_y = n * sxx - sx * sx, n * syy - sy * sy
+    ok = (n >= 2) & (var_x > 0) & (var_y > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (n * sxy - sx * sy) / np.sqrt(np.where(ok, var_x * var_y, 1.0))
+    return np.where(ok, np.clip(r, -1.0, 1.0), np.nan)
+
+
+def _resampled(stats: Sequence[_DocStats], input_ids: Sequence[str], n_resamples: int, seed: int) -> dict[str, Any]:
+    """Each metric of INTERVAL_METRICS on `n_resamples` input resamples (nan where undefined)."""
+    index = {input_id: i for i, input_id in enumerate(input_ids)}
+    per_input = np.zeros((len(input_ids), len(_COLUMNS)))
+    if stats:
+        rows = np.array([s.row() for s in stats], dtype=float)
+        np.add.at(per_input, np.array([index[s.input_id] for s in stats]), rows)
+    sums = input_weights(len(input_ids), n_resamples, seed) @ per_input  # (n_resamples, columns)
+
+    def col(name: str) -> np.ndarray:
+        return sums[:, _COL[name]]
+
+    t_x, t_y = col("t_tp") + col("t_fp"), col("t_tp") + col("t_fn")
+    return {
+        "overlap_f1": _f1_rows(sums, "o"),
+        "token_f1": _f1_rows(sums, "t"),
+        "count_pearson": _pearson_rows(col("c_n"), col("c_x"), col("c_y"), col("c_xy"), col("c_xx"), col("c_yy")),
+        "token_pearson": _pearson_rows(col("t_n"), t_x, t_y, col("t_tp"), t_x, t_y),
+    }
+
+
+def _finite(value: float) -> float | None:
+    return None if np.isnan(value) else float(value)
+
+
+def span_agreement(
+    docs: Sequence[SpanDocument],
+    predictions: Mapping[str, Sequence[Span] | None],
+    *,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """One row of agreement between predicted and gold spans, with input-bootstrap intervals.
+
+    Keys: n_outputs (documents), n_inputs (distinct input ids), asked (documents with an entry
+    in `predictions`), scored (entry not None), parse_rate (scored / asked; None if none
+    asked); overlap_/token_ precision, recall, f1; exact_f1; count_pearson and token_pearson
+    (None where undefined, with count_pearson_reason / token_pearson_reason); for each metric
+    M of INTERVAL_METRICS, M_low and M_high (percentile interval; None if no resample defines
+    it) and M_undefined (resamples where it did not exist); n_resamples, confidence, seed.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
+    stats = _scored(docs, predictions)
+    asked = sum(doc.id in predictions for doc in docs)
+    overlap, token = micro_total(s.overlap for s in stats), micro_total(s.token for s in stats)
+    counts = _pearson_from_sums(*_count_sums(stats), what="scored outputs")
+    tokens = _pearson_from_sums(*_token_sums(stats), what="tokens")
+    row: dict[str, Any] = {
+        "n_outputs": len(docs),
+        "n_inputs": len({doc.input_id for doc in docs}),
+        "asked": asked,
+        "scored": len(stats),
+        "parse_rate": len(stats) / asked if asked else None,
+        "overlap_precision": overlap.precision,
+        "overlap_recall": overlap.recall,
+        "overlap_f1": overlap.f1,
+        "token_precision": token.precision,
+        "token_recall": token.recall,
+        "token_f1": token.f1,
+        "exact_f1": micro_total(s.exact for s in stats).f1,
+        "count_pearson": counts.value,
+        "count_pearson_reason": counts.reason,
+        "token_pearson": tokens.value,
+        "token_pearson_reason": tokens.reason,
+    }
+    if not stats:  # P/R/F1 of nothing are undefined, not 0: an unscored judge did not "find no errors"
+        row |= {key: None for key in row if key.startswith(("overlap_", "token_", "exact_")) and "pearson" not in key}
+    input_ids = list(dict.fromkeys(doc.input_id for doc in docs))
+    samples = _resampled(stats, input_ids, n_resamples, seed) if input_ids else {}
+    for metric in INTERVAL_METRICS:
+        if metric not in samples:
+            row |= {f"{metric}_low": None, f"{metric}_high": None, f"{metric}_undefined": n_resamples}
+            continue
+        interval = _interval(np.nan, samples[metric], confidence)
+        row |= {
+            f"{metric}_low": _finite(interval.low),
+            f"{metric}_high": _finite(interval.high),
+            f"{metric}_undefined": interval.undefined,
+        }
+    return row | {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
+
+
+def metric_interval(row: Mapping[str, Any], metric: str) -> dict[str, Any]:
+    """One metric of a `span_agreement` row as {value, low, high, undefined_resamples, reason}."""
+    return {
+        "value": row[metric],
+        "low": row[f"{metric}_low"],
+        "high": row[f"{metric}_high"],
+        "undefined_resamples": row[f"{metric}_undefined"],
+        "reason": row.get(f"{metric}_reason"),
+    }
