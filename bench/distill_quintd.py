@@ -113,7 +113,7 @@ def served_judge(folder: Path, gguf: Path, lora: Path | None, args: argparse.Nam
         server = LlamaCppServer(gguf, alias="judge", n_threads=os.cpu_count() or 1, n_ctx=4096, lora_path=lora).start()
         judge = Judge.from_pretrained(
             folder, engine="openai", base_url=server.base_url, served_model="judge",
-            max_new_tokens=args.max_new_tokens, retries=args.retries, max_context=4096,
+            max_new_tokens=args.max_new_tokens, retries=args.retries, max_context=4096, constrained=args.constrained,
         )  # fmt: skip
         close = judge.close
 
@@ -176,7 +176,9 @@ def markdown(runs: dict[str, Any]) -> str:
             f"{t.get('steps')} steps × batch {s['batch']} (~{epochs:.1f} epochs), lr {s['lr']}, LoRA r {s['rank']}, "
             f"{t.get('wall_s')} s wall, {rate} tokens/s, train loss "
             f"{_round(t.get('train_loss'))}, eval loss {_round(t.get('eval_loss'))}. Judging: llama.cpp (Q4_1 GGUF"
-            f" + GGUF LoRA), greedy, ≤ {s['max_new_tokens']} new tokens, {s['retries']} sampled retry; wall "
+            f" + GGUF LoRA), greedy, ≤ {s['max_new_tokens']} new tokens, {s['retries']} sampled retry"
+            + ("; replies held to the output contract's grammar (GBNF)" if s.get("constrained") else "")
+            + "; wall "
             + ", ".join(f"{k} {v} s" for k, v in s.get("judge_wall_s", {}).items())
             + "."
             + (f" {s['note']}" if s.get("note") else ""),
@@ -210,6 +212,9 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=16, help="LoRA rank (alpha = 2 × rank)")
     parser.add_argument("--max-new-tokens", type=int, default=320)
     parser.add_argument("--retries", type=int, default=1)
+    parser.add_argument(
+        "--constrained", action="store_true", help="hold replies to the output contract's grammar (GBNF on llama.cpp)"
+    )
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--note", default="", help="a remark printed with the run (e.g. what else shared the machine)")
@@ -242,8 +247,11 @@ def main() -> None:
     teacher = {d.id: d.gold_spans for d in quintd_tables("gpt-4", tuple(args.test_tables), args.domains)}
     say(f"held out: {len(docs)} outputs with human spans")
     judged = {}
+    suffix = "+grammar" if args.constrained else ""
     for name, folder, adapter_gguf in (("base", base_folder, None), ("student", adapter, lora)):
-        judge = served_judge(folder, smollm2_gguf(), adapter_gguf, args)()
+        name += suffix
+        path = work / "judgments" / f"{name}.json"
+        judge = None if path.is_file() else served_judge(folder, smollm2_gguf(), adapter_gguf, args)()
         counter = {"done": 0}
 
         def progress(count: int, name: str = name, counter: dict[str, int] = counter) -> None:
@@ -251,9 +259,10 @@ def main() -> None:
             say(f"{name}: {counter['done']}/{len(docs)} judged")
 
         try:
-            judged[name] = judge_span_documents(judge, docs, work / "judgments" / f"{name}.json", progress)
+            judged[name] = judge_span_documents(judge, docs, path, progress)
         finally:
-            judge.close()
+            if judge is not None:
+                judge.close()
 
     def row(name: str, spans: dict[str, Any], **more: Any) -> dict[str, Any]:
         return {"judge": name, **span_agreement(docs, spans, n_resamples=args.resamples, seed=args.seed), **more}
@@ -277,6 +286,7 @@ def main() -> None:
         "rank": args.rank,
         "max_new_tokens": args.max_new_tokens,
         "retries": args.retries,
+        "constrained": args.constrained,
         "resamples": args.resamples,
         "train": train,
         "judge_wall_s": {name: payload["wall_s"] for name, payload in judged.items()},

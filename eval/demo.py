@@ -368,7 +368,7 @@ def meta_eval_step(ctx: DemoContext) -> StepOutput:
     ]
     cells = {(c.judge, c.dataset, c.aspect, c.level, c.coefficient): c for c in result.cells}
     for (judge, dataset, aspect, level, coefficient), cell in cells.items():
-        if judge != DISTILLED:
+        if judge != DISTILLED or not cell.items:
             continue
         base_cell = cells.get((BASE, dataset, aspect, level, coefficient))
         compare.append(
@@ -398,7 +398,8 @@ def _value(cell: Any) -> str | None:
     if cell is None:
         return None
     if cell.value is None:
-        return f"– ({cell.scored}/{cell.items} scored)"
+        why = "nothing scored" if not cell.scored else "undefined: too few scored items or constant scores"
+        return f"– ({cell.scored}/{cell.items} scored; {why})"
     return f"{cell.value:+.3f} [{cell.low:+.2f}, {cell.high:+.2f}]" if cell.low is not None else f"{cell.value:+.3f}"
 
 

@@ -15,6 +15,17 @@ Decoding is greedy (max 1536 new tokens). A reply that does not parse is retried
 sampling (temperature 0.1, top-p 0.95, new seed, up to 3 times); if none parses the item is
 returned unscored, with the replies and the reason, never with an invented score.
 
+Constrained decoding (`constrained=True`, off by default): every reply is held to the output
+contract's grammar (`contract.grammar.judge_grammar`: error blocks numbered 1.. in order, at
+most 8, severities 1-5, an integer score 0-100, or `No Error`; Location/Explanation lines of at
+most 200 characters), so a reply that ends cannot fail to parse. So that it ends before
+`max_new_tokens`, fewer error blocks are allowed when the longest 8 would not fit
+(`contract.grammar.errors_within`: 1 at 160 tokens, 2 at 320, all 8 from 1,198). llama.cpp reads it as GBNF
+(`grammar`), vLLM through its structured outputs, transformers through xgrammar's logits
+processor (`pip install 'spanjudge[constrained]'`). Locations are still the model's quotes:
+anchoring counts those not found in the output. A reply still cut by `max_new_tokens` (text
+of under 3 characters per token) is unparseable and retried as before.
+
 Context policy: when the prompt would not leave `max_new_tokens` of room in the model's
 context, the task inputs (the source documents, never the evaluated output) are cut from the
 end, longest first, on token boundaries, and the item is flagged with what was cut. If the
@@ -36,6 +47,7 @@ from .backends.base import Backend, CallFailure, ChatRequest, Completion, Sampli
 from .catalog import Aspect, Catalog, load_catalog
 from .chat import encode_prompt
 from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
+from .contract.grammar import errors_within, judge_grammar, server_grammar_fields
 from .errors import SpanjudgeError
 from .hf_models import load_tokenizer, local_folder, resolve_model_source
 from .judge_prompt import JudgeRequest, judge_chat_prompt, judge_messages
@@ -124,11 +136,15 @@ class Judge:
         concurrency: int = 1,
         timeout_s: float = 600.0,
         engine_options: Mapping[str, Any] | None = None,
+        constrained: bool = False,
     ) -> Judge:
         """A judge from an adapter folder (base found in its spanjudge.json or adapter_config.json,
         or given), a merged/full model folder, a hub id, or a served model (engine "openai").
         `retries`: sampled retries of an unparseable reply (3, as the thesis's scorer; fewer keeps a
-        weak judge on a CPU affordable, since each retry is a whole generation)."""
+        weak judge on a CPU affordable, since each retry is a whole generation).
+        `constrained`: hold every reply to the output contract's grammar (see the module docstring);
+        engine "openai" sends it in both llama.cpp's (`grammar`) and vLLM's (`structured_outputs`)
+        request field, so a server that reads neither (Ollama) decodes unconstrained."""
         location = str(model_or_adapter)
         adapter, model = _adapter_and_model(location, base)
         tokenizer_folder = adapter or (model if Path(model).is_dir() else None)
@@ -146,6 +162,7 @@ class Judge:
                 concurrency=concurrency,
                 timeout_s=timeout_s,
                 options=dict(engine_options or {}),
+                extra_body=server_grammar_fields(_contract_grammar(max_new_tokens)) if constrained else {},
             )
             context = max_context
         else:
@@ -155,6 +172,8 @@ class Judge:
                 options["adapter"] = adapter
             if engine == "transformers":
                 options.update(batch_size=batch_size, dtype=dtype)
+            if constrained:
+                options["grammar"] = _contract_grammar(max_new_tokens)
             spec = BackendSpec(kind=engine, model=model, options=options)
             context = max_context or _model_context(model)
         return cls(
@@ -295,6 +314,11 @@ class Judge:
 
     def close(self) -> None:
         self.backend.close()
+
+
+def _contract_grammar(max_new_tokens: int) -> str:
+    """The output contract's grammar with as many error blocks as surely fit the token limit."""
+    return judge_grammar(max_errors=errors_within(max_new_tokens))
 
 
 def _unscored(

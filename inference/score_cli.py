@@ -84,6 +84,14 @@ def score_command(
     output_format: Annotated[
         str, typer.Option("--format", help="jsonl, or html to also write OUT with .html: highlighted spans.")
     ] = "jsonl",
+    constrained: Annotated[
+        bool,
+        typer.Option(
+            "--constrained",
+            help="Hold every reply to the output contract's grammar (llama.cpp GBNF, vLLM structured outputs, "
+            "transformers: xgrammar, pip install 'spanjudge[constrained]').",
+        ),
+    ] = False,
 ) -> None:
     """Score outputs with a distilled judge: error spans (anchored to character offsets),
     explanations, severities and a 0-100 score per output.
@@ -127,6 +135,7 @@ def score_command(
             retries=retries,
             max_context=max_context,
             catalog=catalog,
+            constrained=constrained,
         )
         columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, disable=not sys.stderr.isatty()) as progress:

@@ -56,7 +56,7 @@ def test_training_on_a_teacher_needs_one(tmp_path: Path) -> None:
     start, end = text.index("teacher:"), text.index("train:")
     bad = tmp_path / "bad.yaml"
     bad.write_text(text[:start] + text[end:])  # train.data: teacher, but no teacher section
-    with pytest.raises(ConfigError, match="train.data is 'teacher' but the config has no teacher section"):
+    with pytest.raises(ConfigError, match=r"train\.data is 'teacher' but the config has no teacher section"):
         load_demo_config(bad)
 
 

@@ -45,12 +45,13 @@ class BackendSpec(BaseModel):
     options: dict[str, Any] = Field(
         default_factory=dict,
         description="Backend-specific options: ollama model options (num_ctx ...), vLLM engine or "
-        "transformers from_pretrained arguments.",
+        "transformers from_pretrained arguments; for vllm and transformers also `grammar`, a GBNF grammar "
+        "every reply is held to (constrained decoding).",
     )
     extra_body: dict[str, Any] = Field(
         default_factory=dict,
         description="openai only: server-specific request fields sent with every call, e.g. llama.cpp's "
-        "`grammar` (GBNF) or vLLM's `guided_grammar` to hold small models to the reply format.",
+        "`grammar` (GBNF) or vLLM's `structured_outputs: {grammar: ...}` to hold small models to the reply format.",
     )
     quantization: str | None = Field(default=None, description="Documentation only (e.g. q8_0).")
 
@@ -61,7 +62,10 @@ class BackendSpec(BaseModel):
         base = f"{self.kind}:{self.model}" if self.api == "chat" else f"{self.kind}-{self.api}:{self.model}"
         if self.options.get("adapter"):  # a LoRA adapter changes the model
             base += f"+{self.options['adapter']}"
-        if not self.extra_body:
+        changes = dict(self.extra_body)
+        if self.options.get("grammar"):  # constrained decoding changes the replies
+            changes["options.grammar"] = self.options["grammar"]
+        if not changes:
             return base
-        blob = json.dumps(self.extra_body, sort_keys=True, ensure_ascii=False)
+        blob = json.dumps(changes, sort_keys=True, ensure_ascii=False)
         return f"{base}#{hashlib.sha256(blob.encode('utf-8')).hexdigest()[:12]}"

@@ -8,7 +8,12 @@ arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of ou
 - `gguf_file`: load a GGUF file inside the `spec.model` folder; transformers (with the
   `gguf` package) dequantizes it to dense weights;
 - `adapter`: a PEFT (LoRA) adapter folder applied on top of the model (the distilled judge);
-  its tokenizer, when it has one, is the one used (it is the tokenizer it was trained with).
+  its tokenizer, when it has one, is the one used (it is the tokenizer it was trained with);
+- `grammar`: a GBNF grammar every reply is held to (constrained decoding), applied by
+  xgrammar's logits processor (`xgrammar.contrib.hf.LogitsProcessor`; the optional extra
+  `spanjudge[constrained]`). The grammar is compiled once for the tokenizer; each `generate`
+  call gets a fresh processor. Its mask comes before the sampling warpers (temperature,
+  top-p), so a sampled retry only ever draws allowed tokens.
 
 Otherwise weights load from safetensors only (`use_safetensors=True`): a pickle
 checkpoint can run code when it is loaded.
@@ -43,6 +48,7 @@ from .runner import short
 from .spec import BackendSpec
 
 DEFAULT_BATCH_SIZE = 8
+GRAMMAR_INSTALL_HINT = "option 'grammar' needs xgrammar: pip install 'spanjudge[constrained]'"
 
 
 class TransformersBackend(Backend):
@@ -59,6 +65,7 @@ class TransformersBackend(Backend):
         shared: dict[str, Any] = {"trust_remote_code": bool(options.pop("trust_remote_code", False))}
         gguf_file = options.pop("gguf_file", None)
         adapter = options.pop("adapter", None)
+        grammar = options.pop("grammar", None)
         if gguf_file:
             shared["gguf_file"] = gguf_file
         else:
@@ -85,6 +92,26 @@ class TransformersBackend(Backend):
             self.model.to("cuda")
         self._torch = torch
         self._end_ids = _end_token_ids(self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id)
+        self._grammar: Any = self._compile_grammar(grammar) if grammar else None
+
+    def _compile_grammar(self, grammar: str) -> Any:
+        """The grammar compiled for this tokenizer and the model's full vocabulary (xgrammar)."""
+        try:
+            import xgrammar
+        except ModuleNotFoundError as error:
+            if error.name is None or error.name.split(".")[0] != "xgrammar":
+                raise
+            raise BackendError(f"transformers model {self.spec.model!r}: {GRAMMAR_INSTALL_HINT}") from None
+        # the output layer can be larger than the tokenizer (padded vocabularies): masks cover all of it
+        vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        info = xgrammar.TokenizerInfo.from_huggingface(
+            self.tokenizer, vocab_size=vocab_size, stop_token_ids=sorted(self._end_ids)
+        )
+        try:
+            return xgrammar.GrammarCompiler(info, max_threads=1).compile_grammar(grammar)
+        except Exception as error:  # a grammar that does not compile is a configuration error
+            where = f"transformers model {self.spec.model!r}"
+            raise BackendError(f"{where}: the grammar does not compile: {error}") from None
 
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
         results: list[CallResult | None] = [None] * len(requests)
@@ -119,12 +146,18 @@ class TransformersBackend(Backend):
         params = batch[0].params
         if params.seed is not None:
             self._torch.manual_seed(params.seed)
+        extra: dict[str, Any] = {}
+        if self._grammar is not None:
+            from xgrammar.contrib.hf import LogitsProcessor
+
+            extra["logits_processor"] = [LogitsProcessor(self._grammar)]  # one per generate() call
         with self._torch.inference_mode():
             output = self.model.generate(
                 **encoded,
                 max_new_tokens=params.max_tokens,
                 pad_token_id=self.tokenizer.pad_token_id,
                 **_decoding(params),
+                **extra,
             )
         new_tokens = output[:, encoded["input_ids"].shape[1] :].tolist()
         return new_tokens, encoded["attention_mask"].sum(dim=1).tolist()

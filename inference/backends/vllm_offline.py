@@ -9,6 +9,10 @@ only when this backend is made.
 
 Option `adapter` (ours): a PEFT LoRA folder served on top of the base model without
 merging (`enable_lora`, one `LoRARequest` for every request): the distilled judge.
+
+Option `grammar` (ours): a GBNF grammar every reply is held to, through vLLM's structured
+outputs (`SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...))`: vLLM
+>= 0.11; 0.12 removed the older `guided_decoding`); its default backend, xgrammar, reads GBNF.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from .runner import short
 from .spec import BackendSpec
 
 INSTALL_HINT = "vLLM is not installed: pip install 'spanjudge[vllm]' (needs a CUDA GPU)"
+STRUCTURED_OUTPUTS_HINT = "option 'grammar' needs vLLM's StructuredOutputsParams (vLLM >= 0.11): pip install -U vllm"
 
 
 class VLLMBackend(Backend):
@@ -40,6 +45,9 @@ class VLLMBackend(Backend):
         self._vllm = vllm
         options = dict(spec.options)
         adapter = options.pop("adapter", None)
+        self._grammar: str | None = options.pop("grammar", None)
+        if self._grammar:
+            _structured_outputs(self._grammar)  # fail now, not at the first batch, on an old vLLM
         self._lora: Any = None
         if adapter:
             import json
@@ -73,12 +81,16 @@ class VLLMBackend(Backend):
 
     def _sampling_params(self, request: ChatRequest) -> Any:
         params = request.params
+        extra: dict[str, Any] = {}
+        if self._grammar:  # a fresh one per request: vLLM annotates it while validating
+            extra["structured_outputs"] = _structured_outputs(self._grammar)
         return self._vllm.SamplingParams(
             temperature=params.temperature,
             top_p=params.top_p,
             max_tokens=params.max_tokens,
             seed=params.seed,
             stop=list(params.stop) or None,
+            **extra,
         )
 
     def _completion(self, output: Any, seconds: float) -> Completion:
@@ -97,3 +109,12 @@ class VLLMBackend(Backend):
         """Drop the engine so its GPU memory can be reused in this process."""
         self._llm = None
         gc.collect()
+
+
+def _structured_outputs(grammar: str) -> Any:
+    """vLLM's `StructuredOutputsParams` holding replies to `grammar`."""
+    try:
+        from vllm.sampling_params import StructuredOutputsParams
+    except ImportError:  # older vLLM had GuidedDecodingParams instead (removed in 0.12)
+        raise BackendError(STRUCTURED_OUTPUTS_HINT) from None
+    return StructuredOutputsParams(grammar=grammar)

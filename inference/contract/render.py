@@ -24,6 +24,16 @@ from decimal import Decimal
 from .model import ErrorAnnotation, Evaluation
 
 NO_ERROR = "No Error"
+# The pieces of the judge format, shared by the renderer and the grammar (`grammar.py`), so
+# that what constrained decoding allows cannot drift from what training renders.
+ERROR_HEADER = "Error {number}:"
+LOCATION_FIELD = "Location: "
+EXPLANATION_FIELD = "Explanation: "
+SEVERITY_FIELD = "Severity: "
+SCORE_FIELD = "Overall score: "
+NO_LOCATION = "None"
+LINE_BREAK = "\n"
+BLOCK_SEPARATOR = "\n\n"
 
 
 def format_score(score: float) -> str:
@@ -37,17 +47,21 @@ def render_errors(errors: Sequence[ErrorAnnotation]) -> str:
     if not errors:
         return NO_ERROR
     blocks = [
-        f"Error {i}:\n"
-        f"Location: {e.location if e.location is not None else 'None'}\n"
-        f"Explanation: {e.explanation}\n"
-        f"Severity: {e.severity}"
+        LINE_BREAK.join(
+            (
+                ERROR_HEADER.format(number=i),
+                LOCATION_FIELD + (e.location if e.location is not None else NO_LOCATION),
+                EXPLANATION_FIELD + e.explanation,
+                SEVERITY_FIELD + str(e.severity),
+            )
+        )
         for i, e in enumerate(errors, start=1)
     ]
-    return "\n\n".join(blocks)
+    return BLOCK_SEPARATOR.join(blocks)
 
 
 def render_judge(evaluation: Evaluation) -> str:
     """The distilled judge's completion text for `evaluation` (which must be scored)."""
     if evaluation.score is None:
         raise ValueError("an unscored evaluation has no judge-format rendering")
-    return f"{render_errors(evaluation.errors)}\n\nOverall score: {format_score(evaluation.score)}"
+    return render_errors(evaluation.errors) + BLOCK_SEPARATOR + SCORE_FIELD + format_score(evaluation.score)
