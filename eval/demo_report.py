@@ -389,8 +389,7 @@ def _compare_section(records: Sequence[StepRecord]) -> str:
     return (
         "<p>The same items, the same prompt and decoding, before and after training. A reply that does not "
         "follow the output contract is unscored (never given a score), so the parse rate is the first thing "
-        "training must fix; correlations are defined only where enough items were scored.</p>"
-        + _table(header, body)
+        "training must fix; correlations are defined only where enough items were scored.</p>" + _table(header, body)
     )
 
 

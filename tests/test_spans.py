@@ -206,7 +206,7 @@ def test_loaders_report_malformed_input(shared_data: Path, tmp_path: Path) -> No
     (folder / "bad.jsonl").write_text('{"dataset": "owid"}\n{not json\n')
     with pytest.raises(InputError, match=r"bad\.jsonl:1: needs a known 'dataset', 'model' and an int 'table_idx'"):
         load_quintd1(tmp_path)
-    (folder / "bad.jsonl").write_text('\n{not json\n')
+    (folder / "bad.jsonl").write_text("\n{not json\n")
     with pytest.raises(InputError, match=r"bad\.jsonl:2: not valid JSON"):
         load_quintd1(tmp_path)
     with pytest.raises(InputError, match="no annotation files"):
