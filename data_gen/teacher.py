@@ -92,7 +92,8 @@ class QuintdImport(_Strict):
     aspect: str = "accuracy"
     rule: ScoreRule
     on_mismatch: Mismatch = Field(
-        default="error", description="a span whose text is not at its offset: error, relocate or drop (counted)"
+        default="error",
+        description="a span whose text is not at its offset: error, relocate, relocate_or_drop or drop (counted)",
     )
     empty_spans: Literal["error", "drop"] = Field(
         default="error", description="a span with empty text (it marks nothing): error or drop (counted)"
