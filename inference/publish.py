@@ -10,19 +10,27 @@ folder (or, with `--dry-run DIR`, leaves it in DIR for reading):
   provenance, meta-evaluation table and `model-index`, usage snippets).
 
 Nothing else is copied: no checkpoint folder, optimizer, scheduler or RNG state, no pickle
-(`training_args.bin`, `*.pt`, `*.bin`), no logs. Staged files are rewritten where they hold
-machine-local paths (PEFT's `base_model_name_or_path`, `spanjudge.json`'s train file), and the
-staged text is scanned for token-like strings before anything leaves the machine.
+(`training_args.bin`, `*.pt`, `*.bin`), no logs. What is read from the run folder must be a
+regular file inside it: a symbolic link, or a path that resolves outside the folder, is refused
+(a link could stage `/etc/passwd` or a token file under an allowed name). Every staged
+`.safetensors` must open as safetensors. Machine-local paths (absolute or `~` paths) are cut to
+their last component in every staged file spanjudge writes: PEFT's `base_model_name_or_path`,
+`spanjudge.json`, `train_config.yaml` and the card that quotes it. Before anything leaves the
+machine, the staged text and the safetensors headers (`__metadata__` included) are scanned for
+token-like strings, and the text for the run folder's and home folder's paths.
 
-Meta-evaluation results (`--eval-results FILE`) are read defensively. The expected shape is a
-JSON list of rows, or an object holding that list under "rows", "results", "correlations" or
-"metrics"::
+Meta-evaluation results (`--eval-results FILE`) are either the `results.json` that
+`spanjudge meta-eval` writes (its `judges` and `cells`, read by `MetaEvalFile`) or, as written by
+hand or by `spanjudge demo`, a JSON list of rows, or an object holding that list under "rows",
+"results", "correlations" or "metrics"::
 
     [{"dataset": "SummEval", "aspect": "coherence", "level": "summary",
       "coefficient": "kendall", "value": 0.41, "ci_low": 0.37, "ci_high": 0.45, "n": 1600}, ...]
 
-`dataset` and a numeric `value` are required; `metric` may stand for `coefficient`; `task`,
-`level`, `ci_low`, `ci_high` and `n` are optional. Rows that do not fit are skipped and counted.
+`dataset` and a numeric `value` are required; `metric` may stand for `coefficient`, `low`/`high`
+for `ci_low`/`ci_high`; `task`, `level`, `ci_low`, `ci_high`, `n` and `judge` are optional. Rows
+that do not fit are skipped and counted. The card holds the rows of one judge only: the one
+named by `--judge-name`, else the only judge that is not a baseline (`metric:`, `prompted:`).
 """
 
 from __future__ import annotations
@@ -38,7 +46,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict
 
+from .configio import validate
 from .errors import InputError, SpanjudgeError
 from .fileio import atomic_directory
 
@@ -69,6 +79,11 @@ CARD_FILE = "README.md"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _TOKEN_LIKE = re.compile(r"\bhf_[A-Za-z0-9]{20,}")
 _SCAN_LIMIT = 64 << 20  # text files larger than this are not scanned (weights are binary anyway)
+_HEADER_LIMIT = 100 << 20  # the safetensors library's own cap on a header
+# an absolute, home-relative, Windows or file:// path: names a place on this machine only
+_LOCAL_PATH = re.compile(r"^(?:~|/|[A-Za-z]:[\\/]|\\\\|file://)")
+# the meta-eval judges that are references, never the judge being published
+BASELINE_KINDS = ("metric:", "prompted:")
 
 
 def allowed(name: str, merged: bool) -> bool:
@@ -127,8 +142,11 @@ def read_run(model: Path) -> RunFolder:
         raise InputError(f"{model} is not a spanjudge run folder (no adapter/adapter_config.json)")
     else:
         raise InputError(f"run folder not found: {model}")
+    root = run_dir if run_dir is not None else adapter
+    _check_sources(adapter, run_dir, root)
     if not (adapter / "adapter_model.safetensors").is_file():
         raise InputError(f"{adapter}: no adapter_model.safetensors (only safetensors adapters are published)")
+    safetensors_header(adapter / "adapter_model.safetensors")
     config_text = None
     config: dict[str, Any] = {}
     if run_dir is not None and (run_dir / CONFIG_FILE).is_file():
@@ -151,6 +169,55 @@ def read_run(model: Path) -> RunFolder:
         data_run=_read_json(data_dir / "run.json") if data_dir else {},
         data_stats=_read_json(data_dir / "stats.json") if data_dir else {},
     )
+
+
+def check_inside(path: Path, root: Path) -> Path:
+    """`path` itself, when it is no symbolic link and resolves inside `root`: publish copies files
+    under allow-listed names, so a link (`tokenizer.json -> /etc/passwd`) would upload its target."""
+    if path.is_symlink():
+        raise InputError(
+            f"{path}: is a symbolic link; publish reads only regular files inside the run folder "
+            "(replace the link with a copy of the file)"
+        )
+    resolved, inside = path.resolve(), root.resolve()
+    if not resolved.is_relative_to(inside):
+        raise InputError(
+            f"{path}: resolves to {resolved}, outside the run folder {inside}; publish reads only files inside it"
+        )
+    return path
+
+
+def _check_sources(adapter: Path, run_dir: Path | None, root: Path) -> None:
+    """Every file publish reads from the run folder, present or a dangling link, is checked."""
+    names = sorted(ADAPTER_FILES | TOKENIZER_FILES | {METADATA_FILE})
+    paths = [adapter / name for name in names]
+    if run_dir is not None:
+        paths += [run_dir / CONFIG_FILE, run_dir / "metrics.json"]
+    for path in paths:
+        if path.is_symlink() or path.exists():
+            check_inside(path, root)
+
+
+def safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file (tensor table and `__metadata__`), after the
+    `safetensors` library opened it: that checks the header parses and the tensors fill the file.
+    A token file renamed to `*.safetensors` is refused here, before it could be uploaded."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy"):
+            pass
+        with path.open("rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            if size > _HEADER_LIMIT:
+                raise ValueError("header too large")
+            header = json.loads(handle.read(size).decode("utf-8"))
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
+    except Exception as exc:  # SafetensorError, OSError, ValueError: the file is not what its name says
+        detail = _TOKEN_LIKE.sub("hf_***", (str(exc).splitlines() or [""])[0])[:120]
+        raise InputError(f"{path}: not a valid safetensors file ({exc.__class__.__name__}: {detail})") from None
+    return header
 
 
 def _data_dir(config: Mapping[str, Any]) -> Path | None:
@@ -202,6 +269,7 @@ class EvalResults:
     source: str
     rows: list[EvalRow] = field(default_factory=list)
     skipped: int = 0
+    judge: str | None = None  # the meta-eval judge the rows are of, when the file names judges
 
 
 def _number(value: Any) -> float | None:
@@ -234,38 +302,121 @@ def _candidate_rows(data: Any) -> list[Any]:
     return []
 
 
-def read_eval_results(path: Path) -> EvalResults:
+class MetaEvalCell(BaseModel):
+    """One entry of `cells` in the results.json of `spanjudge meta-eval` (eval/runner.py's Cell):
+    one judge x dataset x aspect x coefficient, with its bootstrap interval."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    judge: str
+    dataset: str
+    aspect: str
+    coefficient: str
+    level: str | None = None
+    value: float | None
+    low: float | None = None
+    high: float | None = None
+    scored: int = 0  # items correlated (a judge score and a human score); 0 for the average
+
+    def row(self) -> EvalRow | None:
+        """The card's row, or None when the correlation is undefined (e.g. constant scores)."""
+        if self.value is None or not math.isfinite(self.value):
+            return None
+        finite = [b if b is not None and math.isfinite(b) else None for b in (self.low, self.high)]
+        return EvalRow(
+            dataset=self.dataset,
+            metric=self.coefficient,
+            value=self.value,
+            aspect=self.aspect,
+            level=self.level,
+            ci_low=finite[0],
+            ci_high=finite[1],
+            n=self.scored or None,
+        )
+
+
+class MetaEvalFile(BaseModel):
+    """The part of `spanjudge meta-eval`'s results.json that a model card uses."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    judges: list[str]
+    cells: list[MetaEvalCell]
+
+
+def select_judge(judges: Sequence[str], requested: str | None, source: Path) -> str:
+    """The judge whose rows go into the card: `--judge-name`, else the only non-baseline one."""
+    listed = ", ".join(judges) or "none"
+    if requested is not None:
+        if requested in judges:
+            return requested
+        raise InputError(f"--judge-name {requested!r} is not a judge of {source} (judges: {listed})")
+    candidates = [name for name in judges if not name.startswith(BASELINE_KINDS)]
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise InputError(f"{source} holds only baseline judges ({listed}); name the published judge with --judge-name")
+    raise InputError(
+        f"{source} holds results of several judges ({', '.join(candidates)}); name the published one with --judge-name"
+    )
+
+
+def read_eval_results(path: Path, judge_name: str | None = None) -> EvalResults:
+    """The published judge's rows of a meta-eval results file (see the module docstring)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"--eval-results file not found: {path}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: cannot read JSON ({exc.__class__.__name__}: {exc})") from None
-    candidates = _candidate_rows(data)
+    if isinstance(data, dict) and "cells" in data and "judges" in data:
+        return _read_meta_eval(path, validate(MetaEvalFile, data, path), judge_name)
+    return _read_rows(path, data, judge_name)
+
+
+def _read_meta_eval(path: Path, results: MetaEvalFile, judge_name: str | None) -> EvalResults:
+    judge = select_judge(results.judges, judge_name, path)
+    cells = [cell for cell in results.cells if cell.judge == judge]
+    if not cells:
+        raise InputError(f"{path}: no result cells for judge {judge!r}")
+    rows = [row for cell in cells if (row := cell.row()) is not None]
+    return EvalResults(source=path.name, rows=rows, skipped=len(cells) - len(rows), judge=judge)
+
+
+def _read_rows(path: Path, data: Any, judge_name: str | None) -> EvalResults:
+    """A hand-written (or `spanjudge demo`) list of rows; rows that do not fit are counted."""
+    candidates = [item for item in _candidate_rows(data) if isinstance(item, dict)]
     if not candidates:
         raise InputError(f"{path}: no result rows found (expected a list of {{dataset, aspect, level, value, ...}})")
-    rows: list[EvalRow] = []
-    for item in candidates:
-        if not isinstance(item, dict):
-            continue
-        dataset, value = _text(item.get("dataset")), _number(item.get("value"))
-        if dataset is None or value is None:
-            continue
-        n = _number(item.get("n"))
-        rows.append(
-            EvalRow(
-                dataset=dataset,
-                metric=_text(item.get("coefficient")) or _text(item.get("metric")) or "value",
-                value=value,
-                aspect=_text(item.get("aspect")),
-                level=_text(item.get("level")),
-                task=_text(item.get("task")),
-                ci_low=_number(item.get("ci_low")),
-                ci_high=_number(item.get("ci_high")),
-                n=int(n) if n is not None else None,
-            )
-        )
-    return EvalResults(source=path.name, rows=rows, skipped=len(candidates) - len(rows))
+    judges = list(dict.fromkeys(name for item in candidates if (name := _text(item.get("judge")))))
+    judge = None
+    if judges:  # rows of several judges: the same choice as for meta-eval's own file
+        judge = select_judge(judges, judge_name, path)
+        candidates = [item for item in candidates if _text(item.get("judge")) == judge]
+    elif judge_name is not None:
+        raise InputError(f"--judge-name {judge_name!r}: the rows of {path} name no judge")
+    rows = [row for item in candidates if (row := _flat_row(item)) is not None]
+    return EvalResults(source=path.name, rows=rows, skipped=len(candidates) - len(rows), judge=judge)
+
+
+def _flat_row(item: Mapping[str, Any]) -> EvalRow | None:
+    dataset, value = _text(item.get("dataset")), _number(item.get("value"))
+    if dataset is None or value is None:
+        return None
+    n = _number(item.get("n"))
+    low = item.get("ci_low", item.get("low"))
+    high = item.get("ci_high", item.get("high"))
+    return EvalRow(
+        dataset=dataset,
+        metric=_text(item.get("coefficient")) or _text(item.get("metric")) or "value",
+        value=value,
+        aspect=_text(item.get("aspect")),
+        level=_text(item.get("level")),
+        task=_text(item.get("task")),
+        ci_low=_number(low),
+        ci_high=_number(high),
+        n=int(n) if n is not None else None,
+    )
 
 
 def _slug(text: str) -> str:
@@ -384,14 +535,18 @@ def _provenance(run: RunFolder) -> list[str]:
 
 def _meta_eval(results: EvalResults | None) -> list[str]:
     lines = ["## Meta-evaluation", ""]
-    if results is None or not results.rows:
+    if results is not None and not results.rows:
+        lines.append(f"The meta-evaluation in `{results.source}` gave no defined correlation ({results.skipped} rows).")
+        return lines
+    if results is None:
         lines.append(
             "No meta-evaluation was attached to this upload. `spanjudge meta-eval` measures the judge's "
             "correlation with human judgments and its sensitivity on perturbation benchmarks; pass its "
             "results with `spanjudge publish --eval-results FILE`."
         )
         return lines
-    lines.append(f"From `{results.source}` (`spanjudge meta-eval`); intervals are as reported there.")
+    judge = f", judge `{results.judge}`" if results.judge else ""
+    lines.append(f"From `{results.source}` (`spanjudge meta-eval`{judge}); intervals are as reported there.")
     lines.append("")
     lines += _table(
         ("dataset", "aspect", "level", "metric", "value", "95% CI", "n"),
@@ -455,7 +610,7 @@ def _training(run: RunFolder, options: CardOptions) -> list[str]:
         lines += ["", *_table(("metric", "value"), rows)]
     if run.config_text:
         lines += ["", f"The resolved training config (`{CONFIG_FILE}` in this repository):", ""]
-        lines += _fence(run.config_text, "yaml")
+        lines += _fence(staged_config_text(run.config_text), "yaml")
     versions = meta.get("versions") or {}
     if versions:
         lines += ["", "Framework versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "."]
@@ -630,10 +785,48 @@ def render_card(run: RunFolder, options: CardOptions) -> str:
 # Staging and uploading
 
 
+def _local_name(value: str) -> str:
+    """A machine-local path cut to its last component, as `spanjudge.json`'s train file always was."""
+    return re.split(r"[\\/]", value.rstrip("/\\"))[-1] or "."
+
+
+def strip_local_paths(data: Any) -> Any:
+    """`data` with every string that is a machine-local path replaced by its last component."""
+    if isinstance(data, dict):
+        return {key: strip_local_paths(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [strip_local_paths(value) for value in data]
+    if isinstance(data, str) and _LOCAL_PATH.match(data):
+        return _local_name(data)
+    return data
+
+
+def _local_paths(data: Any) -> set[str]:
+    if isinstance(data, dict):
+        return set().union(*(_local_paths(value) for value in data.values()))
+    if isinstance(data, list):
+        return set().union(*(_local_paths(value) for value in data))
+    return {data} if isinstance(data, str) and _LOCAL_PATH.match(data) else set()
+
+
+def staged_config_text(text: str) -> str:
+    """train_config.yaml as staged and quoted in the card: machine-local paths cut to their names.
+    Edited in place so comments and layout stay; re-dumped only when quoting defeats that."""
+    loaded = yaml.safe_load(text)
+    wanted = strip_local_paths(loaded)
+    for found in sorted(_local_paths(loaded), key=len, reverse=True):  # longest first: no prefix clash
+        text = text.replace(found, _local_name(found))
+    try:
+        edited_ok = yaml.safe_load(text) == wanted
+    except yaml.YAMLError:
+        edited_ok = False
+    return text if edited_ok else yaml.safe_dump(wanted, sort_keys=False, allow_unicode=True)
+
+
 def _staged_adapter_config(path: Path, base_model: str) -> str:
     config = json.loads(path.read_text(encoding="utf-8"))
     config["base_model_name_or_path"] = base_model  # not the machine-local folder it was trained from
-    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+    return json.dumps(strip_local_paths(config), indent=2, sort_keys=True) + "\n"
 
 
 def _staged_metadata(metadata: Mapping[str, Any], base_model: str, merged: bool) -> str:
@@ -645,50 +838,100 @@ def _staged_metadata(metadata: Mapping[str, Any], base_model: str, merged: bool)
     if record.get("train_file"):
         record["train_file"] = Path(str(record["train_file"])).name  # no machine-local path
     record["merged"] = merged
-    return json.dumps(record, indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(strip_local_paths(record), indent=2, ensure_ascii=False) + "\n"
+
+
+def _holds_secret(text: str, token: str | None) -> bool:
+    return bool((token and token in text) or _TOKEN_LIKE.search(text))
 
 
 def check_no_secrets(folder: Path, token: str | None = None) -> None:
-    """Refuse a staged folder whose text holds a Hugging Face token (named by file, never shown)."""
+    """Refuse a staged folder whose text, or a safetensors header (`__metadata__` included), holds
+    a Hugging Face token; the file is named, the token never shown. Also refuses a staged
+    `.safetensors` that does not open as one."""
     holding = []
     for path in sorted(folder.iterdir()):
-        if path.suffix == ".safetensors" or path.stat().st_size > _SCAN_LIMIT:
+        if path.suffix == ".safetensors":
+            # the parsed header, dumped again: a JSON escape (\\u0068f_...) must not hide a token
+            text = json.dumps(safetensors_header(path), ensure_ascii=False)
+        elif path.stat().st_size > _SCAN_LIMIT:
             continue
-        text = path.read_bytes().decode("utf-8", errors="replace")
-        if (token and token in text) or _TOKEN_LIKE.search(text):
+        else:
+            text = path.read_bytes().decode("utf-8", errors="replace")
+        if _holds_secret(text, token):
             holding.append(path.name)
     if holding:
         raise SpanjudgeError(f"refusing to publish: token-like strings (hf_...) in {', '.join(holding)}")
+
+
+def check_no_local_paths(folder: Path, run: RunFolder) -> None:
+    """A last guard: no staged text names the run folder or the home folder (a path in free text,
+    a comment, that the rewriting above does not reach). Tokenizer vocabularies are not searched:
+    pieces like "/home" are ordinary tokens there."""
+    places = {str(p) for p in (run.adapter.parent, run.adapter.parent.resolve()) if len(p.parts) > 1}
+    try:
+        home = Path.home()
+    except RuntimeError:  # no home folder can be determined: nothing of it to leak
+        home = Path("/")
+    if len(home.parts) > 1:
+        places.add(str(home))
+    pattern = re.compile(
+        r"(?<![\w.-])(?:" + "|".join(map(re.escape, sorted(places, key=len, reverse=True))) + r")(?![\w.-])"
+    )
+    holding = [
+        path.name
+        for path in sorted(folder.iterdir())
+        if path.suffix != ".safetensors"
+        and path.name not in TOKENIZER_FILES
+        and path.stat().st_size <= _SCAN_LIMIT
+        and pattern.search(path.read_bytes().decode("utf-8", errors="replace"))
+    ]
+    if holding:
+        raise SpanjudgeError(
+            f"refusing to publish: a machine-local path (the run or home folder) in {', '.join(holding)}; "
+            "remove it from the run's file"
+        )
+
+
+def _copy_source(source: Path, root: Path, target: Path) -> None:
+    """Copy a run file checked again right before (it could have become a link since read_run)."""
+    shutil.copyfile(check_inside(source, root), target, follow_symlinks=False)
 
 
 def stage(
     run: RunFolder, out: Path, options: CardOptions, *, say: Callable[[str], None] = print, token: str | None = None
 ) -> list[str]:
     """Write exactly what will be uploaded into `out` (replaced as a whole); returns the file names."""
+    root = run.run_dir if run.run_dir is not None else run.adapter
     with atomic_directory(out) as scratch:
         if options.merged:
             _stage_merged(run, scratch, say)
         else:
-            for name in sorted(ADAPTER_FILES):
-                shutil.copyfile(run.adapter / name, scratch / name)
+            _copy_source(run.adapter / "adapter_model.safetensors", root, scratch / "adapter_model.safetensors")
             (scratch / "adapter_config.json").write_text(
                 _staged_adapter_config(run.adapter / "adapter_config.json", options.base_model), encoding="utf-8"
             )
         for name in sorted(TOKENIZER_FILES):
-            if (run.adapter / name).is_file() and not (scratch / name).exists():
-                shutil.copyfile(run.adapter / name, scratch / name)
+            source = run.adapter / name
+            if (source.is_symlink() or source.is_file()) and not (scratch / name).exists():
+                _copy_source(source, root, scratch / name)
         (scratch / METADATA_FILE).write_text(
             _staged_metadata(run.metadata, options.base_model, options.merged), encoding="utf-8"
         )
         if run.config_text is not None:
-            (scratch / CONFIG_FILE).write_text(run.config_text, encoding="utf-8")
+            (scratch / CONFIG_FILE).write_text(staged_config_text(run.config_text), encoding="utf-8")
         (scratch / CARD_FILE).write_text(render_card(run, options), encoding="utf-8")
         names = sorted(p.name for p in scratch.iterdir())
-        stray = [n for n in names if not allowed(n, options.merged) or not (scratch / n).is_file()]
+        stray = [n for n in names if not allowed(n, options.merged) or not _regular(scratch / n)]
         if stray:  # a bug here, never a user mistake: stop before anything is uploaded
             raise SpanjudgeError(f"staging produced files outside the allow-list: {', '.join(stray)}")
         check_no_secrets(scratch, token)
+        check_no_local_paths(scratch, run)
     return names
+
+
+def _regular(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
 
 
 def _stage_merged(run: RunFolder, scratch: Path, say: Callable[[str], None]) -> None:
@@ -699,8 +942,13 @@ def _stage_merged(run: RunFolder, scratch: Path, say: Callable[[str], None]) -> 
     with tempfile.TemporaryDirectory(prefix="spanjudge-merge-") as tmp:
         merged = merge_adapter(run.adapter, base_folder, Path(tmp) / "merged", say=say)
         for path in sorted(merged.iterdir()):
-            if path.is_file() and (path.name in MERGED_FILES | TOKENIZER_FILES or _SHARD.match(path.name)):
+            if _regular(path) and (path.name in MERGED_FILES | TOKENIZER_FILES or _SHARD.match(path.name)):
                 shutil.copyfile(path, scratch / path.name)
+    for name in ("config.json", "generation_config.json"):  # `_name_or_path` may be a local folder
+        if (scratch / name).is_file():
+            config = json.loads((scratch / name).read_text(encoding="utf-8"))
+            if strip_local_paths(config) != config:
+                (scratch / name).write_text(json.dumps(strip_local_paths(config), indent=2) + "\n", encoding="utf-8")
     if not any(p.suffix == ".safetensors" for p in scratch.iterdir()):
         raise SpanjudgeError("merging wrote no safetensors weights")
 

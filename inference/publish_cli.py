@@ -46,12 +46,22 @@ def publish_command(
         Path | None,
         typer.Option("--eval-results", help="Results JSON of `spanjudge meta-eval`: the card's table and model-index."),
     ] = None,
+    judge_name: Annotated[
+        str | None,
+        typer.Option(
+            "--judge-name",
+            help="The meta-eval judge whose rows go into the card (e.g. distilled:adapter); needed when "
+            "--eval-results holds several non-baseline judges.",
+        ),
+    ] = None,
 ) -> None:
     """Upload a trained judge with a generated model card.
 
     Only an allow-list is uploaded: adapter weights and config (or merged safetensors with
     --merged), tokenizer files, spanjudge.json, the training config and the card — never
-    checkpoints, optimizer or RNG states, pickles or tokens. The token comes from $HF_TOKEN
+    checkpoints, optimizer or RNG states, pickles or tokens. Symbolic links and files outside
+    the run folder are refused, safetensors are verified, and machine-local paths are cut to
+    their names. The card's meta-evaluation rows are those of one judge. The token comes from $HF_TOKEN
     or `hf auth login`; it is needed unless --dry-run is given, and checked before any work.
     """
     from rich.console import Console
@@ -71,6 +81,8 @@ def publish_command(
 
     console = Console(stderr=True, soft_wrap=True)
     check_repo_id(repo_id)
+    if judge_name is not None and eval_results is None:
+        raise InputError("--judge-name selects rows of --eval-results; give --eval-results FILE too")
     token = None
     if dry_run is None:
         token = hub_token()
@@ -89,7 +101,7 @@ def publish_command(
         merged=merged,
         license=license_.strip(),
         datasets=tuple(dataset or ()),
-        eval_results=read_eval_results(eval_results) if eval_results is not None else None,
+        eval_results=read_eval_results(eval_results, judge_name) if eval_results is not None else None,
     )
     say = console.print
     if dry_run is not None:
