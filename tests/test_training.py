@@ -22,7 +22,7 @@ from spanjudge.inference.contract import Evaluation, render_judge
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.judge_prompt import judge_chat_prompt, request_from_record
 from spanjudge.inference.llamacpp import smollm2_gguf
-from spanjudge.training.data import IGNORE_INDEX, tokenize_split
+from spanjudge.training.data import IGNORE_INDEX, describe, tokenize_split
 
 
 @pytest.fixture(scope="session")
@@ -146,6 +146,22 @@ def test_prompt_tokens_are_masked_and_the_completion_is_the_rendered_evaluation(
         assert tokenizer.decode(ids[prompt_length:]) == expected
 
 
+def test_repeat_no_error_repeats_only_clean_records(tmp_path: Path, records: Path, tokenizer) -> None:
+    rows = [json.loads(line) for line in (records / "train.jsonl").read_text().splitlines()][:4]
+    for row in rows[:3]:  # three records with an error, one 'No Error'
+        word = next(iter(row["outputs"].values())).split()[0]
+        row["evaluation"] = {"errors": [{"location": word, "explanation": "Wrong.", "severity": 2}], "score": 60}
+    assert not rows[3]["evaluation"]["errors"]
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    once = tokenize_split(path, tokenizer, load_catalog(), max_length=1536)
+    thrice = tokenize_split(path, tokenizer, load_catalog(), max_length=1536, repeat_no_error=3)
+    assert len(once.input_ids) == 4 and once.repeated == 0
+    assert thrice.input_ids == once.input_ids + [once.input_ids[3]] * 2 and thrice.repeated == 2
+    assert thrice.labels == once.labels + [once.labels[3]] * 2
+    assert "repeats of" not in describe([once])[0] and "incl. 2 repeats of" in describe([thrice])[0]
+
+
 # -- GGUF → transformers -------------------------------------------------------------------
 
 
@@ -253,6 +269,8 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path: Path, records: Path, s
     assert metrics["global_step"] == 8 and metrics["resumed_from"].endswith("checkpoint-4")
     steps = [step for step, _ in train_losses(out)]
     assert steps == sorted(set(steps)) and steps[-1] == 8  # no step lost, none repeated
+    # the mean loss covers all 8 steps (logged every step), not only the 4 after the resume
+    assert metrics["train_loss"] == pytest.approx(sum(loss for _, loss in train_losses(out)) / 8, rel=1e-5)
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
 
 

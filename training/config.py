@@ -59,6 +59,13 @@ class DataSection(_Strict):
         default="error", description="what to do with an example longer than max_length (skipped ones are counted)"
     )
     limit: int | None = Field(default=None, gt=0, description="use only the first N training records")
+    repeat_no_error: int = Field(
+        default=1,
+        ge=1,
+        description="train on each record whose evaluation is 'No Error' this many times (1: as annotated); "
+        "a small student decoded greedily says 'No Error' less often than its data does, and repeating those "
+        "records moves that decision (measured in bench/results/distill_quintd.md)",
+    )
 
 
 class TrainingSection(_Strict):

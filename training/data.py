@@ -37,6 +37,7 @@ class TokenizedSplit:
     input_ids: list[list[int]] = field(default_factory=list)
     labels: list[list[int]] = field(default_factory=list)
     too_long: list[str] = field(default_factory=list)  # "file:line (N tokens)"
+    repeated: int = 0  # extra copies of 'No Error' records (data.repeat_no_error)
 
     @property
     def tokens(self) -> int:
@@ -91,14 +92,19 @@ def tokenize_split(
     max_length: int,
     too_long: str = "error",
     limit: int | None = None,
+    repeat_no_error: int = 1,
 ) -> TokenizedSplit:
-    """Every record of `path` as (input_ids, labels); checks lengths before any model loads."""
+    """Every record of `path` as (input_ids, labels); checks lengths before any model loads.
+
+    Records whose evaluation has no error appear `repeat_no_error` times (counted in `repeated`).
+    """
     split = TokenizedSplit(path)
     for count, (where, record) in enumerate(iter_records(path, catalog)):
         if limit is not None and count >= limit:
             break
         request = request_from_record(record, catalog, where)
-        prompt, completion = judge_training_texts(tokenizer, request, record_evaluation(record, where))
+        evaluation = record_evaluation(record, where)
+        prompt, completion = judge_training_texts(tokenizer, request, evaluation)
         input_ids, labels = tokenize_example(tokenizer, prompt, completion)
         if len(input_ids) > max_length:
             prompt_length = labels.count(IGNORE_INDEX)
@@ -110,8 +116,10 @@ def tokenize_split(
                 )
             split.too_long.append(f"{where} ({len(input_ids)} tokens)")
             continue
-        split.input_ids.append(input_ids)
-        split.labels.append(labels)
+        copies = 1 if evaluation.errors else repeat_no_error
+        split.input_ids += [input_ids] * copies
+        split.labels += [labels] * copies
+        split.repeated += copies - 1
     if not split.input_ids:
         raise InputError(
             f"{path}: no trainable records" + (f" ({len(split.too_long)} too long)" if split.too_long else "")
@@ -126,6 +134,8 @@ def describe(splits: Sequence[TokenizedSplit]) -> list[str]:
             f"{split.path}: {len(split.input_ids)} examples, "
             f"{split.tokens} tokens ({split.completion_tokens} in completions)"
         )
+        if split.repeated:
+            line += f" (incl. {split.repeated} repeats of 'No Error' records)"
         if split.too_long:
             line += f"; {len(split.too_long)} skipped as too long"
         lines.append(line)

@@ -20,7 +20,7 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import version
@@ -98,6 +98,36 @@ def _check_same_run(config: TrainConfig, output_dir: Path) -> None:
                 )
 
 
+def checkpoint_step(checkpoint: str | None) -> int:
+    """The global step a run resumed from (Trainer checkpoints are named checkpoint-<step>)."""
+    return int(Path(checkpoint).name.rsplit("-", 1)[-1]) if checkpoint else 0
+
+
+def whole_run_train_loss(
+    history: Sequence[Mapping[str, Any]], resumed_at: int, since_resume: float | None, global_step: int
+) -> float | None:
+    """The mean training loss per step over the whole run, not only since the last resume.
+
+    The Trainer's own `train_loss` averages only the steps this process trained. The steps
+    before `resumed_at` are in the log history restored from the checkpoint: each logged
+    `loss` is the mean over the steps since the previous log, so it weighs by that many steps
+    (steps trained but never logged before the kill are lost and not counted)."""
+    if since_resume is None:
+        return None
+    total, covered, previous = 0.0, 0, 0
+    for entry in history:
+        step = entry.get("step")
+        if "loss" not in entry or not isinstance(step, int) or step <= previous or step > resumed_at:
+            continue
+        total += float(entry["loss"]) * (step - previous)
+        covered += step - previous
+        previous = step
+    after = global_step - resumed_at
+    if covered + after <= 0:
+        return since_resume
+    return (total + since_resume * after) / (covered + after)
+
+
 def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
@@ -133,7 +163,12 @@ class TrainingRun:
         catalog = load_catalog(config.data.catalog)
         options = {"max_length": config.data.max_length, "too_long": config.data.too_long}
         self.train_split = tokenize_split(
-            train_file(config), self.tokenizer, catalog, limit=config.data.limit, **options
+            train_file(config),
+            self.tokenizer,
+            catalog,
+            limit=config.data.limit,
+            repeat_no_error=config.data.repeat_no_error,
+            **options,
         )
         validation = validation_file(config)
         self.validation_split: TokenizedSplit | None = (
@@ -166,6 +201,11 @@ class TrainingRun:
         metrics: dict[str, Any] = {
             f"train_{k}" if not k.startswith("train") else k: v for k, v in result.metrics.items()
         }
+        if last:  # the Trainer's figure covers only the steps since the checkpoint
+            metrics["train_loss_since_resume"] = metrics.get("train_loss")
+            metrics["train_loss"] = whole_run_train_loss(
+                trainer.state.log_history, checkpoint_step(last), metrics.get("train_loss"), trainer.state.global_step
+            )
         if self.validation_split is not None:
             metrics.update(trainer.evaluate())
         tokens_seen = trainer.state.num_input_tokens_seen
@@ -275,7 +315,12 @@ class TrainingRun:
         trainer.save_model(str(self.adapter_dir))  # the adapter only, as safetensors
         (self.adapter_dir / "training_args.bin").unlink(missing_ok=True)  # a pickle; the YAML config says it all
         self.tokenizer.save_pretrained(str(self.adapter_dir))
-        atomic_write_jsonl(self.output_dir / "log_history.jsonl", trainer.state.log_history)
+        history = [dict(entry) for entry in trainer.state.log_history]
+        if metrics.get("train_loss_since_resume") is not None:  # the summary line agrees with metrics.json
+            last = next((entry for entry in reversed(history) if "train_loss" in entry), None)
+            if last is not None:
+                last["train_loss"] = metrics["train_loss"]
+        atomic_write_jsonl(self.output_dir / "log_history.jsonl", history)
         atomic_write_json(self.output_dir / "metrics.json", metrics)
         # written last: its presence marks the run as finished
         atomic_write_json(self.adapter_dir / JUDGE_METADATA, self._metadata())
