@@ -4,6 +4,9 @@ A reply that does not parse is asked again with light sampling (thesis §3.2.2),
 times, and then recorded as a parse failure with every raw reply kept. A call that fails
 (server down, timeout) is not a parse failure: the request stays *incomplete* so that a
 re-run, which finds everything else in the cache, finishes it.
+
+A reply that parses but carries a field over the ensemble's `field_limits` is rejected like an
+unparseable one (or has the field cut, with `too_long: cap`); both are counted per request.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from spanjudge.inference.backends.base import Backend, CallFailure, ChatRequest, SamplingParams
-from spanjudge.inference.contract import ParseFailure
+from spanjudge.inference.contract import AnnotatorEvaluation, ErrorAnnotation, ParseFailure
 
-from .config import ParseRetry
+from .config import FieldLimits, ParseRetry
 
 ParsedT = TypeVar("ParsedT")
 
@@ -36,6 +39,8 @@ class Outcome(Generic[ParsedT]):
     call_failure: str | None = None  # the call never produced text: the request is incomplete
     cached_calls: int = 0
     model_seconds: float = 0.0
+    too_long: int = 0  # replies rejected because a field was over its limit
+    capped: int = 0  # fields of the kept reply cut to their limit
 
     @property
     def complete(self) -> bool:
@@ -49,6 +54,73 @@ def retry_params(base: SamplingParams, retry: ParseRetry, attempt: int) -> Sampl
     return base.model_copy(update={"temperature": retry.temperature, "top_p": retry.top_p, "seed": seed})
 
 
+@dataclass(frozen=True)
+class Limited(Generic[ParsedT]):
+    """A parsed reply after the field limits: kept (perhaps with fields cut) or rejected."""
+
+    value: ParsedT | None  # None: rejected
+    reason: str | None = None  # why it was rejected
+    capped: int = 0  # fields cut to their limit
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _over_limit(error: ErrorAnnotation, limits: FieldLimits) -> list[tuple[str, int, int]]:
+    """(field, length, limit) for each field of `error` longer than its limit."""
+    fields = (
+        ("location", error.location or "", limits.location),
+        ("explanation", error.explanation, limits.explanation),
+    )
+    return [(name, len(text), limit) for name, text, limit in fields if len(text) > limit]
+
+
+def limit_errors(errors: Sequence[ErrorAnnotation], limits: FieldLimits) -> Limited[list[ErrorAnnotation]]:
+    kept: list[ErrorAnnotation] = []
+    capped = 0
+    for number, error in enumerate(errors, start=1):
+        over = _over_limit(error, limits)
+        if over and limits.too_long == "reject":
+            name, length, limit = over[0]
+            return Limited(None, f"error {number}'s {name} has {length} characters (field_limits.{name} is {limit})")
+        capped += len(over)
+        update = {name: _cut(getattr(error, name), limit) for name, _, limit in over}
+        kept.append(error.model_copy(update=update) if update else error)
+    return Limited(kept, capped=capped)
+
+
+def limit_annotator(limits: FieldLimits) -> Callable[[AnnotatorEvaluation], Limited[AnnotatorEvaluation]]:
+    def check(parsed: AnnotatorEvaluation) -> Limited[AnnotatorEvaluation]:
+        errors = limit_errors(parsed.errors, limits)
+        if errors.value is None:
+            return Limited(None, errors.reason)
+        return Limited(parsed.model_copy(update={"errors": errors.value}), capped=errors.capped)
+
+    return check
+
+
+def limit_supervisor(limits: FieldLimits) -> Callable[[list[ErrorAnnotation]], Limited[list[ErrorAnnotation]]]:
+    return lambda errors: limit_errors(errors, limits)
+
+
+def _read(
+    outcome: Outcome[ParsedT],
+    text: str,
+    parse: Callable[[str], ParsedT | ParseFailure],
+    limit: Callable[[ParsedT], Limited[ParsedT]] | None,
+) -> ParsedT | ParseFailure:
+    parsed = parse(text)
+    if isinstance(parsed, ParseFailure) or limit is None:
+        return parsed
+    limited = limit(parsed)
+    if limited.value is None:
+        outcome.too_long += 1
+        return ParseFailure(reason=limited.reason or "a field is too long", raw=text)
+    outcome.capped = limited.capped
+    return limited.value
+
+
 def run_with_retries(
     backend: Backend,
     prompts: Sequence[str],
@@ -56,8 +128,10 @@ def run_with_retries(
     retry: ParseRetry,
     parse: Callable[[str], ParsedT | ParseFailure],
     on_done: Callable[[int, Outcome[ParsedT]], None] | None = None,
+    limit: Callable[[ParsedT], Limited[ParsedT]] | None = None,
 ) -> list[Outcome[ParsedT]]:
-    """All prompts through one backend; unparseable replies retried in rounds."""
+    """All prompts through one backend; unparseable replies (and, with `limit`, replies it
+    rejects) retried in rounds."""
     outcomes: list[Outcome[ParsedT]] = [Outcome(prompt_hash(p)) for p in prompts]
     pending = list(range(len(prompts)))
     for attempt in range(retry.attempts + 1):
@@ -75,7 +149,7 @@ def run_with_retries(
                 outcome.replies.append(result.text)
                 outcome.cached_calls += int(result.cached)
                 outcome.model_seconds += result.seconds
-                parsed = parse(result.text)
+                parsed = _read(outcome, result.text, parse, limit)
                 if isinstance(parsed, ParseFailure):
                     outcome.parse_failure = parsed.reason
                     still_pending.append(index)

@@ -33,6 +33,14 @@ def annotate_command(
     data_dir: Annotated[
         Path | None, typer.Option("--data-dir", help="Shared data folder for $DATA/ paths (default ../shared/data).")
     ] = None,
+    refresh_unscored: Annotated[
+        bool,
+        typer.Option(
+            "--refresh-unscored",
+            help="Ask the models again for every cached reply that did not parse (e.g. cached from a "
+            "server that was broken), instead of serving it from the cache.",
+        ),
+    ] = False,
 ) -> None:
     """Annotate outputs with an LLM ensemble, merge with a supervisor, and build training data.
 
@@ -60,6 +68,7 @@ def annotate_command(
             data_root=data_root,
             cache_path=cache,
             progress=progress,
+            refresh_unscored=refresh_unscored,
         )
     console.print(
         f"{summary.records} records ({summary.train} train / {summary.validation} validation) from "
@@ -71,6 +80,11 @@ def annotate_command(
         console.print(f"skipped {line}")
     if len(summary.skipped) > 10:
         console.print(f"... and {len(summary.skipped) - 10} more skipped (see {out / 'run.json'})")
+    if summary.not_sampled or summary.beyond_limit_inputs:
+        console.print(
+            f"left out by the sources config: {summary.not_sampled} outputs not drawn (n_systems), "
+            f"{summary.beyond_limit_inputs} rows past limit_inputs"
+        )
     console.print(f"statistics: {out / 'stats.md'}; histogram: {out / 'score_histogram.png'}")
     if summary.incomplete:
         console.print(

@@ -36,6 +36,17 @@ class ParseRetry(_Strict):
     top_p: float = Field(default=0.95, gt=0, le=1)
 
 
+class FieldLimits(_Strict):
+    """Longest Location / Explanation a reply may carry. A model that rambles (or pads a
+    parseable reply to 50 KB) would otherwise put the ramble into train.jsonl as an
+    explanation. `reject` treats such a reply as unparseable (retried with light sampling,
+    then recorded); `cap` cuts the field to the limit. stats.json counts both."""
+
+    location: int = Field(default=1000, ge=1, description="Characters of one error's Location.")
+    explanation: int = Field(default=1000, ge=1, description="Characters of one error's Explanation.")
+    too_long: Literal["reject", "cap"] = "reject"
+
+
 class EnsembleConfig(_Strict):
     name: str
     description: str = ""
@@ -45,6 +56,7 @@ class EnsembleConfig(_Strict):
     sampling: SamplingParams = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=1024, seed=0)
     supervisor_sampling: SamplingParams = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=1024, seed=0)
     parse_retry: ParseRetry = ParseRetry()
+    field_limits: FieldLimits = FieldLimits()
     min_annotators: int | None = Field(
         default=None,
         ge=1,

@@ -7,7 +7,7 @@ sets (at most 8, most severe kept) -> records with provenance -> 95/5 split by i
 Every model call goes through the SQLite cache and is committed as it arrives, and every
 output file is written atomically at the end; so a run killed at any moment, or a run
 whose servers died, is finished by running the same command again, which repeats no
-call that already succeeded.
+call that already succeeded. One run at a time holds the output folder (folder_lock.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from spanjudge.inference.contract import (
     AnnotatorEvaluation,
     ErrorAnnotation,
     Evaluation,
+    ParseFailure,
     anchor_errors,
     parse_annotator,
     parse_supervisor,
@@ -32,8 +33,9 @@ from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl
 from spanjudge.inference.prompts import render_annotator_prompt, render_supervisor_prompt
 
 from .aggregate import aggregate
-from .annotate import Outcome, run_with_retries
+from .annotate import Outcome, limit_annotator, limit_supervisor, run_with_retries
 from .config import EnsembleConfig, ModelRole, SourcesConfig, resolve_source_path
+from .folder_lock import one_run_per_folder
 from .records import Record, cap_errors, split_by_input, task_fields, write_split
 from .sampling import EvalRequest, sample_requests
 from .sources import read_source
@@ -68,6 +70,8 @@ class RunSummary(StageSummary):
     validation: int = 0
     unscored: int = 0
     incomplete: int = 0
+    not_sampled: int = 0  # source rows the n_systems draw left out (thesis §3.3), by design
+    beyond_limit_inputs: int = 0  # source rows of inputs past a source's limit_inputs
 
 
 def build_requests(
@@ -82,24 +86,32 @@ def build_requests(
         report = read_source(spec, resolve_source_path(spec, sources_path, data_root), task)
         summary.skipped += [f"oversized: {w}" for w in report.oversized]
         summary.skipped += [f"empty output: {w}" for w in report.empty_outputs]
-        requests += sample_requests(
+        summary.skipped += [f"duplicate: {w}" for w in report.duplicates]
+        summary.beyond_limit_inputs += report.beyond_limit
+        drawn = sample_requests(
             report.items,
             aspects,
             spec.n_systems or sources.n_systems,
             spec.n_aspects or sources.n_aspects,
             sources.seed,
         )
+        sampled = {(r.item.input_id, r.item.system) for r in drawn}
+        summary.not_sampled += sum((i.input_id, i.system) not in sampled for i in report.items)
+        requests += drawn
     return requests
 
 
 class _Role:
     """One model of the ensemble behind its cache, with its call counters."""
 
-    def __init__(self, role: ModelRole, cache_path: Path) -> None:
+    def __init__(self, role: ModelRole, cache_path: Path, parse: Callable[[str], object] | None = None) -> None:
         self.name = role.name
         self.spec = role.backend
         self.cache = LLMCache(cache_path)  # one connection per role: roles run in threads
-        self.backend = CachedBackend(make_backend(role.backend), self.cache)
+        # a reply cut off at max_tokens is a failed call here (never cached); with `parse`
+        # (--refresh-unscored), stored replies it cannot read are asked again
+        stale = (lambda c: isinstance(parse(c.text), ParseFailure)) if parse is not None else None
+        self.backend = CachedBackend(make_backend(role.backend), self.cache, accept_truncated=False, stale=stale)
 
     def close(self) -> None:
         self.backend.close()
@@ -139,6 +151,7 @@ def _annotate_all(
             ensemble.parse_retry,
             parse_annotator,
             _progress_reporter(role.name, len(prompts), progress),
+            limit_annotator(ensemble.field_limits),
         )
 
     with ThreadPoolExecutor(max_workers=len(roles)) as pool:
@@ -158,7 +171,13 @@ def _annotator_provenance(name: str, role_model: str, outcome: Outcome[Annotator
         "parse_failure": outcome.parse_failure if parsed is None else None,
         "call_failure": outcome.call_failure,
         "dropped_outlier": False,
+        **_limit_counts(outcome),
     }
+
+
+def _limit_counts(outcome: Outcome[Any]) -> dict[str, int]:
+    """What the field limits did to this request's replies (stats.json sums them)."""
+    return {"rejected_too_long": outcome.too_long, "capped_fields": outcome.capped}
 
 
 def _incomplete(record: Record, reason: str) -> Record:
@@ -180,6 +199,7 @@ def _base_record(request: EvalRequest, task: Task, ensemble: EnsembleConfig, see
     }
 
 
+@one_run_per_folder("out_dir", "spanjudge annotate")
 def run_pipeline(
     ensemble: EnsembleConfig,
     sources: SourcesConfig,
@@ -190,7 +210,9 @@ def run_pipeline(
     data_root: Path | None,
     cache_path: Path | None = None,
     progress: ProgressCallback | None = None,
+    refresh_unscored: bool = False,
 ) -> RunSummary:
+    """`refresh_unscored`: ask again every cached reply that did not parse (left unscored)."""
     summary = RunSummary(out_dir=out_dir)
     requests = build_requests(sources, sources_path, catalog, data_root, summary)
     summary.requests = len(requests)
@@ -203,8 +225,8 @@ def run_pipeline(
         )
         for r in requests
     ]
-    annotators = [_Role(a, cache_path) for a in ensemble.annotators]
-    supervisor = _Role(ensemble.supervisor, cache_path)
+    annotators = [_Role(a, cache_path, parse_annotator if refresh_unscored else None) for a in ensemble.annotators]
+    supervisor = _Role(ensemble.supervisor, cache_path, parse_supervisor if refresh_unscored else None)
     try:
         outcomes = _annotate_all(ensemble, annotators, prompts, progress)
         scored, unscored, incomplete = _aggregate(ensemble, requests, tasks, annotators, outcomes, sources.seed)
@@ -279,6 +301,7 @@ def _merge(
         ensemble.parse_retry,
         parse_supervisor,
         _progress_reporter(supervisor.name, len(prompts), progress),
+        limit_supervisor(ensemble.field_limits),
     )
     merged_by_index = dict(zip(needs_merge, merged, strict=True))
     records, unscored, incomplete = [], [], []
@@ -295,6 +318,7 @@ def _merge(
                 "prompt_hash": outcome.prompt_hash,
                 "raw_replies": outcome.replies,
                 "parse_failure": outcome.parse_failure if outcome.parsed is None else None,
+                **_limit_counts(outcome),
             }
             if not outcome.complete:
                 incomplete.append(_incomplete(record, f"supervisor call failed ({outcome.call_failure})"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -183,19 +183,62 @@ class ReadReport:
     items: list[SourceItem]
     oversized: list[str]  # "where: which text, length"
     empty_outputs: list[str]
+    duplicates: list[str] = field(default_factory=list)  # "where: what it repeats"
+    beyond_limit: int = 0  # rows of inputs past `limit_inputs`
+
+
+@dataclass
+class _Seen:
+    """What read_source has kept so far, to tell a repeated row from another output."""
+
+    inputs: dict[str, tuple[str, str]] = field(default_factory=dict)  # input id -> (inputs hash, where)
+    outputs: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (input, system, output) -> where
+    systems: dict[tuple[str, str], str] = field(default_factory=dict)  # (input id, system) -> where
+
+
+def _check_input_id(seen: _Seen, item: SourceItem) -> None:
+    """One input id must name one input: the split by input and the sampling rely on it."""
+    digest = _hash_inputs(item.inputs)
+    first = seen.inputs.setdefault(item.input_id, (digest, item.where))
+    if first[0] != digest:
+        raise InputError(
+            f"{item.where}: input id '{item.input_id}' also names other inputs at {first[1]}; map "
+            "fields.input_id to a field that is unique per input (or leave it unset to hash the inputs)"
+        )
+
+
+def _place_output(seen: _Seen, item: SourceItem, unnamed: bool) -> SourceItem | str:
+    """The item as it is annotated, or why it is left out. Outputs of one input without a
+    system field are told apart as <system>, <system>#2, ... (one output per system and input
+    is what the sampling draws from); a row repeating an earlier one is left out."""
+    repeated = seen.outputs.get((item.input_id, item.system, item.output))
+    if repeated is not None:
+        return f"{item.where}: repeats {repeated} (same input, system and output)"
+    seen.outputs[(item.input_id, item.system, item.output)] = item.where
+    system, number = item.system, 1
+    while (item.input_id, system) in seen.systems:
+        if not unnamed:
+            return (
+                f"{item.where}: input '{item.input_id}' already has an output of system '{system}' at "
+                f"{seen.systems[(item.input_id, system)]}; map fields.system to tell the outputs apart"
+            )
+        number += 1
+        system = f"{item.system}#{number}"
+    seen.systems[(item.input_id, system)] = item.where
+    return item if system == item.system else replace(item, system=system)
 
 
 def read_source(spec: SourceSpec, path: Path, task: Task) -> ReadReport:
     """All usable items of a source (respecting `limit_inputs`), plus what was set aside and why."""
     fields = _fields(spec)
     report = ReadReport(items=[], oversized=[], empty_outputs=[])
-    seen_inputs: set[str] = set()
+    seen = _Seen()
     for row in _rows(spec, path):
         item = _to_item(spec, task, fields, row)
-        if item.input_id not in seen_inputs:
-            if spec.limit_inputs is not None and len(seen_inputs) >= spec.limit_inputs:
-                continue
-            seen_inputs.add(item.input_id)
+        if item.input_id not in seen.inputs and spec.limit_inputs is not None and len(seen.inputs) >= spec.limit_inputs:
+            report.beyond_limit += 1
+            continue
+        _check_input_id(seen, item)
         if not item.output.strip():
             report.empty_outputs.append(item.where)
             continue
@@ -206,7 +249,11 @@ def read_source(spec: SourceSpec, path: Path, task: Task) -> ReadReport:
             header, length = too_long[0]
             report.oversized.append(f"{item.where}: {header} has {length} characters (max_chars {spec.max_chars})")
             continue
-        report.items.append(item)
+        placed = _place_output(seen, item, unnamed=fields.system is None)
+        if isinstance(placed, str):
+            report.duplicates.append(placed)
+            continue
+        report.items.append(placed)
     return report
 
 

@@ -18,6 +18,20 @@ def _rate(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
 
+def _field_limit_counts(groups: Sequence[Sequence[Record]]) -> dict[str, dict[str, int]]:
+    """Per model: replies rejected for a field over `field_limits`, and fields cut to it."""
+    rejected: Counter[str] = Counter()
+    capped: Counter[str] = Counter()
+    for group in groups:
+        for r in group:
+            provenance = r["provenance"]
+            for entry in [*provenance["annotators"], provenance.get("supervisor") or {}]:
+                if "rejected_too_long" in entry:  # imported records carry no model replies
+                    rejected[entry["name"]] += entry["rejected_too_long"]
+                    capped[entry["name"]] += entry["capped_fields"]
+    return {"rejected_replies": dict(sorted(rejected.items())), "capped_fields": dict(sorted(capped.items()))}
+
+
 def compute_stats(records: Sequence[Record], annotators: Sequence[str], unscored: Sequence[Record]) -> dict[str, Any]:
     categories = sorted({r["task_type"] for r in records})
     counts = {}
@@ -51,6 +65,7 @@ def compute_stats(records: Sequence[Record], annotators: Sequence[str], unscored
         "counts_per_aspect": dict(sorted(Counter(f"{r['task_id']}/{r['aspect_name']}" for r in records).items())),
         "outlier_rate": {name: {c: _rate(dropped[name][c], rated[name][c]) for c in categories} for name in annotators},
         "parse_failure_rate": {name: _rate(failed[name], asked[name]) for name in annotators},
+        "field_limits": _field_limit_counts((records, unscored)),
         "score_histogram": {
             str(s): n for s, n in sorted(Counter(int(r["evaluation"]["score"]) for r in records).items())
         },
@@ -79,6 +94,14 @@ def stats_markdown(stats: dict[str, Any]) -> str:
         f"| {name} | {'-' if rate is None else f'{100 * rate:.2f}%'} |"
         for name, rate in stats["parse_failure_rate"].items()
     ]
+    limits = stats.get("field_limits")
+    if limits and any((*limits["rejected_replies"].values(), *limits["capped_fields"].values())):
+        lines += ["", "## Field limits (`field_limits` of the ensemble)\n", "| model | replies rejected | fields cut |"]
+        lines += ["|---|---|---|"]
+        names = sorted({*limits["rejected_replies"], *limits["capped_fields"]})
+        lines += [
+            f"| {n} | {limits['rejected_replies'].get(n, 0)} | {limits['capped_fields'].get(n, 0)} |" for n in names
+        ]
     if "import" in stats:
         lines += ["", *_import_markdown(stats["import"])]
     return "\n".join(lines) + "\n"

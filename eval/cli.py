@@ -60,7 +60,13 @@ def meta_eval_command(
         list[str] | None, typer.Option("--dataset", help="Only these sets of the suite (repeatable).")
     ] = None,
     max_items: Annotated[
-        int | None, typer.Option("--max-items", min=1, help="Only the first N items of each set (a quick sample).")
+        int | None,
+        typer.Option(
+            "--max-items",
+            min=1,
+            help="A quick sample: whole inputs (every system of each) drawn with seed 0, at most N items per "
+            "set (at least one input), so input-level correlations stay defined; with --spans, the first N documents.",
+        ),
     ] = None,
     resamples: Annotated[
         int | None, typer.Option("--resamples", min=0, help="Bootstrap resamples (default: the suite's; 0 = none).")
@@ -159,6 +165,8 @@ def meta_eval_command(
     if plots:
         written += scatter_plots(result, out) + bar_plots(result, references, out)
     console.print(f"report: {out / 'report.md'} ({len(written)} files in {out})")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     for name, missing in result.incomplete.items():
         console.print(
             f"[yellow]{name}: {missing} judgments are incomplete[/yellow] (a model call failed); "

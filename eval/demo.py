@@ -413,7 +413,7 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
     from .perturb.benchmark import MANIFEST, load_benchmark, write_benchmark
     from .perturb.build import build_benchmark
     from .perturb.cli import PerturberConfig, evaluate_benchmark, open_perturber
-    from .store import judge_slug
+    from .store import judge_slug, judgment_path
 
     section = ctx.config.perturbation
     if section is None:
@@ -451,7 +451,7 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
     for judge in judges:
         report = ctx.layout.perturbation / judge_slug(judge.name)
         results = json.loads((report / "results.json").read_text(encoding="utf-8"))
-        lines = (report.parent / "judgments" / f"{judge_slug(judge.name)}.jsonl").read_text().splitlines()
+        lines = judgment_path(ctx.layout.perturbation, judge).read_text().splitlines()
         judgments = [json.loads(line) for line in lines if line.strip()]
         d_avg = results["metrics"]["summary"]["D_avg"] if benchmark.kind == "dhp" else None
         summaries[judge.name] = {

@@ -8,15 +8,22 @@ Scores file (JSONL, one evaluation per line), e.g. `spanjudge score` output:
   `<item id>@<aspect>`; the aspect is the judge aspect of the suite (e.g. interestingness).
 - `aspect` (optional): used when the id carries none; a line with no aspect at all applies to
   every aspect of that item.
-- the score: `evaluation.score`, else a top-level `score`; null means unscored (the line's
-  `unscored_reason`, if any, is kept). Items missing from the file are reported as missing.
+- the score: `evaluation.score`, else a top-level `score`, 0-100; null means unscored (the
+  line's `unscored_reason`, if any, is kept). Items missing from the file are reported as missing.
+
+A file that cannot mean what it says is refused with its file and line: a second line for the
+same (id, aspect) (which one counts would be a guess), a score outside 0-100, a file with no
+evaluation at all. An aspect that no set of the suite asks for is only warned about: the file
+may serve several suites.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,8 @@ def _score_of(row: Mapping[str, Any], where: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(f"{where}: score must be a number or null, got {value!r}")
+    if not 0 <= value <= 100:  # also NaN and Infinity, which json.loads accepts
+        raise InputError(f"{where}: score {value!r} is outside 0-100")
     return float(value)
 
 
@@ -53,11 +62,26 @@ def _file_spans(evaluation: Any) -> dict[str, Any] | None:
     return {"errors": len(errors), "spans": spans}
 
 
-def read_scores_file(path: Path) -> dict[tuple[str, str | None], Judgment]:
+ScoreKey = tuple[str, str | None]  # item id, aspect (None: every aspect of the item)
+
+
+@dataclass
+class ScoresFile:
+    judgments: dict[ScoreKey, Judgment] = field(default_factory=dict)
+    lines: dict[ScoreKey, str] = field(default_factory=dict)  # key -> "file:line", for messages
+    aspects: dict[str, str] = field(default_factory=dict)  # aspect -> "file:line" of its first line
+
+
+def read_scores_file(path: Path) -> dict[ScoreKey, Judgment]:
     """(item id, aspect or None) -> Judgment."""
+    return load_scores_file(path).judgments
+
+
+def load_scores_file(path: Path) -> ScoresFile:
     if not path.is_file():
         raise InputError(f"scores file not found: {path}")
-    found: dict[tuple[str, str | None], Judgment] = {}
+    scores = ScoresFile()
+    found = scores.judgments
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -70,10 +94,55 @@ def read_scores_file(path: Path) -> dict[tuple[str, str | None], Judgment]:
             raise InputError(f"{where}: each line needs an 'id' (the meta-eval item id)")
         item_id, sep, aspect = str(row["id"]).partition("@")
         key = (item_id, aspect if sep else (str(row["aspect"]) if row.get("aspect") else None))
+        if key in found:
+            aspect_text = f" aspect '{key[1]}'" if key[1] else ""
+            raise InputError(
+                f"{where}: id '{item_id}'{aspect_text} is already scored at {scores.lines[key]}; "
+                "keep one line per item and aspect"
+            )
         score = _score_of(row, where)
         reason = None if score is not None else str(row.get("unscored_reason") or "unscored in the scores file")
         found[key] = Judgment(score, reason, _file_spans(row.get("evaluation")))
-    return found
+        scores.lines[key] = where
+        if key[1] is not None:
+            scores.aspects.setdefault(key[1], where)
+    if not found:
+        raise InputError(f"{path}: the scores file holds no evaluation (it is empty)")
+    return scores
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+_MODEL_FILES = (".safetensors", ".bin", ".gguf", ".pt", ".json")
+_HASHED_MAX_BYTES = 256 << 20  # an adapter, its metadata, a small model: hashed; bigger: size and time
+
+
+def model_fingerprint(location: str) -> str:
+    """What identifies the weights behind a distilled: location, for naming its judgment store.
+
+    A folder (an adapter with its spanjudge.json, or a model) or a file is named by its resolved
+    path and its files' contents (size and modification time for files too big to read on every
+    run), so a retrained adapter in the same folder, or another adapter in a folder of the same
+    name, gets its own store. Anything else (a Hub id, an alias such as @smollm2) names itself."""
+    path = Path(location).expanduser()
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _MODEL_FILES)
+    else:
+        return location
+    parts = [str(path.resolve())]
+    for file in files:
+        stat = file.stat()
+        signature = file_digest(file) if stat.st_size <= _HASHED_MAX_BYTES else f"{stat.st_size}:{stat.st_mtime_ns}"
+        parts.append(f"{file.name}={signature}")
+    return "|".join(parts)
 
 
 def error_spans(evaluation: Any) -> list[list[int]]:
@@ -85,7 +154,19 @@ class ScoresFileJudge:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.name = f"scores:{path.name}"
-        self._scores = read_scores_file(path)
+        self._file = load_scores_file(path)
+        self._scores = self._file.judgments
+        # the store is keyed by the file's content: another file, or this one edited, is judged afresh
+        self.store_key = f"scores:{path.resolve()}|{file_digest(path)}"
+
+    def warnings(self, known_aspects: Iterable[str]) -> list[str]:
+        """Aspects of the file that no set of the suite asks for: their lines are never used."""
+        known = sorted(set(known_aspects))
+        return [
+            f"{where}: aspect '{aspect}' is not an aspect of this suite ({', '.join(known)}); its lines are not used"
+            for aspect, where in self._file.aspects.items()
+            if aspect not in known
+        ]
 
     def judge(
         self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Progress | None = None
@@ -125,6 +206,9 @@ class DistilledJudge:
                 ) from None
             raise
         self.name = f"distilled:{Path(location).name or location}"
+        # options (engine, sampling ...) change the judgments too; see model_fingerprint for the rest
+        settings = ",".join(f"{k}={v}" for k, v in sorted(options.items()))
+        self.store_key = f"distilled:{model_fingerprint(location)}|{settings}"
         self._judge = module.Judge.from_pretrained(location, **{k: _option(v) for k, v in options.items()})
 
     def judge(

@@ -36,6 +36,9 @@ class PromptedJudge:
             raise InputError(f"prompted judge: no annotator '{unknown[0]}' in {ensemble_path} (has {', '.join(known)})")
         self.roles: list[ModelRole] = [known[m] for m in models] if models else list(self.ensemble.annotators)
         self.name = "prompted:" + "+".join(r.name for r in self.roles)
+        # the roles as configured (models, servers, sampling), not only their names, key the store
+        config = [r.model_dump_json() for r in self.roles] + [self.ensemble.sampling.model_dump_json()]
+        self.store_key = "prompted:" + "|".join(config)
         cache_path.parent.mkdir(parents=True, exist_ok=True)
         self.cache = LLMCache(cache_path)
         self.backends = {r.name: CachedBackend(make_backend(r.backend), self.cache) for r in self.roles}

@@ -16,7 +16,7 @@ from .bootstrap import _interval, input_weights
 from .correlation import Groups, level_values
 from .datasets import MetaDataset, load_suite_dataset, open_suite
 from .judges import MetaJudge, Progress
-from .store import JudgmentStore, judge_slug
+from .store import JudgmentStore, judgment_path
 from .suite import SuiteConfig, resolve_config_path
 
 CHUNK = 32
@@ -41,6 +41,18 @@ class Cell:
     groups: int
     skipped_groups: int
     undefined_resamples: int
+    empty: str | None = None  # why value is None (one of EMPTY's keys); None when there is a value
+
+
+# Why a cell has no value; reports print the key in the cell and count each kind under the table.
+EMPTY = {
+    "no human score": "no item of the set has a human score for this aspect",
+    "no reference": "the metric needs a reference and no item has one",
+    "unscored": "the judge scored no item (see Unscored items)",
+    "too few": "fewer than two items scored",
+    "constant": "the judge's or the humans' scores are constant in every group of the level, so no coefficient is defined",
+    "aspect empty": "an aspect of the average has no value",
+}
 
 
 @dataclass
@@ -77,6 +89,7 @@ class MetaEvalResult:
     scatter: dict[tuple[str, str, str], AspectData] = field(default_factory=dict)
     unscored_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
     incomplete: dict[str, int] = field(default_factory=dict)  # judge -> judgments a model call never made
+    warnings: list[str] = field(default_factory=list)  # judge inputs that look wrong but do not stop the run
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,6 +100,7 @@ class MetaEvalResult:
             "paired": [asdict(p) for p in self.paired],
             "unscored_reasons": self.unscored_reasons,
             "incomplete": self.incomplete,
+            "warnings": self.warnings,
         }
 
 
@@ -129,12 +143,28 @@ def collect(
     return series, sum(incomplete.values())
 
 
+def empty_reason(items: int, scored: int, unscored_why: Mapping[str, int]) -> str:
+    """Why a coefficient over `scored` of `items` human-rated items is undefined.
+
+    `unscored_why` counts the judge's unscored reasons for the aspect (first word before ':')."""
+    if items == 0:
+        return "no human score"
+    if scored == 0:
+        return "no reference" if set(unscored_why) == {"no reference"} else "unscored"
+    if scored < 2:
+        return "too few"
+    return "constant"
+
+
 def correlate_dataset(
     result: MetaEvalResult,
     suite: SuiteConfig,
     dataset: MetaDataset,
     per_judge: Mapping[str, dict[str, _Series]],
+    unscored_why: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None,
 ) -> None:
+    """Cells of every judge on `dataset`; `unscored_why[judge][aspect]` counts unscored reasons
+    (used only to say why a cell is empty)."""
     spec = dataset.spec
     groups = Groups.from_labels([i.input_id for i in dataset.items], [i.system for i in dataset.items])
     resamples = suite.bootstrap.resamples
@@ -163,14 +193,17 @@ def correlate_dataset(
                 interval = _interval(float(plain.values[0]), boot, confidence) if boot.size else None
                 plains.append(float(plain.values[0]))
                 boots.append(boot)
+                items, scored = int(has_human.sum()), int(mask.sum())
+                why = ((unscored_why or {}).get(judge_name) or {}).get(aspect.name) or {}
                 result.cells.append(
                     Cell(
                         judge_name, spec.name, aspect.name, coefficient, spec.level,
                         _num(plain.values[0]),
                         _num(interval.low) if interval else None,
                         _num(interval.high) if interval else None,
-                        int(has_human.sum()), int(mask.sum()), int((has_human & np.isnan(s.judge)).sum()),
+                        items, scored, int((has_human & np.isnan(s.judge)).sum()),
                         plain.groups, plain.skipped, interval.undefined if interval else 0,
+                        None if _num(plain.values[0]) is not None else empty_reason(items, scored, why),
                     )
                 )  # fmt: skip
             if len(spec.aspects) > 1:
@@ -183,6 +216,7 @@ def correlate_dataset(
                         judge_name, spec.name, AVERAGE, coefficient, spec.level, _num(mean),
                         _num(interval.low) if interval else None, _num(interval.high) if interval else None,
                         0, 0, 0, 0, 0, interval.undefined if interval else 0,
+                        None if _num(mean) is not None else "aspect empty",
                     )
                 )  # fmt: skip
     names = list(per_judge)
@@ -223,7 +257,12 @@ def run_meta_eval(
     data = open_suite(suite, suite_path, data_root)
     chosen = [d for d in suite.datasets if not datasets or d.name in datasets]
     result = MetaEvalResult(suite.name, [j.name for j in judges], {})
-    stores = {j.name: JudgmentStore(out / "judgments" / f"{judge_slug(j.name)}.jsonl") for j in judges}
+    stores = {j.name: JudgmentStore(judgment_path(out, j)) for j in judges}
+    judge_aspects = {a.judge_aspect for d in suite.datasets for a in d.aspects}
+    for judge in judges:
+        check = getattr(judge, "warnings", None)  # scores files: aspects no set asks for
+        if check is not None:
+            result.warnings += check(judge_aspects)
     for spec in chosen:
         dataset = load_suite_dataset(data, spec.name, max_items)
         result.datasets[spec.name] = {
@@ -239,6 +278,7 @@ def run_meta_eval(
             "source": str(dataset.source_path),
         }
         per_judge = {}
+        unscored_why: dict[str, dict[str, dict[str, int]]] = {}
         for judge in judges:
             series, missing = collect(judge, stores[judge.name], dataset, progress)
             if missing:
@@ -250,12 +290,15 @@ def run_meta_eval(
                     s.judge[keep].tolist(), s.human[keep].tolist()
                 )
             reasons: dict[str, int] = result.unscored_reasons.setdefault(judge.name, {})
+            by_aspect: dict[str, dict[str, int]] = unscored_why.setdefault(judge.name, {})
             ids = {item.id for item in dataset.items}
-            for (ds, _, item_id), judgment in stores[judge.name].found.items():
+            for (ds, aspect_name, item_id), judgment in stores[judge.name].found.items():
                 if ds == spec.name and item_id in ids and judgment.score is None:
                     reason = (judgment.unscored_reason or "unscored").split(":")[0]
                     reasons[reason] = reasons.get(reason, 0) + 1
-        correlate_dataset(result, suite, dataset, per_judge)
+                    counts = by_aspect.setdefault(aspect_name, {})
+                    counts[reason] = counts.get(reason, 0) + 1
+        correlate_dataset(result, suite, dataset, per_judge, unscored_why)
     return result
 
 

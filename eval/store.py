@@ -1,13 +1,20 @@
-"""Judgments on disk: OUT/judgments/<judge>.jsonl, one line per (dataset, aspect, item), appended
-and flushed as they come, so a re-run only asks for what is not there yet."""
+"""Judgments on disk: OUT/judgments/<judge>-<key>.jsonl, one line per (dataset, aspect, item),
+appended and flushed as they come, so a re-run only asks for what is not there yet.
+
+<key> is a hash of what decides the judgments (the judge's `store_key`: its spec plus the
+content of its scores file, adapter or ensemble file), not of its display name alone: two
+scores files named scores.jsonl, or two adapters in folders named adapter/, must never share
+one store in the same --out, or the second would silently report the first one's scores."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 from spanjudge.inference.errors import InputError
 
@@ -18,6 +25,22 @@ Key = tuple[str, str, str]  # dataset, aspect, item id
 
 def judge_slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", name).strip("_") or "judge"
+
+
+class _Named(Protocol):
+    name: str
+
+
+def store_name(judge: _Named) -> str:
+    """The readable name, then a hash of the judge's `store_key` (its name when it has none:
+    a metric is fully named by its name)."""
+    key = getattr(judge, "store_key", None) or judge.name
+    return f"{judge_slug(judge.name)}-{hashlib.sha256(key.encode('utf-8')).hexdigest()[:12]}"
+
+
+def judgment_path(out: Path, judge: _Named) -> Path:
+    """Where `judge`'s judgments live under the output folder `out`."""
+    return out / "judgments" / f"{store_name(judge)}.jsonl"
 
 
 class JudgmentStore:

@@ -35,6 +35,7 @@ output alone does not fit, the item is unscored with that reason.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from .backends import BackendSpec, make_backend
-from .backends.base import Backend, CallFailure, ChatRequest, Completion, SamplingParams
+from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
 from .catalog import Aspect, Catalog, load_catalog
 from .chat import encode_prompt
 from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
@@ -89,6 +90,7 @@ class _Prepared:
 
 
 ProgressCallback = Callable[[int], None]  # called with the number of items just finished
+ResultCallback = Callable[[int, "JudgedEvaluation"], None]  # (index of the request, its final result)
 
 
 class Judge:
@@ -205,15 +207,28 @@ class Judge:
     # -- scoring ---------------------------------------------------------------------------
 
     def score(
-        self, requests: Sequence[JudgeRequest], progress: ProgressCallback | None = None
+        self,
+        requests: Sequence[JudgeRequest],
+        progress: ProgressCallback | None = None,
+        on_result: ResultCallback | None = None,
     ) -> list[JudgedEvaluation]:
-        """One JudgedEvaluation per request, in order; never raises for a model's reply."""
+        """One JudgedEvaluation per request, in order; never raises for a model's reply.
+
+        `on_result(index, evaluation)` is called as soon as each request's result is final
+        (while others still wait for their batch or their retries), so a caller can write
+        every finished result at once and a killed run loses only what was in flight."""
         results: list[JudgedEvaluation | None] = [None] * len(requests)
+
+        def settle(index: int, result: JudgedEvaluation) -> None:
+            results[index] = result
+            if on_result is not None:
+                on_result(index, result)
+
         prepared: dict[int, _Prepared] = {}
         for index, request in enumerate(requests):
             outcome = self._prepare(request)
             if isinstance(outcome, JudgedEvaluation):
-                results[index] = outcome
+                settle(index, outcome)
                 if progress:
                     progress(1)
             else:
@@ -229,36 +244,67 @@ class Judge:
                 if attempt == 0
                 else RETRY_SAMPLING.model_copy(update={"seed": attempt, "max_tokens": self.max_new_tokens})
             )
-            calls = [ChatRequest.user(prepared[index].prompt, params) for index in pending]
-            still_pending = []
-            for index, result in zip(pending, self.backend.generate(calls), strict=True):
-                item = prepared[index]
-                if isinstance(result, CallFailure):
-                    results[index] = _unscored(item, replies[index], attempt + 1, call_failure=result.reason)
-                    continue
-                assert isinstance(result, Completion)
-                replies[index].append(result.text)
-                parsed = parse_judge(result.text)
-                if isinstance(parsed, ParseFailure):
-                    if attempt == self.retries:
-                        reason = f"no parseable reply in {attempt + 1} tries (last: {parsed.reason})"
-                        results[index] = _unscored(item, replies[index], attempt + 1, reason=reason)
-                    else:
-                        still_pending.append(index)
-                    continue
-                evaluation = anchor_evaluation(parsed, item.request.output)
-                results[index] = JudgedEvaluation(
-                    errors=evaluation.errors,
-                    score=evaluation.score,
-                    id=item.request.id,
-                    raw_replies=list(replies[index]),
-                    attempts=attempt + 1,
-                    truncated=item.truncated,
-                )
+            still_pending = self._attempt(prepared, replies, pending, attempt, params, settle)
             if progress:
                 progress(len(pending) - len(still_pending))
             pending = still_pending
         return [result for result in results if result is not None]
+
+    def _attempt(
+        self,
+        prepared: Mapping[int, _Prepared],
+        replies: Mapping[int, list[str]],
+        pending: list[int],
+        attempt: int,
+        params: SamplingParams,
+        settle: ResultCallback,
+    ) -> list[int]:
+        """One try for every pending request; settles the final ones as they arrive and
+        returns those to try again."""
+        calls = [ChatRequest.user(prepared[index].prompt, params) for index in pending]
+        again: list[int] = []
+        handled: set[int] = set()
+        lock = threading.Lock()  # a backend may deliver results from a worker thread
+
+        def handle(position: int, result: CallResult) -> None:
+            with lock:
+                if position in handled:
+                    return
+                handled.add(position)
+                index = pending[position]
+                outcome = self._settle_reply(prepared[index], replies[index], result, attempt)
+                if outcome is None:
+                    again.append(index)
+                else:
+                    settle(index, outcome)
+
+        for position, result in enumerate(self.backend.generate(calls, handle)):
+            handle(position, result)  # a no-op unless the backend skipped on_result for it
+        return sorted(again)
+
+    def _settle_reply(
+        self, item: _Prepared, replies: list[str], result: CallResult, attempt: int
+    ) -> JudgedEvaluation | None:
+        """The final result of one reply, or None when it does not parse and a retry is left."""
+        if isinstance(result, CallFailure):
+            return _unscored(item, replies, attempt + 1, call_failure=result.reason)
+        assert isinstance(result, Completion)
+        replies.append(result.text)
+        parsed = parse_judge(result.text)
+        if isinstance(parsed, ParseFailure):
+            if attempt < self.retries:
+                return None
+            reason = f"no parseable reply in {attempt + 1} tries (last: {parsed.reason})"
+            return _unscored(item, replies, attempt + 1, reason=reason)
+        evaluation = anchor_evaluation(parsed, item.request.output)
+        return JudgedEvaluation(
+            errors=evaluation.errors,
+            score=evaluation.score,
+            id=item.request.id,
+            raw_replies=list(replies),
+            attempts=attempt + 1,
+            truncated=item.truncated,
+        )
 
     def _prepare(self, request: JudgeRequest) -> _Prepared | JudgedEvaluation:
         if not request.output.strip():

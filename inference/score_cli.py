@@ -4,7 +4,9 @@ command line."""
 from __future__ import annotations
 
 import sys
+import threading
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +16,7 @@ score = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 render = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 export = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
-CHUNK = 32  # items scored between two writes of the results file
+CHUNK = 32  # items handed to the judge at a time (each result is written as soon as it is final)
 
 
 def _parse_inputs(values: list[str]) -> dict[str, str]:
@@ -29,11 +31,13 @@ def _parse_inputs(values: list[str]) -> dict[str, str]:
     return mapping
 
 
-def _result_row(request: Any, evaluation: Any) -> dict[str, Any]:
+def _result_row(request: Any, evaluation: Any, key: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One line of the results file; `key` is its resume key (`score_data.resume_key`)."""
     return {
         "id": request.id,
         "task": request.task.id,
         "aspect": request.aspect.name,
+        **(key or {}),
         "output": request.output,
         "evaluation": {"errors": [e.model_dump() for e in evaluation.errors], "score": evaluation.score},
         "unscored_reason": evaluation.unscored_reason,
@@ -92,6 +96,14 @@ def score_command(
             "transformers: xgrammar, pip install 'spanjudge[constrained]').",
         ),
     ] = False,
+    refresh_unscored: Annotated[
+        bool,
+        typer.Option(
+            "--refresh-unscored",
+            help="Score again the rows of OUT left unscored (no reply parsed), e.g. by a server that was "
+            "broken; a plain re-run keeps them.",
+        ),
+    ] = False,
 ) -> None:
     """Score outputs with a distilled judge: error spans (anchored to character offsets),
     explanations, severities and a 0-100 score per output.
@@ -99,7 +111,9 @@ def score_command(
     Decoding is greedy; a reply that does not parse is retried with light sampling up to 3
     times, then reported as unscored (never given a made-up score). Inputs too long for the
     context are cut from the end (the evaluated output never is) and flagged in the results.
-    Results are appended as they come: re-running the same command skips finished rows.
+    Each result is appended as soon as it is final: re-running the same command skips finished
+    rows; re-running into the same --out with another task, aspect, model, decoding or data is
+    refused (each row records what it was scored with).
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -107,7 +121,15 @@ def score_command(
     from .catalog import load_catalog
     from .errors import InputError
     from .judge import Judge
-    from .score_data import FieldMapping, append_results, finished_ids, read_requests, read_results
+    from .score_data import (
+        FieldMapping,
+        append_results,
+        check_resume,
+        finished_rows,
+        read_requests,
+        read_results,
+        resume_key,
+    )
 
     if output_format not in ("jsonl", "html"):
         raise InputError(f"--format must be jsonl or html, not '{output_format}'")
@@ -116,12 +138,18 @@ def score_command(
     console = Console(stderr=True, soft_wrap=True)  # log lines stay whole (greppable)
     catalog = load_catalog()
     mapping = FieldMapping(id_field=id_field, output_field=output_field, inputs=_parse_inputs(input_field or []))
+    if Path(data).exists() and out.exists() and out.resolve() == Path(data).resolve():
+        raise InputError(f"--out {out} is the --data file; write the results to another file")
     requests = read_requests(data, catalog, task, aspect, aspect_definition, mapping, split=split, limit=limit)
-    done = finished_ids(out)
+    decoding = {"max_new_tokens": max_new_tokens, "retries": retries, "constrained": constrained}
+    judge_identity = _model_identity(model, base, engine, served_model)
+    keys = {str(r.id): resume_key(r, judge_identity, decoding) for r in requests}
+    done = finished_rows(out)
+    check_resume(out, done, keys)
+    if refresh_unscored:
+        done = _drop_unscored(out, done, set(keys))
     todo = [r for r in requests if r.id not in done]
-    console.print(
-        f"{len(requests)} rows; {len(done & {r.id for r in requests})} already scored in {out}; {len(todo)} to go"
-    )
+    console.print(f"{len(requests)} rows; {len(requests) - len(todo)} already scored in {out}; {len(todo)} to go")
     failed = 0
     if todo:
         judge = Judge.from_pretrained(
@@ -140,13 +168,19 @@ def score_command(
         columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, disable=not sys.stderr.isatty()) as progress:
             bar = progress.add_task("score", total=len(todo))
+            lock = threading.Lock()  # results may arrive from a backend's worker thread
             for start in range(0, len(todo), CHUNK):
                 chunk = todo[start : start + CHUNK]
-                results = judge.score(chunk, progress=lambda n: progress.advance(bar, n))
-                # model calls that failed are not written: the next run retries them
-                append_results(
-                    out, [_result_row(r, e) for r, e in zip(chunk, results, strict=True) if not e.call_failure]
-                )
+
+                def write(index: int, evaluation: Any, chunk: list[Any] = chunk) -> None:
+                    # each result is on disk as soon as it is final: a kill loses only those in flight;
+                    # model calls that failed are not written: the next run retries them
+                    if not evaluation.call_failure:
+                        request = chunk[index]
+                        with lock:
+                            append_results(out, [_result_row(request, evaluation, keys[str(request.id)])])
+
+                results = judge.score(chunk, progress=lambda n: progress.advance(bar, n), on_result=write)
                 failed += sum(1 for e in results if e.call_failure)
         judge.close()
     wanted = {r.id for r in requests}
@@ -162,6 +196,29 @@ def score_command(
     if failed:
         console.print(f"[red]{failed} rows could not reach the model; re-run the same command to finish them[/red]")
         raise typer.Exit(1)
+
+
+def _drop_unscored(out: Path, done: dict[str, Any], wanted: set[str]) -> dict[str, Any]:
+    """Remove the wanted rows that are unscored from the results file, so they are scored again."""
+    from .fileio import atomic_write_jsonl
+    from .score_data import read_results
+
+    again = {i for i in wanted & done.keys() if done[i][1]["evaluation"]["score"] is None}
+    if again:
+        atomic_write_jsonl(out, [row for row in read_results(out) if str(row["id"]) not in again])
+    return {i: found for i, found in done.items() if i not in again}
+
+
+def _model_identity(model: str, base: str | None, engine: str, served_model: str | None) -> str:
+    """The judge as the resume key records it: a local folder by its absolute path (the same
+    judge from another working directory), with the base and the served name when given."""
+    local = Path(model).expanduser()
+    name = str(local.resolve()) if local.exists() else model
+    if base:
+        name += f" (base {base})"
+    if engine == "openai" and served_model:
+        name += f" (served as {served_model})"
+    return name
 
 
 def _summary(console: Any, rows: list[dict[str, Any]], failed: int) -> None:

@@ -11,6 +11,7 @@ missing field stops the run with the file, the line and the fix.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -122,30 +123,130 @@ def read_requests(
 
 
 # -- the results file ----------------------------------------------------------------------
+#
+# One JSON object per line, appended (and fsynced) as each item finishes. Every row carries
+# its resume key: the item (id, and a hash of the exact prompt, which holds the inputs, the
+# output, the task and the aspect definition), the model and the decoding. A re-run skips the
+# ids already there, and refuses a file whose row for an id was scored under another key.
+
+KEY_FIELDS = ("task", "aspect", "model", "decoding", "prompt_sha256")
+_KEY_NAMES = {"task": "--task", "aspect": "--aspect", "model": "judge"}
+
+Finished = dict[str, tuple[str, dict[str, Any]]]  # id -> (where, row)
+
+
+def prompt_sha256(request: JudgeRequest) -> str:
+    """The resume key of an item's content: a hash of the judge prompt it is scored with."""
+    return hashlib.sha256(request.user_prompt().encode("utf-8")).hexdigest()[:16]
+
+
+def resume_key(request: JudgeRequest, model: str, decoding: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "task": request.task.id,
+        "aspect": request.aspect.name,
+        "model": model,
+        "decoding": dict(decoding),
+        "prompt_sha256": prompt_sha256(request),
+    }
+
+
+def _checked_row(value: Any, where: str) -> dict[str, Any]:
+    """A results row, or one line saying that this is not a results file."""
+    if (
+        not isinstance(value, dict)
+        or value.get("id") is None
+        or not isinstance(value.get("evaluation"), dict)
+        or "score" not in value["evaluation"]
+    ):
+        raise InputError(
+            f"{where}: not a result of `spanjudge score` (no 'id' and 'evaluation'); "
+            "is --out another file? Choose a new results file"
+        )
+    return value
+
+
+def _repair_tail(out: Path) -> None:
+    """Make the file end with a whole line before anything is appended to it.
+
+    A run killed mid-write leaves a fragment without its newline: it is cut off (with a
+    truncate, so the rows before it are never rewritten). A whole row that only lacks its
+    newline (a file edited by hand, or copied) gets the newline, so the next row is not glued
+    to it."""
+    with out.open("rb+") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        handle.seek(max(0, size - 1))
+        if handle.read(1) == b"\n":
+            return
+        # find the start of the last line, reading back in blocks (the file may be large)
+        start, block = size, 1 << 16
+        while start > 0:
+            begin = max(0, start - block)
+            handle.seek(begin)
+            newline = handle.read(start - begin).rfind(b"\n")
+            if newline >= 0:
+                start = begin + newline + 1
+                break
+            start = begin
+        handle.seek(start)
+        try:
+            json.loads(handle.read().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            handle.truncate(start)
+        else:
+            handle.write(b"\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def finished_rows(out: Path) -> Finished:
+    """The rows already in the results file by id, with where each is ("file:line"), after
+    repairing a last line cut short by a kill."""
+    if not out.is_file():
+        return {}
+    _repair_tail(out)
+    return {str(row["id"]): (where, row) for where, row in _results(out)}
 
 
 def finished_ids(out: Path) -> set[str]:
-    """Ids already in the results file. A last line cut short by a kill is removed first."""
-    if not out.is_file():
-        return set()
-    lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
-    ids, good = set(), []
-    for number, line in enumerate(lines, start=1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):  # the run was killed mid-write: drop the fragment
-                break
-            raise InputError(f"{out}:{number}: not valid JSON; this results file is damaged") from None
-        ids.add(str(row["id"]))
-        good.append(line)
-    if len(good) != len(lines):
-        out.write_text("".join(good), encoding="utf-8")
-    return ids
+    """Ids already in the results file (see `finished_rows`)."""
+    return set(finished_rows(out))
+
+
+def check_resume(out: Path, done: Finished, keys: Mapping[str, Mapping[str, Any]]) -> None:
+    """InputError, naming the line and what differs, when an id to score is already in `out`
+    under another task, aspect, model, decoding or prompt: skipping it would report the old
+    result as this run's."""
+    for item_id, key in keys.items():
+        if item_id not in done:
+            continue
+        where, row = done[item_id]
+        difference = _difference(row, key)
+        if difference:
+            raise InputError(
+                f"{where}: id '{item_id}' was scored with {difference}; "
+                f"results of another run go to another --out (or remove {out} to score again)"
+            )
+
+
+def _difference(row: Mapping[str, Any], key: Mapping[str, Any]) -> str | None:
+    for name in KEY_FIELDS:
+        if name not in row:  # a row from before resume keys: check what it has
+            continue
+        if name == "prompt_sha256" and row[name] != key[name]:
+            return "another prompt (its inputs, output or aspect definition differ)"
+        if name == "decoding" and row[name] != key[name]:
+            old, new = row[name] or {}, key[name]
+            changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            return "decoding " + ", ".join(f"{k}={old.get(k)!r}, not {new.get(k)!r} as now" for k in changed)
+        if row[name] != key[name]:
+            return f"{_KEY_NAMES[name]} {row[name]!r}, not {key[name]!r} as now"
+    return None
 
 
 def append_results(out: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Append whole lines and flush them to disk, so a kill loses at most the batch in flight."""
+    """Append whole lines and flush them to disk, so a kill loses at most the row in flight."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("a", encoding="utf-8") as handle:
         for row in rows:
@@ -154,12 +255,11 @@ def append_results(out: Path, rows: Sequence[Mapping[str, Any]]) -> None:
         os.fsync(handle.fileno())
 
 
+def _results(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    for where, row in iter_jsonl(path):
+        yield where, _checked_row(row, where)
+
+
 def read_results(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise InputError(f"{path}:{number}: not valid JSON") from None
-    return rows
+    """The rows of a results file; InputError naming the line of one that is not a result."""
+    return [row for _, row in _results(path)]

@@ -1,12 +1,16 @@
 """Rows of JSONL, JSON-list and CSV files, each with where it came from ("file:line").
 
 Every stage reads user data through these, so a malformed line gets the same one-line
-message, naming the file and the line, wherever it is read.
+message, naming the file and the line, wherever it is read. Files are UTF-8; a byte order
+mark (Excel writes one at the start of "CSV UTF-8") is dropped, not read as part of the first
+header or value, and bytes that are not UTF-8 are reported with their line.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +27,34 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
+def _not_utf8(path: Path, line: int, column: int, byte: int) -> InputError:
+    return InputError(f"{path}:{line}: not UTF-8 text (byte 0x{byte:02x} at column {column}); save the file as UTF-8")
+
+
+def _decode_line(raw: bytes, path: Path, number: int) -> str:
+    try:
+        return raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, number, exc.start + 1, raw[exc.start]) from None
+
+
+def read_text(path: Path) -> str:
+    """The whole file as text, without a byte order mark; InputError naming the line of the
+    first byte that is not UTF-8."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        start = exc.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
+        line_start = data.rfind(b"\n", 0, start) + 1
+        raise _not_utf8(path, data.count(b"\n", 0, start) + 1, start - line_start + 1, data[start]) from None
+
+
 def iter_jsonl(path: Path) -> Iterator[Located]:
     """One object per non-blank line."""
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+    with path.open("rb") as lines:  # bytes: a line that is not UTF-8 is reported, not a traceback
+        for number, raw in enumerate(lines, start=1):
+            line = _decode_line(raw, path, number)
             if not line.strip():
                 continue
             where = f"{path}:{number}"
@@ -40,7 +68,7 @@ def iter_jsonl(path: Path) -> Iterator[Located]:
 def iter_json_list(path: Path) -> Iterator[Located]:
     """The objects of a file holding one JSON list."""
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
     if not isinstance(value, list):
@@ -51,6 +79,6 @@ def iter_json_list(path: Path) -> Iterator[Located]:
 
 def iter_csv(path: Path) -> Iterator[Located]:
     """Rows by header; line numbers count the header as line 1."""
-    with path.open(encoding="utf-8", newline="") as handle:
-        for number, row in enumerate(csv.DictReader(handle), start=2):
-            yield f"{path}:{number}", dict(row)
+    handle = io.StringIO(read_text(path), newline="")  # newline="": the csv module's own line handling
+    for number, row in enumerate(csv.DictReader(handle), start=2):
+        yield f"{path}:{number}", dict(row)

@@ -71,7 +71,8 @@ def test_scores_file_judge_resumes_and_reports_unscored(tmp_path: Path, shared_d
     for row in rows:
         item, aspect = row["id"].split("@")
         human = summeval[int(item.split("-")[1])]["scores"][aspect]
-        score = None if item in ("summeval-3", "summeval-4") else float(human * 20 + rng.normal(scale=5))
+        noisy = float(np.clip(human * 20 + rng.normal(scale=5), 0, 100))  # a judge's scores are 0-100
+        score = None if item in ("summeval-3", "summeval-4") else noisy
         lines.append(json.dumps({"id": row["id"], "aspect": aspect, "evaluation": {"errors": [], "score": score},
                                  "unscored_reason": None if score is not None else "no parseable reply"}))  # fmt: skip
     scores = tmp_path / "scores.jsonl"
@@ -88,12 +89,12 @@ def test_scores_file_judge_resumes_and_reports_unscored(tmp_path: Path, shared_d
     assert "no parseable reply" in report and "Paired tests" in report
     data = json.loads((out / "results.json").read_text())
     assert {p["judge_b"] for p in data["paired"]} == {"metric:rouge1"}
-    # resumption: the judgments are stored; the scores file is no longer needed for these items
-    stored = out / "judgments" / "scores_scores.jsonl.jsonl"
+    # resumption: the judgments are stored under the file's name and a hash of its content
+    [stored] = (out / "judgments").glob("scores_scores.jsonl-*.jsonl")
     assert len(stored.read_text().splitlines()) == 48 * 4
-    scores.write_text("")
     again = run(*common, "--judge", f"scores:{scores}", "--resamples", "100")
     assert again.returncode == 0, again.stderr
+    assert len(stored.read_text().splitlines()) == 48 * 4  # nothing judged twice
     assert cells(out)[("scores:scores.jsonl", "summeval", "coherence", "spearman")]["value"] == coherence["value"]
 
 

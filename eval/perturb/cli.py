@@ -195,7 +195,7 @@ def evaluate_span_set(
     from spanjudge.inference.fileio import atomic_write_text
 
     from ..datasets import MetaDataset, MetaItem
-    from ..store import JudgmentStore, judge_slug
+    from ..store import JudgmentStore, judgment_path
     from ..suite import AspectSpec, DatasetSpec
     from .scoring import judge_missing
     from .span_agreement import metric_interval, span_agreement
@@ -222,7 +222,7 @@ def evaluate_span_set(
     baseline = with_agreement({d.id: mark_numbers(d.output) for d in docs})
     results: dict[str, Any] = {"baseline: mark every number": baseline}
     for judge in judges:
-        store = JudgmentStore(out / "judgments" / f"{judge_slug(judge.name)}.jsonl")
+        store = JudgmentStore(judgment_path(out, judge))
         todo = [i for i in items if (spec.name, aspect.name, i.id) not in store.found]
         with _bars() as bars:
             judge_missing(judge, store, dataset, aspect, todo, _counter(bars(f"{name}/{judge.name}", len(todo)), 0))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..datasets import MetaDataset, MetaItem
 from ..judges import Judgment, MetaJudge, Progress
-from ..store import JudgmentStore, judge_slug
+from ..store import JudgmentStore, judgment_path
 from ..suite import AspectSpec, DatasetSpec
 from .benchmark import BenchItem, Benchmark
 
@@ -75,7 +75,7 @@ def score_benchmark(
     progress: Callable[[str, int, int], Progress] | None = None,
 ) -> ScoringResult:
     """Every (item, aspect) judged once; what the store already holds is not asked again."""
-    store = JudgmentStore(out / "judgments" / f"{judge_slug(judge.name)}.jsonl")
+    store = JudgmentStore(judgment_path(out, judge))
     dataset = as_meta_dataset(benchmark)
     by_id = {item.id: item for item in dataset.items}
     missing = 0

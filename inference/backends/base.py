@@ -64,7 +64,8 @@ class Completion(_Frozen):
     endpoint: str | None = None
 
 
-FailureKind = Literal["connection", "timeout", "server", "rate_limit", "client", "disabled", "other"]
+# "truncated": a reply cut off at max_tokens, refused by a caller that needs whole replies
+FailureKind = Literal["connection", "timeout", "server", "rate_limit", "client", "disabled", "truncated", "other"]
 
 
 class CallFailure(_Frozen):

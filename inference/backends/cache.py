@@ -3,7 +3,11 @@
 A call's identity is `ChatRequest.cache_key(model_id)`: model, messages and sampling
 parameters. Each successful completion is committed the moment it arrives, so a run that
 is killed keeps everything it finished, and a re-run asks the models only for the rest.
-Failures are never stored: a re-run tries them again.
+Failures are never stored: a re-run tries them again. Neither is a reply without text (the
+backends report it as a failure), nor, for callers that need whole replies
+(`accept_truncated=False`, the annotation pipeline), one cut off at max_tokens: a stored
+one would be served to every re-run, even once the server that produced it is fixed.
+`stale` re-asks stored replies a caller could not use (`--refresh-unscored`).
 
 The file uses SQLite's write-ahead log, so several processes (e.g. one per ensemble
 member) can share one cache file; a writer waits up to 30 s for another's lock. Within one
@@ -17,12 +21,12 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import cast
 
-from .base import Backend, CallResult, ChatRequest, Completion, ResultCallback
+from .base import Backend, CallFailure, CallResult, ChatRequest, Completion, ResultCallback
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS completions (
@@ -123,14 +127,45 @@ class CachedBackend(Backend):
     Identical requests within one call are sent once and all get its result.
     `model_calls` counts requests sent to `inner`, `cache_hits` requests served from the
     cache (duplicates of a request sent in the same call are neither).
+
+    `accept_truncated=False`: a reply cut off at max_tokens (finish_reason "length") comes
+    back as `CallFailure(kind="truncated")` and is not stored; one already stored is asked
+    again. `stale(completion)`: True for a stored reply to ask again (and replace).
     """
 
-    def __init__(self, inner: Backend, cache: LLMCache) -> None:
+    def __init__(
+        self,
+        inner: Backend,
+        cache: LLMCache,
+        *,
+        accept_truncated: bool = True,
+        stale: Callable[[Completion], bool] | None = None,
+    ) -> None:
         self.inner = inner
         self.cache = cache
         self.model_id = inner.model_id
+        self.accept_truncated = accept_truncated
+        self.stale = stale
         self.model_calls = 0
         self.cache_hits = 0
+
+    def _usable(self, completion: Completion) -> bool:
+        """Whether a stored completion may answer a request."""
+        if not self.accept_truncated and completion.finish_reason == "length":
+            return False
+        return self.stale is None or not self.stale(completion)
+
+    def _refused(self, result: CallResult, request: ChatRequest) -> CallResult:
+        """A cut-off reply as a failure, for callers that need whole replies."""
+        if self.accept_truncated or not isinstance(result, Completion) or result.finish_reason != "length":
+            return result
+        return CallFailure(
+            reason=f"the reply was cut off at max_tokens={request.params.max_tokens} (finish_reason: length); "
+            "not cached: a re-run asks again (raise max_tokens, or the server's context size, if it persists)",
+            kind="truncated",
+            attempts=result.attempts,
+            endpoint=result.endpoint,
+        )
 
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
         keys = [request.cache_key(self.model_id) for request in requests]
@@ -145,7 +180,7 @@ class CachedBackend(Backend):
 
         for index, key in enumerate(keys):
             hit = stored.get(key)
-            if hit is None:
+            if hit is None or not self._usable(hit):
                 waiting.setdefault(key, []).append(index)
             else:
                 self.cache_hits += 1
@@ -162,6 +197,7 @@ class CachedBackend(Backend):
         def on_inner_result(position: int, result: CallResult) -> None:
             arrived.add(position)
             key = misses[position]
+            result = self._refused(result, requests[waiting[key][0]])
             if isinstance(result, Completion):
                 self.cache.put(key, self.model_id, result)
             for index in waiting[key]:

@@ -19,20 +19,32 @@ and use `<name>` as the model of the backend spec.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 import httpx
 import ollama
 
 from .base import BackendError, ChatRequest, Completion, FailureKind
-from .runner import ServerBackend, short
+from .runner import MalformedReply, ServerBackend, describe_reply, short
 from .spec import BackendSpec
 
 SAMPLING_OPTIONS = frozenset({"temperature", "top_p", "seed", "num_predict", "stop"})
 
+# The last HTTP response of the running call: the ollama client does not expose it, and a
+# reply it cannot read (an HTML page, no message) is reported with what the server sent.
+# Each call runs in its own task (the runner's wait_for), so calls never see each other's.
+_last_response: ContextVar[httpx.Response | None] = ContextVar("_last_response", default=None)
+
+
+async def _remember(response: httpx.Response) -> None:
+    _last_response.set(response)
+
 
 class OllamaBackend(ServerBackend):
     """Chat through Ollama's native API on one or more Ollama servers."""
+
+    ping_path = "/api/tags"
 
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
@@ -44,16 +56,31 @@ class OllamaBackend(ServerBackend):
             )
 
     def _open_client(self, endpoint: str) -> ollama.AsyncClient:
-        return ollama.AsyncClient(host=endpoint, timeout=self.spec.timeout_s)
+        # connecting gets its own short limit: only generation may take timeout_s
+        timeout = httpx.Timeout(self.spec.timeout_s, connect=self.spec.connect_timeout_s)
+        return ollama.AsyncClient(host=endpoint, timeout=timeout, event_hooks={"response": [_remember]})
 
     async def _close_client(self, client: ollama.AsyncClient) -> None:
         await client.close()
 
+    async def _ping(self, client: ollama.AsyncClient) -> None:
+        await client.list()
+
     async def _call(self, client: ollama.AsyncClient, request: ChatRequest) -> Completion:
         messages = [{"role": message.role, "content": message.content} for message in request.messages]
-        reply = await client.chat(model=self.spec.model, messages=messages, options=self.options(request), stream=False)
+        _last_response.set(None)
+        try:
+            reply = await client.chat(
+                model=self.spec.model, messages=messages, options=self.options(request), stream=False
+            )
+        except (ValueError, TypeError) as error:  # not JSON, or JSON that is no chat reply
+            if _last_response.get() is None:
+                raise  # no reply was read: not the server's doing
+            raise _malformed("is not an Ollama chat reply") from error
+        if reply.message.content is None:  # a 200 with no text: a server fault, not an empty answer
+            raise _malformed(f"has no text (message.content: null, done_reason: {reply.done_reason})")
         return Completion(
-            text=reply.message.content or "",
+            text=reply.message.content,
             finish_reason=reply.done_reason,
             model=reply.model or self.spec.model,
             prompt_tokens=reply.prompt_eval_count,
@@ -73,6 +100,15 @@ class OllamaBackend(ServerBackend):
 
     def _classify(self, error: Exception) -> tuple[FailureKind, str] | None:
         return classify_ollama_error(error)
+
+
+def _malformed(problem: str) -> MalformedReply:
+    """MalformedReply saying what the server sent (status, content type, the body's start)."""
+    response = _last_response.get()
+    if response is None:
+        return MalformedReply(f"the reply {problem}")
+    content_type = response.headers.get("content-type")
+    return MalformedReply(describe_reply(response.status_code, content_type, response.text, problem))
 
 
 def classify_ollama_error(error: Exception) -> tuple[FailureKind, str] | None:

@@ -2,6 +2,8 @@
 
 Uses the official `openai` client with its own retries off (`max_retries=0`): the shared
 runner retries, so back-off, endpoint choice and the failure budget stay in one place.
+Replies are read through `with_raw_response`, so a 200 that is not a completion (an HTML
+page, no `choices`, `content: null`) is reported with what the server actually sent.
 
 `api: completions` is for base models without a chat template (e.g. Gemma 3 270M): the
 messages are flattened into one plain-text prompt by `flatten_messages`. `api: prompt`
@@ -15,10 +17,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import httpx
 import openai
 
 from .base import ChatRequest, Completion, FailureKind, Message
-from .runner import ServerBackend, short
+from .runner import MalformedReply, ServerBackend, describe_reply, short
 from .spec import BackendSpec
 
 NO_KEY = "not-needed"  # local servers ignore the key, but the client insists on one
@@ -36,18 +39,23 @@ def flatten_messages(messages: tuple[Message, ...]) -> str:
 class OpenAIBackend(ServerBackend):
     """Chat (or plain completions) through the OpenAI API of one or more servers."""
 
+    ping_path = "/models"
+
     def __init__(self, spec: BackendSpec) -> None:
         super().__init__(spec)
         env = spec.api_key_env
         self._api_key = os.environ.get(env, "") if env else ""
 
     def _open_client(self, endpoint: str) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(
-            base_url=endpoint, api_key=self._api_key or NO_KEY, max_retries=0, timeout=self.spec.timeout_s
-        )
+        # connecting gets its own short limit: only generation may take timeout_s
+        timeout = httpx.Timeout(self.spec.timeout_s, connect=self.spec.connect_timeout_s)
+        return openai.AsyncOpenAI(base_url=endpoint, api_key=self._api_key or NO_KEY, max_retries=0, timeout=timeout)
 
     async def _close_client(self, client: openai.AsyncOpenAI) -> None:
         await client.close()
+
+    async def _ping(self, client: openai.AsyncOpenAI) -> None:
+        await client.models.list()
 
     async def _call(self, client: openai.AsyncOpenAI, request: ChatRequest) -> Completion:
         params = request.params
@@ -65,23 +73,49 @@ class OpenAIBackend(ServerBackend):
         if self.spec.api in ("prompt", "completions"):
             # "prompt": already templated by the caller (the judge), sent verbatim
             prompt = request.messages[-1].content if self.spec.api == "prompt" else flatten_messages(request.messages)
-            reply = await client.completions.create(prompt=prompt, **common)
-            text = reply.choices[0].text
+            raw: Any = await client.completions.with_raw_response.create(prompt=prompt, **common)
         else:
             messages = [{"role": message.role, "content": message.content} for message in request.messages]
-            reply = await client.chat.completions.create(messages=messages, **common)  # type: ignore[arg-type]
-            text = reply.choices[0].message.content or ""
-        usage = reply.usage
+            raw = await client.chat.completions.with_raw_response.create(messages=messages, **common)  # type: ignore[arg-type]
+        return self._completion(raw.http_response, _parsed(raw))
+
+    def _completion(self, http: httpx.Response, reply: Any) -> Completion:
+        """The Completion in a parsed reply, or MalformedReply saying what arrived instead."""
+        # the client builds replies without validating them: every field may be missing
+        choices = getattr(reply, "choices", None)
+        if not isinstance(reply, (openai.types.Completion, openai.types.chat.ChatCompletion)) or not choices:
+            raise _malformed(http, "is not a completion (no choices)")
+        choice = choices[0]
+        finish_reason = getattr(choice, "finish_reason", None)
+        if self.spec.api == "chat":
+            text = getattr(getattr(choice, "message", None), "content", None)
+        else:
+            text = getattr(choice, "text", None)
+        if not isinstance(text, str):  # a 200 with no text: a server fault, not an empty answer to cache
+            raise _malformed(http, f"has no text (content: null, finish_reason: {finish_reason})")
+        usage = getattr(reply, "usage", None)
         return Completion(
             text=text,
-            finish_reason=reply.choices[0].finish_reason,
-            model=reply.model or self.spec.model,
+            finish_reason=finish_reason,
+            model=getattr(reply, "model", None) or self.spec.model,
             prompt_tokens=usage.prompt_tokens if usage else None,
             completion_tokens=usage.completion_tokens if usage else None,
         )
 
     def _classify(self, error: Exception) -> tuple[FailureKind, str] | None:
         return classify_openai_error(error)
+
+
+def _parsed(raw: Any) -> Any:
+    """The reply's parsed body; MalformedReply when a JSON content type carries no JSON."""
+    try:
+        return raw.parse()
+    except ValueError as error:  # json.JSONDecodeError
+        raise _malformed(raw.http_response, f"is not valid JSON ({error})") from None
+
+
+def _malformed(http: httpx.Response, problem: str) -> MalformedReply:
+    return MalformedReply(describe_reply(http.status_code, http.headers.get("content-type"), http.text, problem))
 
 
 def classify_openai_error(error: Exception) -> tuple[FailureKind, str] | None:

@@ -15,7 +15,16 @@ failure kind. Everything that must behave the same for every server lives here:
 - a failure budget: after `max_consecutive_failures` failed calls in a row the backend is
   disabled, and every request not yet sent comes back as `CallFailure(kind="disabled")`
   without a call. The backend stays disabled for its lifetime; a new one (or a re-run
-  with the cache) tries again.
+  with the cache) tries again;
+- a health check before each `generate`: every endpoint must answer a cheap GET within
+  `connect_timeout_s`. A server that accepts connections but never replies would otherwise
+  cost `timeout_s × (retries + 1)` per request (hours by the thesis defaults) before the
+  budget stops it; such an endpoint is left out of the pool, and when none answers the
+  backend is disabled with one message naming each. Any HTTP answer, an error status
+  included, passes; a refused connection passes too, since it fails fast on its own;
+- a reply that arrives but is not in the API's shape (an HTML page, no `choices`, no
+  text) is a `server` failure whose reason says what the server sent, never an
+  `AttributeError` from deep inside a client, and never a completion to cache.
 
 `generate` runs its own event loop with `asyncio.run`: callers are synchronous and no
 loop is running in them. Clients are opened inside that loop and closed before it ends,
@@ -37,7 +46,19 @@ from .spec import BackendSpec
 
 RETRYABLE: frozenset[FailureKind] = frozenset({"connection", "timeout", "server", "rate_limit"})
 REASON_LIMIT = 300  # characters of a server's error message kept in a failure reason
+BODY_LIMIT = 200  # characters of a malformed reply's body quoted in its failure reason
 JITTER = 0.1
+
+
+class MalformedReply(Exception):
+    """A reply that arrived with a success status but is not what the API promises."""
+
+
+def describe_reply(status: int, content_type: str | None, body: str, problem: str) -> str:
+    """What the server sent, for a MalformedReply: status, content type and the body's start."""
+    text = " ".join(body.split())
+    quoted = text if len(text) <= BODY_LIMIT else text[: BODY_LIMIT - 1] + "…"
+    return f"the reply (HTTP {status}, {content_type or 'no content-type'}) {problem}; the server sent: {quoted!r}"
 
 
 @dataclass
@@ -61,6 +82,8 @@ def backoff_delay(backoff_s: float, retry: int) -> float:
 
 class ServerBackend(Backend):
     """A backend that sends each request over HTTP to one of a pool of servers."""
+
+    ping_path: str = "/"  # what `_ping` asks for, after the endpoint URL (for messages)
 
     def __init__(self, spec: BackendSpec) -> None:
         if not spec.endpoints:
@@ -97,6 +120,10 @@ class ServerBackend(Backend):
     def _classify(self, error: Exception) -> tuple[FailureKind, str] | None:
         """The failure kind and reason of a client exception, or None if not the client's."""
 
+    @abstractmethod
+    async def _ping(self, client: Any) -> None:
+        """A cheap GET on the server (the health check); raise the client's exception on failure."""
+
     # -- the shared machinery -------------------------------------------------------------
 
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
@@ -111,10 +138,11 @@ class ServerBackend(Backend):
         ]
         in_progress = asyncio.Semaphore(len(endpoints) * self.spec.concurrency)
         results: list[CallResult | None] = [None] * len(requests)
+        answering = await self._answering(endpoints) if self._disabled_reason is None else endpoints
 
         async def run_one(index: int, request: ChatRequest) -> None:
             async with in_progress:
-                result = await self._with_retries(request, endpoints)
+                result = await self._with_retries(request, answering)
                 # still inside: the budget and the caller (e.g. the cache's commit) see
                 # this result before the next request is sent
                 self._account(result)
@@ -128,6 +156,32 @@ class ServerBackend(Backend):
             for endpoint in endpoints:
                 await self._close_client(endpoint.client)
         return cast("list[CallResult]", results)  # gather finished: every slot is filled
+
+    async def _answering(self, endpoints: list[_Endpoint]) -> list[_Endpoint]:
+        """The endpoints that pass the health check; none: the backend is disabled, saying why."""
+        problems = await asyncio.gather(*(self._hung(endpoint) for endpoint in endpoints))
+        answering = [endpoint for endpoint, problem in zip(endpoints, problems, strict=True) if problem is None]
+        if not answering:
+            self._disabled_reason = f"{self.model_id} disabled: " + "; ".join(p for p in problems if p)
+            return endpoints
+        return answering
+
+    async def _hung(self, endpoint: _Endpoint) -> str | None:
+        """Why `endpoint` fails the health check (no HTTP answer in time), or None."""
+        try:
+            await asyncio.wait_for(self._ping(endpoint.client), self.spec.connect_timeout_s)
+            return None
+        except asyncio.TimeoutError:
+            pass  # no answer in time: hung
+        except Exception as error:
+            classified = self._classify(error)
+            if classified is None or classified[0] != "timeout":
+                return None  # an error status is an answer; a refused connection fails fast anyway
+        return (
+            f"no answer to a health check (GET {endpoint.url.rstrip('/')}{self.ping_path}) within "
+            f"{self.spec.connect_timeout_s:g} s (connect_timeout_s): the server is hung, overloaded or "
+            "unreachable; no request was sent to it"
+        )
 
     async def _with_retries(self, request: ChatRequest, endpoints: list[_Endpoint]) -> CallResult:
         attempt = 0
@@ -157,6 +211,8 @@ class ServerBackend(Backend):
                 attempts=attempt,
                 endpoint=endpoint.url,
             )
+        except MalformedReply as error:  # a proxy's page, a half-broken server: worth a retry
+            return CallFailure(reason=str(error), kind="server", attempts=attempt, endpoint=endpoint.url)
         except Exception as error:  # one bad call must not stop a run: it becomes a CallFailure
             kind, reason = self._classify(error) or ("other", f"{type(error).__name__}: {short(error)}")
             return CallFailure(reason=reason, kind=kind, attempts=attempt, endpoint=endpoint.url)

@@ -36,7 +36,14 @@ class BackendSpec(BaseModel):
     )
     api_key_env: str | None = Field(default=None, description="Environment variable holding the API key, if any.")
     concurrency: int = Field(default=1, ge=1, description="Requests in flight per endpoint.")
-    timeout_s: float = Field(default=600.0, gt=0)
+    timeout_s: float = Field(default=600.0, gt=0, description="Seconds one call may take, generation included.")
+    connect_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds to connect, and for the health check before each run (GET /v1/models or "
+        "/api/tags) to be answered: a server that accepts connections but never replies is found in "
+        "seconds instead of after timeout_s × (retries + 1) per request.",
+    )
     retries: int = Field(default=3, ge=0, description="Retries on connection errors, timeouts, 429 and 5xx.")
     backoff_s: float = Field(default=1.0, ge=0, description="First retry delay; doubles each retry.")
     max_consecutive_failures: int = Field(

@@ -10,6 +10,21 @@ Only the model's *reply* is parsed. The evaluated output is never part of it (pr
 delimit it, see `inference.prompts`), so text such as ``Overall score: Excellent`` inside
 an evaluated output cannot forge a result; where a reply quotes it on a `Location:` line,
 it stays a location.
+
+The score is the one that closes the evaluation: the reply's last score line. A reply may
+also quote a score line (of the evaluated output, or of the prompt's template) on a line of
+its own, so the other score lines decide nothing but must agree with it:
+
+- a score line in a `>` blockquote is a quotation, never the reply's score;
+- a template placeholder (``<one of: ...>``) or an unreadable earlier line states no score;
+- any other score line that disagrees with the closing one makes the reply a `ParseFailure`
+  ("disagreeing score lines"): choosing one would be a guess, and the last one may be a quote.
+  This holds for a closing ``Final score:`` too: a model that revises its score and an output
+  that plants a ``Final score:`` line for the model to quote look the same, so a revision is
+  a failure that a retry resolves, never a way in.
+
+A reply in the judge's own format (the constrained-decoding grammar, `grammar.py`) has
+exactly one score line, so none of this can reject it.
 """
 
 from __future__ import annotations
@@ -42,7 +57,7 @@ _FIELD = re.compile(
     re.IGNORECASE,
 )
 _SCORE = re.compile(
-    r"^[*_`\s]*(?:(?:overall|final|total)\s+)?(?:score|rating)[*_`]*\s*(?:\([^)]*\))?"
+    r"^[*_`\s]*(?:(?P<kind>overall|final|total)\s+)?(?:score|rating)[*_`]*\s*(?:\([^)]*\))?"
     + _SEP
     + r"[*_`]*\s*(?P<value>.*)$",
     re.IGNORECASE,
@@ -57,6 +72,7 @@ _NO_ERROR = re.compile(
     re.IGNORECASE,
 )
 _PLACEHOLDER = re.compile(r"^<[^<>]*>\.?$")
+_BLOCKQUOTE = re.compile(r"^\s*(?:[-*•+]\s+)?>")
 
 _FIELD_KEYS = {
     "location": "location",
@@ -97,10 +113,16 @@ class _Block:
         return bool(values) and all(_PLACEHOLDER.match(v) for v in values)
 
 
+@dataclass(frozen=True)
+class _ScoreLine:
+    value: str
+    quoted: bool  # in a `>` blockquote: the reply quotes it, it does not state it
+
+
 @dataclass
 class _Scan:
     blocks: list[_Block] = field(default_factory=list)
-    score_values: list[str] = field(default_factory=list)
+    scores: list[_ScoreLine] = field(default_factory=list)
     score_explanation: str | None = None
     no_error_marker: bool = False
 
@@ -143,7 +165,7 @@ def _scan(text: str) -> _Scan:
             scan.score_explanation = s["value"].strip()
             target = None
         elif s := _SCORE.match(line):
-            scan.score_values.append(s["value"].strip())
+            scan.scores.append(_ScoreLine(s["value"].strip(), quoted=bool(_BLOCKQUOTE.match(raw_line))))
             target = None
         elif _NO_ERROR.match(line) and len(line) < 200:
             scan.no_error_marker = True
@@ -269,8 +291,9 @@ def _read(text: object, *, needs_score: bool) -> tuple[_Scan, list[ErrorAnnotati
     errors = _errors(scan)
     if isinstance(errors, str):
         return ParseFailure(reason=errors, raw=text)
-    if needs_score and not scan.score_values:
-        return ParseFailure(reason="no overall score line", raw=text)
+    if needs_score and not any(not line.quoted for line in scan.scores):
+        quoted = " (only quoted ones, in '>' blockquotes)" if scan.scores else ""
+        return ParseFailure(reason=f"no overall score line{quoted}", raw=text)
     if not needs_score and not errors and not scan.no_error_marker:
         return ParseFailure(reason="no error blocks and no 'No Error' (unrecognised structure)", raw=text)
     return scan, errors
@@ -285,10 +308,28 @@ def _parse_scored(
     if isinstance(read, ParseFailure):
         return read
     scan, errors = read
-    score = read_score(scan.score_values[-1])  # the last score line decides
+    score = _closing_score(scan.scores, read_score)
     if isinstance(score, str):
         return ParseFailure(reason=score, raw=text)
     return build(scan, errors, score)
+
+
+def _closing_score(lines: list[_ScoreLine], read_score: Callable[[str], ScoreT | str]) -> ScoreT | str:
+    """The score of the line that closes the evaluation, or why there is none (see the
+    module docstring): every other score line the reply states must agree with it."""
+    stated = [line for line in lines if not line.quoted]
+    closing = stated[-1]
+    score = read_score(closing.value)
+    if isinstance(score, str):
+        return score
+    for line in stated[:-1]:
+        earlier = read_score(line.value)
+        if not isinstance(earlier, str) and earlier != score:
+            return (
+                f"disagreeing score lines: {_snippet(line.value, 30)!r} and then {_snippet(closing.value, 30)!r} "
+                "(is one of them a quote?)"
+            )
+    return score
 
 
 def parse_judge(text: str) -> Evaluation | ParseFailure:
