@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,9 @@ class MetaItem:
     output: str
     human: dict[str, float]  # report aspect name -> human score (absent when the row has none)
     references: tuple[str, ...] = ()
+    # report aspect name -> each rater's score, where the source keeps them (a list at the human path);
+    # `human` then holds their mean. Most staged copies keep only means (SummEval, USR).
+    ratings: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -62,11 +66,30 @@ def human_value(row: Row, path: str) -> float | None:
         value = value[part]
     if value is None or value == "":
         return None
+    if isinstance(value, list):  # each rater's score: the human score is their mean
+        ratings = rater_scores(row, path)
+        return sum(ratings) / len(ratings) if ratings else None
     try:
         number = float(value)
     except (TypeError, ValueError):
         raise InputError(f"{row.where}: human score '{path}' is not a number ({value!r})") from None
     return None if math.isnan(number) else number
+
+
+def rater_scores(row: Row, path: str) -> tuple[float, ...]:
+    """Each rater's score when the value at `path` is a list of numbers (else empty)."""
+    value: Any = row.data
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return ()
+        value = value[part]
+    if not isinstance(value, list):
+        return ()
+    try:
+        ratings = tuple(float(v) for v in value if v is not None)
+    except (TypeError, ValueError):
+        raise InputError(f"{row.where}: human ratings '{path}' are not all numbers ({value!r})") from None
+    return tuple(r for r in ratings if not math.isnan(r))
 
 
 def _field_references(row: Row, field: str) -> tuple[str, ...]:
@@ -125,8 +148,10 @@ def load_dataset(
     task: Task,
     suite_path: Path,
     max_items: int | None = None,
+    seed: int = 0,
 ) -> MetaDataset:
-    """Every row of the source as a MetaItem (the first `max_items` in file order if given)."""
+    """Every row of the source as a MetaItem; with `max_items`, a seeded sample of whole inputs
+    (see `sample_inputs`)."""
     path = resolve_source_path(source, sources_path, data_root)
     fields = _fields(source)
     items: list[MetaItem] = []
@@ -134,6 +159,7 @@ def load_dataset(
     for index, row in enumerate(_rows(source, path)):
         base = _to_item(source, task, fields, row)
         human = {a.name: v for a in spec.aspects if (v := human_value(row, a.human)) is not None}
+        ratings = {a.name: r for a in spec.aspects if a.human != QAGS_MAJORITY and (r := rater_scores(row, a.human))}
         items.append(
             MetaItem(
                 id=f"{spec.name}-{index}",
@@ -144,6 +170,7 @@ def load_dataset(
                 inputs=base.inputs,
                 output=base.output,
                 human=human,
+                ratings=ratings,
             )
         )
         rows.append(row)
@@ -152,8 +179,31 @@ def load_dataset(
     if spec.references is not None:
         items = _attach_references(items, rows, spec.references, data_root, suite_path)
     if max_items is not None:
-        items = items[:max_items]
+        items = sample_inputs(items, max_items, seed)
     return MetaDataset(spec, task, items, path)
+
+
+def sample_inputs(items: list[MetaItem], max_items: int, seed: int = 0) -> list[MetaItem]:
+    """A seeded sample of INPUTS, each with all its systems, kept in file order.
+
+    Inputs are drawn in a seeded random order and taken whole while the total stays within
+    `max_items` (always at least one input). Cutting the file after N rows would keep one
+    input with a few of its systems: input-level correlations (SummEval) would rest on one
+    article, and the sample would lean towards the first rows of the file.
+    """
+    by_input: dict[str, int] = {}
+    for item in items:
+        by_input[item.input_id] = by_input.get(item.input_id, 0) + 1
+    order = list(by_input)
+    random.Random(seed).shuffle(order)
+    chosen: set[str] = set()
+    total = 0
+    for input_id in order:
+        if chosen and total + by_input[input_id] > max_items:
+            continue  # a smaller input further on may still fit
+        chosen.add(input_id)
+        total += by_input[input_id]
+    return [item for item in items if item.input_id in chosen]
 
 
 @dataclass(frozen=True)
@@ -178,10 +228,10 @@ def open_suite(
     return SuiteData(suite, suite_path, sources, sources_path, data_root, catalog or load_catalog())
 
 
-def load_suite_dataset(data: SuiteData, name: str, max_items: int | None = None) -> MetaDataset:
+def load_suite_dataset(data: SuiteData, name: str, max_items: int | None = None, seed: int = 0) -> MetaDataset:
     spec = data.suite.dataset(name)
     source = next(s for s in data.sources.sources if s.name == name)
     task = data.catalog.task(source.task)
     for aspect in spec.aspects:
         task.aspect(aspect.judge_aspect)  # a clear error now, not after an hour of judging
-    return load_dataset(spec, source, data.sources_path, data.data_root, task, data.suite_path, max_items)
+    return load_dataset(spec, source, data.sources_path, data.data_root, task, data.suite_path, max_items, seed)

@@ -75,7 +75,11 @@ class ScoreSection(_Strict):
 class MetaEvalSection(_Strict):
     suite: str = Field(description="meta-evaluation suite (configs/eval/...)")
     datasets: tuple[str, ...] = Field(default=(), description="sets of the suite; empty = all")
-    max_items: int | None = Field(default=None, ge=1, description="first N items of each set")
+    max_items: int | None = Field(
+        default=None,
+        ge=1,
+        description="at most N items of each set: a seeded sample of whole inputs (all their systems)",
+    )
     resamples: int | None = Field(default=None, ge=0, description="bootstrap resamples (default: the suite's)")
     baselines: tuple[str, ...] = Field(default=(), description="more judges beside the distilled one, e.g. metric:bleu")
     judge_options: dict[str, str | int | float | bool] = Field(

@@ -5,31 +5,33 @@ then the published rows of Tables 5.1-5.8, labelled as published)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from spanjudge.inference.fileio import atomic_write_text
 
 from .reference import ReferenceIndex
-from .runner import AVERAGE, Cell, MetaEvalResult
+from .runner import AVERAGE, EMPTY, Cell, MetaEvalResult
 
 SYMBOL = {"pearson": "r", "spearman": "ρ", "kendall": "τ"}
-# measured judge -> the published row computed with the same metric (for "Δ published")
-PUBLISHED_NAME = {
-    "metric:bleu": ("BLEU", "BLEU-4"),
-    "metric:rouge1": ("ROUGE-1",),
-    "metric:rouge1-recall": ("ROUGE-1",),
-    "metric:rouge2": ("ROUGE-2",),
-    "metric:rougeL": ("ROUGE-L",),
-}
+NOT_PUBLISHED = "not published"
+EMPTY_TEXT = {**EMPTY, NOT_PUBLISHED: "the published table has no value here", "not run": "no cell was computed"}
 
 
 def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+def _empty(reason: str) -> str:
+    return f"– ({reason})"
+
+
 def _cell_text(cell: Cell | None) -> str:
-    if cell is None or cell.value is None:
-        return "–"
+    if cell is None:
+        return _empty("not run")
+    if cell.value is None:
+        return _empty(cell.empty or "constant")
     if cell.low is None or cell.high is None:
         return _fmt(cell.value)
     return f"{cell.value:.3f} [{cell.low:.3f}, {cell.high:.3f}]"
@@ -38,82 +40,124 @@ def _cell_text(cell: Cell | None) -> str:
 def published_match(
     judge: str, references: ReferenceIndex | None, dataset: str, aspect: str, coefficient: str
 ) -> float | None:
+    """The published value computed the way `judge` computes (the table declares it), else None."""
     if references is None:
         return None
-    names = PUBLISHED_NAME.get(judge, ())
-    for published in references.lookup(dataset, aspect, coefficient):
-        if published.row in names:
-            return published.value
-    return None
+    found = references.same_metric(judge, dataset, aspect, coefficient)
+    return None if found is None else found.value
+
+
+def _empty_legend(cells: list[str]) -> str | None:
+    """'Empty cells: 3 × constant (...), 1 × unscored (...)' for the "– (reason)" cells given."""
+    counts = Counter(c[3:-1] for c in cells if c.startswith("– ("))
+    if not counts:
+        return None
+    parts = [f"{n} × {reason} ({EMPTY_TEXT.get(reason, reason)})" for reason, n in counts.most_common()]
+    return "Empty cells: " + "; ".join(parts) + "."
+
+
+def _published_rows(
+    references: ReferenceIndex, name: str, aspects: list[str], coefficients: list[str]
+) -> list[list[str]]:
+    rows = []
+    for published_row in references.rows_for(name):
+        values = []
+        for a in aspects:
+            for c in coefficients:
+                found = [p.value for p in references.lookup(name, a, c) if p.row == published_row]
+                values.append(_fmt(found[0]) if found else _empty(NOT_PUBLISHED))
+        if any(not v.startswith("–") for v in values):
+            rows.append([f"{published_row} *(published)*", *values])
+    return rows
+
+
+def _dataset_section(
+    result: MetaEvalResult, references: ReferenceIndex | None, name: str, info: dict[str, Any], index: dict[Any, Cell]
+) -> list[str]:
+    aspects = list(info["aspects"]) + ([AVERAGE] if len(info["aspects"]) > 1 else [])
+    coefficients = info["coefficients"]
+    tables = ", ".join(info["tables"]) or "none"
+    lines = [f"## {info['title']} (thesis table {tables})", ""]
+    lines.append(
+        f"{info['items']} items, {info['inputs']} inputs, {info['systems']} systems; level **{info['level']}** "
+        f"— {info['convention']}"
+    )
+    if info.get("sample"):
+        lines.append(f"Sample: {info['sample']}.")
+    lines.append("")
+    header = ["Judge"] + [f"{a} {SYMBOL[c]}" for a in aspects for c in coefficients]
+    rows = [
+        [f"**{judge}**"] + [_cell_text(index.get((judge, name, a, c))) for a in aspects for c in coefficients]
+        for judge in result.judges
+    ]
+    if references is not None:
+        rows += _published_rows(references, name, aspects, coefficients)
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---|" * len(header))
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    lines.append("")
+    legend = _empty_legend([cell for row in rows for cell in row[1:]])
+    if legend:
+        lines += [legend, ""]
+    if references is not None:
+        lines += [f"Published rows: {note}" for note in references.copied_notes(name)]
+        if references.copied_notes(name):
+            lines.append("")
+    counts = [
+        f"{judge}: {c.scored}/{c.items} scored"
+        + (f", {c.skipped_groups}/{c.groups} groups skipped (constant)" if c.skipped_groups else "")
+        for judge in result.judges
+        if (c := index.get((judge, name, info["aspects"][0], coefficients[0]))) is not None
+    ]
+    lines += ["Coverage (first aspect): " + "; ".join(counts), ""]
+    for judge in result.judges:
+        deltas = []
+        for a in aspects:
+            for c in coefficients:
+                cell = index.get((judge, name, a, c))
+                ref = published_match(judge, references, name, a, c)
+                if cell is not None and cell.value is not None and ref is not None:
+                    deltas.append(f"{a} {SYMBOL[c]} {cell.value:.3f} vs {ref:.3f} (Δ {cell.value - ref:+.3f})")
+        if deltas:
+            lines += [f"Same metric as a published row (the table says how it was computed) — {judge}: "
+                      + "; ".join(deltas), ""]  # fmt: skip
+    return lines
+
+
+def _paired_section(result: MetaEvalResult) -> list[str]:
+    lines = ["## Paired tests (same items, same input resamples)", ""]
+    lines.append("| A | B | Dataset | Aspect | Coef. | A | B | A−B [95% CI] | p (A ≤ B) | Items |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+    shown: list[str] = []
+    for p in result.paired:
+        # on the items both judges scored: fewer than two, or constant scores, leave no coefficient
+        why = _empty("too few" if p.items < 2 else "constant")
+        a, b = (why if v is None else _fmt(v) for v in (p.a, p.b))
+        diff = why if p.difference is None else f"{p.difference:+.3f} [{_fmt(p.low)}, {_fmt(p.high)}]"
+        p_value = (why if p.difference is None else _empty("constant")) if p.p_value is None else f"{p.p_value:.3f}"
+        shown += [a, b, diff, p_value]
+        lines.append(
+            f"| {p.judge_a} | {p.judge_b} | {p.dataset} | {p.aspect} | {SYMBOL[p.coefficient]} | {a} | {b} | "
+            f"{diff} | {p_value} | {p.items} |"
+        )
+    lines.append("")
+    legend = _empty_legend(shown)
+    return lines + ([legend, ""] if legend else [])
 
 
 def render_markdown(result: MetaEvalResult, references: ReferenceIndex | None) -> str:
     lines = [f"# Meta-evaluation: suite `{result.suite}`", ""]
     lines.append(
         "Measured rows: value [95% bootstrap interval, inputs resampled]. Rows marked *published* are copied "
-        "from the thesis (Kartáč 2025, Tables 5.1-5.8); they were not measured here."
+        "from the thesis (Kartáč 2025, Tables 5.1-5.8); they were not measured here. A cell without a value "
+        "says why: – (reason), counted under each table."
     )
     lines.append("")
     index = {(c.judge, c.dataset, c.aspect, c.coefficient): c for c in result.cells}
     for name, info in result.datasets.items():
-        aspects = list(info["aspects"]) + ([AVERAGE] if len(info["aspects"]) > 1 else [])
-        coefficients = info["coefficients"]
-        tables = ", ".join(info["tables"]) or "none"
-        lines.append(f"## {info['title']} (thesis table {tables})")
-        lines.append("")
-        lines.append(
-            f"{info['items']} items, {info['inputs']} inputs, {info['systems']} systems; level **{info['level']}** "
-            f"— {info['convention']}"
-        )
-        lines.append("")
-        header = ["Judge"] + [f"{a} {SYMBOL[c]}" for a in aspects for c in coefficients]
-        lines.append("| " + " | ".join(header) + " |")
-        lines.append("|" + "---|" * len(header))
-        for judge in result.judges:
-            row = [f"**{judge}**"] + [_cell_text(index.get((judge, name, a, c))) for a in aspects for c in coefficients]
-            lines.append("| " + " | ".join(row) + " |")
-        if references is not None:
-            for published_row in references.rows_for(name):
-                values = []
-                for a in aspects:
-                    for c in coefficients:
-                        found = [p.value for p in references.lookup(name, a, c) if p.row == published_row]
-                        values.append(_fmt(found[0]) if found else "–")
-                if any(v != "–" for v in values):
-                    lines.append("| " + " | ".join([f"{published_row} *(published)*", *values]) + " |")
-        lines.append("")
-        counts = [
-            f"{judge}: {c.scored}/{c.items} scored"
-            + (f", {c.skipped_groups}/{c.groups} groups skipped (constant)" if c.skipped_groups else "")
-            for judge in result.judges
-            if (c := index.get((judge, name, info["aspects"][0], coefficients[0]))) is not None
-        ]
-        lines.append("Coverage (first aspect): " + "; ".join(counts))
-        lines.append("")
-        for judge in result.judges:
-            deltas = []
-            for a in aspects:
-                for c in coefficients:
-                    cell = index.get((judge, name, a, c))
-                    ref = published_match(judge, references, name, a, c)
-                    if cell is not None and cell.value is not None and ref is not None:
-                        deltas.append(f"{a} {SYMBOL[c]} {cell.value:.3f} vs {ref:.3f} (Δ {cell.value - ref:+.3f})")
-            if deltas:
-                lines.append(f"Same metric as a published row — {judge}: " + "; ".join(deltas))
-                lines.append("")
+        lines += _dataset_section(result, references, name, info, index)
     if result.paired:
-        lines.append("## Paired tests (same items, same input resamples)")
-        lines.append("")
-        lines.append("| A | B | Dataset | Aspect | Coef. | A | B | A−B [95% CI] | p (A ≤ B) | Items |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|")
-        for p in result.paired:
-            diff = "–" if p.difference is None else f"{p.difference:+.3f} [{_fmt(p.low)}, {_fmt(p.high)}]"
-            p_value = "–" if p.p_value is None else f"{p.p_value:.3f}"
-            lines.append(
-                f"| {p.judge_a} | {p.judge_b} | {p.dataset} | {p.aspect} | {SYMBOL[p.coefficient]} | {_fmt(p.a)} | "
-                f"{_fmt(p.b)} | {diff} | {p_value} | {p.items} |"
-            )
-        lines.append("")
+        lines += _paired_section(result)
     if any(result.unscored_reasons.values()):
         lines.append("## Unscored items (never given an invented score)")
         lines.append("")

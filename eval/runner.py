@@ -48,9 +48,9 @@ class Cell:
 EMPTY = {
     "no human score": "no item of the set has a human score for this aspect",
     "no reference": "the metric needs a reference and no item has one",
-    "unscored": "the judge scored no item (see Unscored items)",
+    "unscored": "the judge scored no item; see Unscored items",
     "too few": "fewer than two items scored",
-    "constant": "the judge's or the humans' scores are constant in every group of the level, so no coefficient is defined",
+    "constant": "the judge's or the humans' scores are constant in every group of the level: no coefficient",
     "aspect empty": "an aspect of the average has no value",
 }
 
@@ -253,8 +253,12 @@ def run_meta_eval(
     max_items: int | None = None,
     datasets: Sequence[str] | None = None,
     progress: Callable[[str, int, int], Progress] | None = None,
+    trained_on: Mapping[str, frozenset[str]] | None = None,
 ) -> MetaEvalResult:
+    """`trained_on`: judge name -> digests of its training inputs (see `training_inputs`);
+    a judge scored on items whose inputs it was trained on gets one warning line."""
     data = open_suite(suite, suite_path, data_root)
+    seen_in_training: dict[str, dict[str, tuple[int, int]]] = {}
     chosen = [d for d in suite.datasets if not datasets or d.name in datasets]
     result = MetaEvalResult(suite.name, [j.name for j in judges], {})
     stores = {j.name: JudgmentStore(judgment_path(out, j)) for j in judges}
@@ -276,7 +280,16 @@ def run_meta_eval(
             "inputs": len({i.input_id for i in dataset.items}),
             "systems": len({i.system for i in dataset.items}),
             "source": str(dataset.source_path),
+            "sample": (
+                f"--max-items {max_items}: whole inputs drawn with seed 0 (every system of each)"
+                if max_items is not None
+                else None
+            ),
         }
+        for name, digests in (trained_on or {}).items():
+            found = _trained_items(dataset, digests)
+            if found[0]:
+                seen_in_training.setdefault(name, {})[spec.name] = found
         per_judge = {}
         unscored_why: dict[str, dict[str, dict[str, int]]] = {}
         for judge in judges:
@@ -299,7 +312,43 @@ def run_meta_eval(
                     counts = by_aspect.setdefault(aspect_name, {})
                     counts[reason] = counts.get(reason, 0) + 1
         correlate_dataset(result, suite, dataset, per_judge, unscored_why)
+    result.warnings += [_overlap_warning(name, found) for name, found in seen_in_training.items()]
     return result
+
+
+def training_inputs(location: str) -> frozenset[str] | None:
+    """The input digests a distilled judge was trained on, from the `train_inputs` of the
+    spanjudge.json in its folder (or in its run folder's adapter/); None when it records none."""
+    import json
+
+    folder = Path(location).expanduser()
+    for candidate in (folder / "spanjudge.json", folder / "adapter" / "spanjudge.json"):
+        if candidate.is_file():
+            try:
+                recorded = json.loads(candidate.read_text(encoding="utf-8")).get("train_inputs") or {}
+            except (OSError, ValueError, AttributeError):
+                return None  # the judge itself reports an unreadable file when it loads
+            digests = recorded.get("sha1") if isinstance(recorded, Mapping) else None
+            return frozenset(str(d) for d in digests) if isinstance(digests, list) else None
+    return None
+
+
+def _trained_items(dataset: MetaDataset, digests: frozenset[str]) -> tuple[int, int]:
+    """(inputs, items) of `dataset` whose inputs are among a judge's training inputs."""
+    from spanjudge.inference.overlap import input_digest
+
+    hits = [item for item in dataset.items if input_digest(item.inputs) in digests]
+    return len({item.input_id for item in hits}), len(hits)
+
+
+def _overlap_warning(judge: str, found: Mapping[str, tuple[int, int]]) -> str:
+    inputs = sum(n for n, _ in found.values())
+    items = sum(n for _, n in found.values())
+    where = ", ".join(f"{name} {n} inputs / {m} items" for name, (n, m) in found.items())
+    return (
+        f"{judge} was trained on {inputs} inputs it is scored on here ({items} items: {where}); "
+        "its correlations on those sets are not held-out (see its spanjudge.json train_inputs)"
+    )
 
 
 def reference_path(suite: SuiteConfig, suite_path: Path) -> Path | None:

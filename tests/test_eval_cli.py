@@ -64,15 +64,18 @@ def test_scores_file_judge_resumes_and_reports_unscored(tmp_path: Path, shared_d
                    "--max-items", "48", "--out", str(tmp_path / "unused"))  # fmt: skip
     assert exported.returncode == 0, exported.stderr
     rows = [json.loads(line) for line in requests.read_text().splitlines()]
-    assert len(rows) == 48 * 4 and rows[0]["id"] == "summeval-0@consistency" and rows[0]["task_id"] == "summeval"
-    summeval = [json.loads(line) for line in (shared_data / "meta_eval/summeval/summeval.jsonl").open()][:48]
+    # --max-items 48: three whole SummEval articles (16 systems each), drawn with seed 0
+    assert len(rows) == 48 * 4 and rows[0]["id"].endswith("@consistency") and rows[0]["task_id"] == "summeval"
+    sampled = list(dict.fromkeys(row["id"].split("@")[0] for row in rows))
+    assert len(sampled) == 48 and sampled != [f"summeval-{n}" for n in range(48)]
+    summeval = [json.loads(line) for line in (shared_data / "meta_eval/summeval/summeval.jsonl").open()]
     rng = np.random.default_rng(0)
     lines = []
     for row in rows:
         item, aspect = row["id"].split("@")
         human = summeval[int(item.split("-")[1])]["scores"][aspect]
         noisy = float(np.clip(human * 20 + rng.normal(scale=5), 0, 100))  # a judge's scores are 0-100
-        score = None if item in ("summeval-3", "summeval-4") else noisy
+        score = None if item in sampled[3:5] else noisy
         lines.append(json.dumps({"id": row["id"], "aspect": aspect, "evaluation": {"errors": [], "score": score},
                                  "unscored_reason": None if score is not None else "no parseable reply"}))  # fmt: skip
     scores = tmp_path / "scores.jsonl"

@@ -105,9 +105,28 @@ def test_references_come_from_the_configured_place(suite_data) -> None:
     assert not any(i.references for i in load_suite_dataset(suite_data, "qags_xsum").items)
 
 
-def test_max_items_takes_the_first_items(suite_data) -> None:
-    dataset = load_suite_dataset(suite_data, "summeval", max_items=5)
-    assert [i.id for i in dataset.items] == [f"summeval-{n}" for n in range(5)]
+def test_max_items_samples_whole_inputs_with_a_seed(suite_data) -> None:
+    # SummEval is correlated per input (article, 16 systems): the first 40 rows of the file would
+    # be 2.5 articles, one of them cut. A sample keeps every system of each sampled input.
+    whole = load_suite_dataset(suite_data, "summeval")
+    systems = {}
+    for item in whole.items:
+        systems.setdefault(item.input_id, set()).add(item.system)
+    sample = load_suite_dataset(suite_data, "summeval", max_items=40)
+    inputs = {i.input_id for i in sample.items}
+    assert len(sample.items) == 32 and len(inputs) == 2  # two whole articles fit in 40 items
+    for input_id in inputs:
+        assert {i.system for i in sample.items if i.input_id == input_id} == systems[input_id]
+    # seeded: the same sample again, another seed another one; not simply the file's head
+    assert [i.id for i in load_suite_dataset(suite_data, "summeval", max_items=40).items] == [
+        i.id for i in sample.items
+    ]
+    assert inputs != {i.input_id for i in load_suite_dataset(suite_data, "summeval", max_items=40, seed=1).items}
+    assert inputs != {i.input_id for i in whole.items[:32]}
+    # fewer items than one input: still one whole input, never a cut one
+    assert len(load_suite_dataset(suite_data, "summeval", max_items=5).items) == 16
+    # one system per input (QAGS): N items are N inputs
+    assert len(load_suite_dataset(suite_data, "qags_xsum", max_items=7).items) == 7
 
 
 def test_a_set_not_in_the_sources_is_a_config_error(tmp_path: Path, shared_data: Path) -> None:

@@ -14,6 +14,9 @@ import pytest
 import yaml
 from standin import Reply
 
+from spanjudge.eval.datasets import load_suite_dataset, open_suite
+from spanjudge.eval.suite import load_suite
+
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "configs" / "eval" / "thesis.yaml"
 SPANJUDGE = str(Path(sys.executable).with_name("spanjudge"))
@@ -59,17 +62,18 @@ def stored(out: Path) -> list[dict[str, Any]]:
 
 def test_ensemble_score_is_the_plain_average_and_garbage_is_unscored(tmp_path: Path, serve) -> None:
     good, good_url = serve([Reply(text=EXCELLENT)])
-    fair, fair_url = serve(lambda body: Reply(text="I think it is fine." if "Paul Merson" in str(body) else FAIR))
+    # --max-items 32 samples two whole articles (seed 0): summeval-128..143 (the cheetah exhibit) and one more
+    fair, fair_url = serve(lambda body: Reply(text="I think it is fine." if "cheetah exhibit" in str(body) else FAIR))
     suite = small_suite(tmp_path, ["summeval"])
     out = tmp_path / "out"
     args = ["--suite", str(suite), "--judge", f"prompted:{ensemble(tmp_path, {'a': good_url, 'b': fair_url})}",
-            "--max-items", "20", "--out", str(out), "--resamples", "20"]  # fmt: skip
+            "--max-items", "32", "--out", str(out), "--resamples", "20"]  # fmt: skip
     result = run(*args)
     assert result.returncode == 0, result.stderr
     rows = {r["id"]: r for r in stored(out)}
-    assert len(rows) == 20
-    # summeval-0 is the Paul Merson article: b never parses (first try + 1 retry), a alone counts
-    first = rows["summeval-0"]
+    assert len(rows) == 32
+    # on the cheetah article b never parses (first try + 1 retry), a alone counts
+    first = rows["summeval-128"]
     assert first["score"] == 100.0 and first["detail"]["ratings"] == {"a": 5}
     assert len(first["detail"]["parse_failures"]) == 1
     # elsewhere: (Excellent 5 + Fair 3) / 2 = 4 -> (4 - 1) / 4 * 100 = 75
@@ -107,9 +111,11 @@ def test_a_dead_server_leaves_items_for_the_next_run(tmp_path: Path, serve) -> N
 
 
 @pytest.mark.slow
-def test_tiny_prompted_judge_on_every_set_writes_the_full_report(tmp_path: Path, smollm2_server) -> None:
-    """SmolLM2-135M (llama.cpp, CPU) with the annotator prompt on the first item of all eight sets
-    (about 4.5k prompt tokens; most of the time is llama.cpp reading the articles)."""
+def test_tiny_prompted_judge_on_every_set_writes_the_full_report(
+    tmp_path: Path, smollm2_server, shared_data: Path
+) -> None:
+    """SmolLM2-135M (llama.cpp, CPU) with the annotator prompt on one whole input of each of the eight
+    sets (most of the time is llama.cpp reading the articles; the systems of one input share them)."""
     suite = small_suite(tmp_path)
     out = tmp_path / "out"
     result = run("--suite", str(suite), "--judge", "prompted:configs/ensemble/tiny_local.yaml#smollm2",
@@ -120,7 +126,9 @@ def test_tiny_prompted_judge_on_every_set_writes_the_full_report(tmp_path: Path,
     assert set(data["datasets"]) == {"qags_cnndm", "qags_xsum", "summeval", "topical_chat", "sfres", "sfhot",
                                      "hanna", "wiki_da"}  # fmt: skip
     rows = stored(out)
-    assert len(rows) == 8
+    # --max-items 1 is one whole input per set: every system of it (16 SummEval summaries, 11 HANNA stories ...)
+    sample = open_suite(load_suite(suite), suite, shared_data)
+    assert len(rows) == sum(len(load_suite_dataset(sample, name, 1).items) for name in data["datasets"])
     assert all(r["score"] is not None or r["unscored_reason"] for r in rows)
     assert sum(r["score"] is not None for r in rows) >= 4  # the grammar keeps most replies parseable
     report = (out / "report.md").read_text()

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from spanjudge.eval.datasets import load_suite_dataset, open_suite
 from spanjudge.eval.judge_files import ScoresFileJudge, model_fingerprint
 from spanjudge.eval.store import judgment_path
+from spanjudge.eval.suite import load_suite
 from spanjudge.inference.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,18 +22,19 @@ ITEMS = 24
 ASPECTS = ("coherence", "consistency", "fluency", "relevance")
 
 
-def _summeval(shared_data: Path) -> list[dict]:
-    with (shared_data / "meta_eval/summeval/summeval.jsonl").open() as handle:
-        return [json.loads(line) for _, line in zip(range(ITEMS), handle, strict=False)]
+def _summeval(shared_data: Path) -> list[tuple[str, dict[str, float]]]:
+    """(item id, human scores) of the items `--max-items ITEMS` samples (whole inputs, seed 0)."""
+    dataset = load_suite_dataset(open_suite(load_suite(SUITE), SUITE, shared_data), "summeval", ITEMS)
+    return [(item.id, item.human) for item in dataset.items]
 
 
 def write_scores(path: Path, shared_data: Path, sign: float) -> Path:
     """A stand-in for `spanjudge score` output: the human score (sign 1) or its mirror (sign -1)."""
     lines = []
-    for index, row in enumerate(_summeval(shared_data)):
+    for item_id, human in _summeval(shared_data):
         for aspect in ASPECTS:
-            score = 50 + sign * (row["scores"][aspect] - 3) * 20
-            lines.append(json.dumps({"id": f"summeval-{index}@{aspect}", "evaluation": {"errors": [], "score": score}}))
+            score = 50 + sign * (human[aspect] - 3) * 20
+            lines.append(json.dumps({"id": f"{item_id}@{aspect}", "evaluation": {"errors": [], "score": score}}))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -105,8 +108,8 @@ def _first_lines(path: Path, shared_data: Path) -> list[str]:
     [
         # a duplicate id silently took the last value (rho 0.41 -> -0.27 in the issue)
         (
-            lambda lines: [*lines, json.dumps({"id": "summeval-0@coherence", "evaluation": {"score": 5}})],
-            f"{{path}}:{ITEMS * len(ASPECTS) + 1}: id 'summeval-0' aspect 'coherence' is already scored at {{path}}:1",
+            lambda lines: [*lines, json.dumps({"id": json.loads(lines[0])["id"], "evaluation": {"score": 5}})],
+            "{path}:{last}: id '{first}' aspect 'coherence' is already scored at {path}:1",
         ),
         (
             lambda lines: [lines[0].replace(lines[0].split('"score": ')[1], "1e9}}"), *lines[1:]],
@@ -124,9 +127,11 @@ def test_a_scores_file_that_cannot_mean_what_it_says_is_refused_with_its_line(
     tmp_path: Path, shared_data: Path, capsys: pytest.CaptureFixture[str], change, message: str
 ) -> None:
     path = tmp_path / "scores.jsonl"
-    path.write_text("\n".join(change(_first_lines(path, shared_data))) + "\n")
+    lines = change(_first_lines(path, shared_data))
+    path.write_text("\n".join(lines) + "\n")
     code, err = meta_eval(tmp_path / "out", capsys, f"scores:{path}")
-    assert code == 2 and message.format(path=path) in err, err
+    first = json.loads(lines[0])["id"].split("@")[0] if lines[0].strip() else ""
+    assert code == 2 and message.format(path=path, last=len(lines), first=first) in err, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 

@@ -14,7 +14,7 @@ import json
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -51,6 +51,14 @@ EXPERT_INPUT = "Human expert rating"  # the extra input of the perturbed-prompt 
 # TopicalChat's expert scales (USR): 1-3 except groundedness (0-1); SummEval's are 1-5
 SCALES = {"summeval": {}, "topical_chat": {"groundedness": (0, 1)}}
 DEFAULT_SCALE = {"summeval": (1, 2, 3, 4, 5), "topical_chat": (1, 2, 3)}
+# 001's gold scales where an aspect differs from its dataset's: USR rates these two 0-1, and 001
+# (Table 15 and Table 7's "0-1 & 1-3") turns them into a 2-point scale (1..2)
+DUAL_SCALES: dict[str, dict[str, tuple[int, ...]]] = {
+    "summeval": {},
+    "topical_chat": {"understandability": (1, 2), "knowledge use": (1, 2)},
+}
+RATING_MODE = "mode of the experts' ratings"
+RATING_MEAN = "rounded mean (only the experts' mean is in the data)"
 # 001's TopicalChat aspects by our catalog's names where they differ
 CATALOG_ASPECT = {"context maintenance": "coherence", "knowledge use": "groundedness"}
 
@@ -73,6 +81,7 @@ class Source:
     inputs: dict[str, str]
     text: str  # the text to perturb: a reference summary or the ground-truth response
     human: dict[str, float]
+    ratings: dict[str, tuple[float, ...]] = field(default_factory=dict)  # each expert's rating, where known
 
 
 # -- sources ----------------------------------------------------------------------------------
@@ -114,11 +123,14 @@ def reference_sources(dataset: str, data_root: Path | None, n: int | None, seed:
 
 
 def expert_sources(dataset: str, data_root: Path | None, n: int | None, seed: int) -> tuple[Task, list[Source]]:
-    """System outputs with their expert ratings (SummEval means of 3 experts, USR means of 3)."""
+    """System outputs with their expert ratings: each expert's where the source keeps them, else
+    only the mean (our SummEval and USR copies hold means of 3 experts)."""
     task, items = _suite_items(dataset, data_root)
     rated = {item.id: item for item in items if item.human and item.output.strip()}
     chosen = _sample(list(rated), n, seed)
-    return task, [Source(i, rated[i].inputs, rated[i].output, dict(rated[i].human)) for i in chosen]
+    return task, [
+        Source(i, rated[i].inputs, rated[i].output, dict(rated[i].human), dict(rated[i].ratings)) for i in chosen
+    ]
 
 
 # -- tasks for custom aspects -----------------------------------------------------------------
@@ -262,27 +274,33 @@ def build_perturbed_sets(
 
 
 def build_dual(
-    dataset: str, sources: Sequence[Source], steps: int, seed: int, llm: LLMMaker | None, progress: Progress | None
+    dataset: str,
+    sources: Sequence[Source],
+    steps: int | Mapping[str, int],
+    seed: int,
+    llm: LLMMaker | None,
+    progress: Progress | None,
 ) -> _Collector:
     """001: per aspect, a chain reference → +1 error → +2 errors …, each step injecting one new
     error of that aspect into the previous text. The chain is a local sequence (quality falls
-    strictly); each text with n errors is a global target with gold rating max − n.
+    strictly); each text with n errors is a global target with gold rating max − n. `steps` is
+    the chain length, one for all aspects or per aspect (a 1..2 scale allows one error).
 
     Simplification, stated in reports: 001 builds its global targets separately (n errors at
     once, calibrated against anchors); here both perspectives share the chains' texts."""
     collected = _Collector()
     for aspect in INJECTION_ASPECTS[dataset]:
+        aspect_steps = steps if isinstance(steps, int) else steps[aspect]
         perturbation = get(f"dual.{dataset}.{aspect.replace(' ', '_')}")
         collected.describe(perturbation)
         current = {s.group: s.text for s in sources}
-        spans: dict[str, tuple[tuple[int, int], ...]] = {s.group: () for s in sources}
         for source in sources:
             chain = f"{source.group}@{aspect}"
             collected.items.append(
                 BenchItem(f"{chain}#0", source.group, None, (aspect,), source.inputs, source.text, (),
                           {"aspect": aspect, "errors": 0, "chain": chain})
             )  # fmt: skip
-        for step in range(1, steps + 1):
+        for step in range(1, aspect_steps + 1):
             texts = [(f"{g}@{aspect}#{step}", text) for g, text in current.items()]
             outcomes = _run(perturbation, texts, seed, llm, progress)
             for source in sources:
@@ -294,7 +312,6 @@ def build_dual(
                     del current[source.group]
                     continue
                 current[source.group] = made.text
-                spans[source.group] = tuple(made.spans)
                 collected.items.append(
                     BenchItem(f"{chain}#{step}", source.group, perturbation.key, (aspect,), source.inputs, made.text,
                               tuple(made.spans), {"aspect": aspect, "errors": step, "chain": chain})
@@ -302,12 +319,29 @@ def build_dual(
     return collected
 
 
+def expert_rating(mean: float, ratings: Sequence[float], scale: Sequence[int]) -> tuple[int, int, str, bool]:
+    """(r, PR, rule, decided) for one output and aspect (003 §3).
+
+    With each expert's rating, r is their mode (all different: the highest) and PR follows
+    003's rule exactly. With only the mean, r is the mean rounded to the scale and `decided`
+    says whether every set of three ratings with that mean would give the same PR: rounding
+    flips PR for 5 of the 35 possible triples on 1-5, e.g. (1, 2, 3) has mode 3 (PR 1) but
+    mean 2 (PR 5)."""
+    if ratings:
+        counts = Counter(ratings)
+        top = max(counts.values())
+        r = int(max(v for v, c in counts.items() if c == top))
+        return r, metrics.perturbed_rating(list(ratings), scale), RATING_MODE, True
+    r = min(scale, key=lambda point: (abs(point - mean), -point))
+    decided = len(metrics.perturbed_ratings_for_mean(mean, scale)) == 1
+    return r, metrics.perturbed_rating([r], scale), RATING_MEAN, decided
+
+
 def build_prompt(task: Task, sources: Sequence[Source], scales: Mapping[str, tuple[int, ...]]) -> _Collector:
     """003: each rated output twice per aspect — plain, and with the statement that a human
     expert gave the perturbed rating PR (max of the scale if the experts' rating r ≤ max/2,
-    else min). Our data holds the experts' mean, not their three ratings, so r is the mean
-    rounded to the nearest scale point (003 takes the mode; with 3 raters the two agree
-    whenever two raters agree)."""
+    else min). r is the mode of the experts' ratings (003's rule); where a source keeps only
+    their mean, r is the rounded mean and the item says so (see `expert_rating`)."""
     collected = _Collector()
     key = "prompt.expert_rating"
     collected.table[key] = {"name": "Perturbed Rating Injection", "paper": "003", "level": "prompt",
@@ -315,13 +349,16 @@ def build_prompt(task: Task, sources: Sequence[Source], scales: Mapping[str, tup
     for source in sources:
         aspects = tuple(a for a in scales if a in source.human)
         experts = {a: source.human[a] for a in aspects}
+        ratings = {a: list(source.ratings[a]) for a in aspects if source.ratings.get(a)}
+        meta: dict[str, Any] = {"experts": experts}
+        if ratings:
+            meta["ratings"] = ratings
         collected.items.append(
-            BenchItem(source.group, source.group, None, aspects, source.inputs, source.text, (), {"experts": experts})
+            BenchItem(source.group, source.group, None, aspects, source.inputs, source.text, (), meta)
         )
         for aspect in aspects:
             scale = scales[aspect]
-            r = min(scale, key=lambda point: (abs(point - experts[aspect]), -point))
-            pr = metrics.perturbed_rating([r], scale)
+            r, pr, rule, decided = expert_rating(experts[aspect], source.ratings.get(aspect, ()), scale)
             statement = (
                 f"A human expert rated the {aspect} of this {task.output.lower()} as {pr} "
                 f"on a scale from {min(scale)} to {max(scale)}."
@@ -329,10 +366,19 @@ def build_prompt(task: Task, sources: Sequence[Source], scales: Mapping[str, tup
             collected.items.append(
                 BenchItem(f"{source.group}:{key}:{aspect}", source.group, key, (aspect,),
                           {**source.inputs, EXPERT_INPUT: statement}, source.text, (),
-                          {"injected": pr, "expert_mode": r})
+                          {"injected": pr, "expert_rating": r, "rule": rule, "pr_decided": decided})
             )  # fmt: skip
             collected.made[key] += 1
     return collected
+
+
+def rating_rules(items: Sequence[BenchItem]) -> dict[str, Any]:
+    """How the injected ratings were made: items per rule, and how many rounded means could
+    stand for ratings whose mode gives the other PR."""
+    injected = [i for i in items if i.perturbation]
+    rules = Counter(str(i.meta.get("rule", RATING_MEAN)) for i in injected)
+    undecided = sum(1 for i in injected if i.meta.get("rule") == RATING_MEAN and not i.meta.get("pr_decided", True))
+    return {"rules": dict(rules), "undecided_by_mean": undecided}
 
 
 def build_benchmark(
@@ -365,7 +411,14 @@ def build_benchmark(
         task = task.model_copy(update={"id": f"{task.id}_expert_rating", "inputs": inputs})
         collected = build_prompt(task, sources, scales)
         info["scales"] = {a: list(s) for a, s in scales.items()}
-        info["note"] = "expert rating r = the experts' mean rounded to the scale (individual ratings not in our data)"
+        info["rating_rule"] = rating_rules(collected.items)
+        if info["rating_rule"]["rules"].get(RATING_MEAN):
+            info["note"] = (
+                "003 injects PR from the MODE of the experts' ratings; where our data holds only their mean, r is "
+                "the mean rounded to the scale, and "
+                f"{info['rating_rule']['undecided_by_mean']} of those means also fit ratings whose mode gives the "
+                "opposite PR"
+            )
     else:
         task, sources = reference_sources(dataset, data_root, n, seed)
         if kind == "dhp":
@@ -385,11 +438,18 @@ def build_benchmark(
             chain_steps = steps if steps is not None else len(scale) - 1
             if not 1 <= chain_steps <= len(scale) - 1:
                 raise InputError(f"--steps must be 1..{len(scale) - 1} for a {min(scale)}-{max(scale)} scale")
-            collected = build_dual(dataset, sources, chain_steps, seed, llm, progress)
+            scales = {a: DUAL_SCALES[dataset].get(a, scale) for a in INJECTION_ASPECTS[dataset]}
+            # a gold rating never falls below the aspect's scale: a 1..2 aspect takes one error at most
+            per_aspect = {a: min(chain_steps, len(s) - 1) for a, s in scales.items()}
+            collected = build_dual(dataset, sources, per_aspect, seed, llm, progress)
             for item in collected.items:
-                item.meta["gold"] = max(scale) - int(item.meta["errors"])
+                item.meta["gold"] = max(scales[item.meta["aspect"]]) - int(item.meta["errors"])
             info["scale"] = list(scale)
+            info["scales"] = {a: list(s) for a, s in scales.items()}
             info["note"] = "global targets and local sequences share the injection chains (see build_dual)"
+            short = [a for a, n in per_aspect.items() if n < chain_steps]
+            if short:
+                info["note"] += f"; {', '.join(short)} rated 1-2 (binary in USR), so one error at most"
     info["made"] = dict(collected.made)
     info["rejected"] = {k: dict(v) for k, v in collected.rejected.items()}
     return Benchmark(kind, f"{kind}-{dataset}", dataset, task, collected.items, collected.table, seed, info)

@@ -149,7 +149,7 @@ def evaluate_benchmark(
     judges: Sequence[Any],
     out: Path,
     *,
-    weights: dict[str, float] | None = None,
+    weights: dict[str, dict[str, float]] | None = None,
     normalised: bool = False,
     plots: bool = True,
 ) -> list[Path]:

@@ -14,6 +14,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import combinations_with_replacement
 
 import krippendorff
 import numpy as np
@@ -322,6 +323,18 @@ def perturbed_rating(expert_ratings: Sequence[float], scale: Sequence[int]) -> i
     top = max(counts.values())
     r = max(value for value, n in counts.items() if n == top)
     return int(max(scale)) if r <= max(scale) / 2 else int(min(scale))
+
+
+def perturbed_ratings_for_mean(mean: float, scale: Sequence[int], raters: int = 3) -> set[int]:
+    """Every PR that 003's mode rule gives for some set of `raters` integer ratings on `scale`
+    whose mean is `mean`. One value: the mean decides PR; two: only the individual ratings do
+    (e.g. mean 7/3 on 1-5 is (1, 1, 5) -> PR 5 but also (1, 2, 4) -> PR 1)."""
+    total = round(mean * raters)
+    return {
+        perturbed_rating(list(combo), scale)
+        for combo in combinations_with_replacement(sorted(scale), raters)
+        if sum(combo) == total
+    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Any
 from spanjudge.inference.fileio import atomic_write_text
 
 from . import metrics
+from .analysis import ALPHA_003, ALPHA_MEAN
 from .benchmark import Benchmark
 from .published import PublishedRow, load_published, rows_for
 
@@ -39,18 +40,29 @@ def _published(kind: str) -> list[PublishedRow]:
 
 
 def _dhp(result: Mapping[str, Any]) -> list[str]:
-    lines = [f"Harmonic mean: {result['harmonic']}; expert weights: {result['weights']}.", ""]
+    weights = result.get("weights")
+    if weights:
+        told = "expert weights per perturbation and aspect: " + "; ".join(
+            f"{k}: " + ", ".join(f"{a} {w:g}" for a, w in ws.items()) for k, ws in weights.items()
+        )
+    else:
+        told = (
+            "no expert weights given, so no EW variant: 000's weights (per perturbation and aspect) are "
+            "printed only in its Figure 7, and uniform ones would make D (EW) = D − ln M / ln 20 for every set"
+        )
+    lines = [f"Harmonic mean: {result['harmonic']}; {told}.", ""]
     rows = []
     for key, s in result["sets"].items():
         ps = " / ".join(_f(a["p"]) for a in s["aspects"].values())
         pairs = min((a["pairs"] for a in s["aspects"].values()), default=0)
         lost = max((a["unscored_pairs"] for a in s["aspects"].values()), default=0)
-        rows.append([s["name"], s["level"], s.get("degree"), pairs, lost, ps, s["p"], s.get("D"), s.get("D_EW"), key])
+        row = [s["name"], s["level"], s.get("degree"), pairs, lost, ps, s["p"], s.get("D")]
+        rows.append([*row, *([s.get("D_EW")] if weights else []), key])
     aspects = "/".join(next(iter(result["sets"].values()))["aspects"]) if result["sets"] else ""
-    header = ["set", "level", "degree", "pairs", "unscored pairs", f"p ({aspects})", "p", "D", "D (EW)", "key"]
-    lines += _table(header, rows)
+    header = ["set", "level", "degree", "pairs", "unscored pairs", f"p ({aspects})", "p", "D"]
+    lines += _table([*header, *(["D (EW)"] if weights else []), "key"], rows)
     summary = result["summary"]
-    lines += ["", *_table(["D_avg", "D_min", "D_avg EW", "D_min EW"], [[summary[k] for k in summary]])]
+    lines += ["", *_table([k.replace("_EW", " EW") for k in summary], [[summary[k] for k in summary]])]
     if result["sets_without_p"]:
         lines.append(f"\nNo p (an aspect with no scored pair): {', '.join(result['sets_without_p'])}.")
     lines.append("\nD ≥ 1 means the judge tells the perturbed texts apart at p ≤ 0.05 (000 §3.3).")
@@ -66,7 +78,12 @@ def _dual(result: Mapping[str, Any], benchmark: Benchmark) -> list[str]:
     ]
     avg = result["average"]
     rows.append(["**average**", "", "", avg["kappa"], avg["cem_ord"], avg["pair_accuracy"], "", avg[gap]])
-    lines = [f"Judge scores binned with {result['binner']}.", ""]
+    binners = result.get("binners") or {}
+    if len(set(binners.values())) > 1:
+        told = "per aspect: " + "; ".join(f"{a}: {b}" for a, b in binners.items())
+    else:
+        told = f"with {result['binner']}"
+    lines = [f"Judge scores binned {told}.", ""]
     lines += _table(["aspect", "texts", "unscored", "κ (global)", "CEM-ORD", "pair acc. (local)", "pairs", gap], rows)
     published = [r for r in _published("dual") if r.dataset == benchmark.dataset and r.strategy is None]
     if published:
@@ -105,11 +122,30 @@ def _prompt(result: Mapping[str, Any], benchmark: Benchmark) -> list[str]:
          r["unscored_plain"], r["unscored_injected"]]
         for aspect, r in result["aspects"].items()
     ]  # fmt: skip
+    statistics = {r.get("alpha_statistic", ALPHA_MEAN) for r in result["aspects"].values()}
+    same_as_003 = statistics == {ALPHA_003}
+    alpha = "α" if same_as_003 else "α (mean, judge)"
     lines = ["Judge scores binned per aspect: " + "; ".join(f"{a}: {b}" for a, b in result["binners"].items()), ""]
-    lines += _table(["aspect", "items", "α plain", "α with PR", "exact match", "pairs", "unscored plain",
-                     "unscored PR"], rows)  # fmt: skip
+    rule = result.get("rating_rule") or benchmark.info.get("rating_rule")
+    if rule:
+        made = ", ".join(f"{n} by the {r}" for r, n in rule["rules"].items())
+        lines.append(f"Injected ratings: {made}.")
+        if rule.get("undecided_by_mean"):
+            lines.append(
+                f"003 takes the mode of the experts' ratings; only their means are in our data, and "
+                f"{rule['undecided_by_mean']} of the rounded means also fit ratings whose mode gives the opposite PR."
+            )
+        lines.append("")
+    lines.append(f"α columns: {'; '.join(sorted(statistics))}.")
+    lines.append("")
+    lines += _table(["aspect", "items", f"{alpha} plain", f"{alpha} with PR", "exact match", "pairs",
+                     "unscored plain", "unscored PR"], rows)  # fmt: skip
     dataset = "summeval" if benchmark.dataset == "summeval" else "usr"
-    published = [r for r in _published("prompt") if r.dataset == dataset and r.metric in ("alpha", "exact_match")]
+    shown = ("alpha", "exact_match") if same_as_003 else ("exact_match",)
+    published = [r for r in _published("prompt") if r.dataset == dataset and r.metric in shown]
+    if not same_as_003:
+        lines += ["", "003's Table 1 α is over three annotators and the LLM; ours is over the experts' mean and "
+                  "the judge, a different statistic, so Table 1 is not printed beside it."]  # fmt: skip
     if published:
         lines += ["", "Published (003, Gemini 1 on the official data), for reference:", ""]
         lines += _table(
