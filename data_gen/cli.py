@@ -9,9 +9,28 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+from spanjudge.inference.progress_log import progress_bars
 
 annotate = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+DecontaminateOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--decontaminate-against",
+        help="Leave out examples whose inputs occur in these meta-evaluation inputs: a suite YAML (its sets), a "
+        "sources YAML or a JSONL with `inputs` (default: configs/eval/thesis.yaml). Inputs match after casefolding, "
+        "collapsing whitespace and stripping punctuation at the ends; run.json lists what was left out.",
+    ),
+]
+AllowOverlapOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-overlap",
+        help="Keep inputs that occur in the meta-evaluation sets (counted, with a warning recorded in run.json).",
+    ),
+]
 
 
 @annotate.command()
@@ -41,6 +60,8 @@ def annotate_command(
             "server that was broken), instead of serving it from the cache.",
         ),
     ] = False,
+    decontaminate_against: DecontaminateOption = None,
+    allow_overlap: AllowOverlapOption = False,
 ) -> None:
     """Annotate outputs with an LLM ensemble, merge with a supervisor, and build training data.
 
@@ -52,12 +73,16 @@ def annotate_command(
     from spanjudge.inference.catalog import load_catalog
 
     from .config import load_ensemble, load_sources, parse_endpoint_options
+    from .decontaminate import prepare
     from .pipeline import run_pipeline
 
     console = Console(stderr=True)
     ensemble_config = load_ensemble(ensemble, parse_endpoint_options(endpoint or []))
     sources_config = load_sources(sources)
     data_root = _data_root(data_dir)
+    decontamination = prepare(decontaminate_against, allow_overlap, data_root)
+    if allow_overlap:  # loudly, before the run as well as after it
+        console.print(f"[yellow]{decontamination.lines()[-1]}[/yellow]", highlight=False, soft_wrap=True)
     with model_progress(console) as progress:
         summary = run_pipeline(
             ensemble_config,
@@ -69,7 +94,10 @@ def annotate_command(
             cache_path=cache,
             progress=progress,
             refresh_unscored=refresh_unscored,
+            decontamination=decontamination,
         )
+    for line in decontamination.lines():
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(
         f"{summary.records} records ({summary.train} train / {summary.validation} validation) from "
         f"{summary.requests} requests; unscored {summary.unscored}; incomplete {summary.incomplete}; "
@@ -102,6 +130,11 @@ def import_command(
     out: Annotated[
         Path, typer.Option("--out", help="Output folder (train.jsonl, validation.jsonl, hf_dataset/, ...).")
     ],
+    decontaminate_against: DecontaminateOption = None,
+    allow_overlap: AllowOverlapOption = False,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Shared data folder for $DATA/ paths (default ../shared/data).")
+    ] = None,
 ) -> None:
     """Build training records from existing annotations, with no model call.
 
@@ -114,12 +147,19 @@ def import_command(
     """
     from spanjudge.inference.catalog import load_catalog
 
+    from .decontaminate import prepare
     from .teacher import import_annotations as run_import
     from .teacher import load_import_config
 
     console = Console(stderr=True)
     import_config = load_import_config(config)
-    summary = run_import(import_config, config.parent, out, load_catalog())
+    catalog = load_catalog()
+    decontamination = prepare(decontaminate_against, allow_overlap, _data_root(data_dir), catalog)
+    if allow_overlap:
+        console.print(f"[yellow]{decontamination.lines()[-1]}[/yellow]", highlight=False, soft_wrap=True)
+    summary = run_import(import_config, config.parent, out, catalog, decontamination)
+    for line in decontamination.lines():
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(
         f"{summary.records} records ({summary.train} train / {summary.validation} validation), "
         f"{summary.spans} spans; relocated {len(summary.relocated)}, dropped {len(summary.dropped)}, "
@@ -232,7 +272,7 @@ def model_progress(console: Console) -> Iterator[Callable[[str, int, int, int, i
         TextColumn("cached {task.fields[cached]}  failed {task.fields[failed]}"),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=console) as bar:
+    with progress_bars(*columns, console=console) as bar:  # log lines when not a terminal
         rows: dict[str, int] = {}
 
         def progress(name: str, done: int, total: int, cached: int, failed: int) -> None:

@@ -35,6 +35,7 @@ from spanjudge.inference.prompts import render_annotator_prompt, render_supervis
 from .aggregate import aggregate
 from .annotate import Outcome, limit_annotator, limit_supervisor, run_with_retries
 from .config import EnsembleConfig, ModelRole, SourcesConfig, resolve_source_path
+from .decontaminate import Decontamination
 from .folder_lock import one_run_per_folder
 from .records import Record, cap_errors, split_by_input, task_fields, write_split
 from .sampling import EvalRequest, sample_requests
@@ -72,11 +73,19 @@ class RunSummary(StageSummary):
     incomplete: int = 0
     not_sampled: int = 0  # source rows the n_systems draw left out (thesis §3.3), by design
     beyond_limit_inputs: int = 0  # source rows of inputs past a source's limit_inputs
+    decontamination: dict[str, Any] | None = None  # inputs of the meta-evaluation sets: excluded, or kept loudly
 
 
 def build_requests(
-    sources: SourcesConfig, sources_path: Path, catalog: Catalog, data_root: Path | None, summary: RunSummary
+    sources: SourcesConfig,
+    sources_path: Path,
+    catalog: Catalog,
+    data_root: Path | None,
+    summary: RunSummary,
+    decontamination: Decontamination | None = None,
 ) -> list[EvalRequest]:
+    """Sampled requests; rows whose inputs occur in a meta-evaluation set are left out before
+    the draw (so n_systems still draws from what may be annotated)."""
     requests: list[EvalRequest] = []
     for spec in sources.sources:
         task = catalog.task(spec.task)
@@ -88,6 +97,10 @@ def build_requests(
         summary.skipped += [f"empty output: {w}" for w in report.empty_outputs]
         summary.skipped += [f"duplicate: {w}" for w in report.duplicates]
         summary.beyond_limit_inputs += report.beyond_limit
+        if decontamination is not None:
+            report.items = [
+                i for i in report.items if not decontamination.excludes(i.dataset, i.input_id, i.inputs, i.where)
+            ]
         drawn = sample_requests(
             report.items,
             aspects,
@@ -211,10 +224,14 @@ def run_pipeline(
     cache_path: Path | None = None,
     progress: ProgressCallback | None = None,
     refresh_unscored: bool = False,
+    decontamination: Decontamination | None = None,
 ) -> RunSummary:
-    """`refresh_unscored`: ask again every cached reply that did not parse (left unscored)."""
+    """`refresh_unscored`: ask again every cached reply that did not parse (left unscored).
+    `decontamination`: leave out (or, allowed, count) inputs of the meta-evaluation sets."""
     summary = RunSummary(out_dir=out_dir)
-    requests = build_requests(sources, sources_path, catalog, data_root, summary)
+    requests = build_requests(sources, sources_path, catalog, data_root, summary, decontamination)
+    if decontamination is not None:
+        summary.decontamination = decontamination.as_dict()
     summary.requests = len(requests)
     cache_path = cache_path or out_dir / "cache.sqlite"
     cache_path.parent.mkdir(parents=True, exist_ok=True)
@@ -242,7 +259,10 @@ def run_pipeline(
     write_split(out_dir, train, validation)
     atomic_write_jsonl(out_dir / "unscored.jsonl", unscored)
     atomic_write_jsonl(out_dir / "incomplete.jsonl", incomplete)
-    write_stats(out_dir, compute_stats(records, [a.name for a in ensemble.annotators], unscored))
+    stats = compute_stats(records, [a.name for a in ensemble.annotators], unscored)
+    if summary.decontamination is not None:
+        stats["decontamination"] = {k: v for k, v in summary.decontamination.items() if k != "overlaps"}
+    write_stats(out_dir, stats)
     summary.records, summary.train, summary.validation = len(records), len(train), len(validation)
     summary.unscored, summary.incomplete = len(unscored), len(incomplete)
     atomic_write_json(out_dir / "run.json", summary.as_dict())

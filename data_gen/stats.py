@@ -104,6 +104,8 @@ def stats_markdown(stats: dict[str, Any]) -> str:
         ]
     if "import" in stats:
         lines += ["", *_import_markdown(stats["import"])]
+    if stats.get("decontamination"):
+        lines += ["", *_decontamination_markdown(stats["decontamination"])]
     return "\n".join(lines) + "\n"
 
 
@@ -120,6 +122,18 @@ def _import_markdown(info: dict[str, Any]) -> list[str]:
     if info["spans_per_type"]:
         lines += ["| span type | spans |", "|---|---|"]
         lines += [f"| {t} | {n} |" for t, n in info["spans_per_type"].items()]
+    return lines
+
+
+def _decontamination_markdown(info: dict[str, Any]) -> list[str]:
+    """Inputs that occur in the meta-evaluation sets: excluded, or kept with --allow-overlap."""
+    lines = ["## Overlap with the meta-evaluation sets\n"]
+    if info["allow_overlap"]:
+        lines.append(f"**Warning:** {info['warning']}.\n")
+    lines.append(
+        f"Against {info['against']} ({info['meta_eval_inputs']} inputs): {info['overlapping_inputs']} inputs overlap; "
+        f"{info['excluded_examples']} examples excluded (listed in run.json). Rule: {info['rule']}.\n"
+    )
     return lines
 
 

@@ -34,6 +34,7 @@ from spanjudge.inference.errors import InputError
 from spanjudge.inference.fileio import atomic_write_json
 from spanjudge.inference.tabular import iter_json_list
 
+from .decontaminate import Decontamination
 from .quintd import QUINTD_CATEGORIES, QUINTD_DOMAINS, Mismatch, QuintdOutput, read_quintd
 from .records import Record, cap_errors, split_by_input, task_fields, write_split
 from .stats import compute_stats, write_stats
@@ -143,6 +144,7 @@ class ImportSummary:
     dropped: list[str] = field(default_factory=list)
     capped: list[str] = field(default_factory=list)  # records whose spans exceeded MAX_ERRORS
     rule: str | None = None
+    decontamination: dict[str, Any] | None = None  # inputs of the meta-evaluation sets: excluded, or kept loudly
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "out_dir": str(self.out_dir)}
@@ -372,14 +374,35 @@ def _import_stats(records: Sequence[Record], summary: ImportSummary) -> dict[str
     }
 
 
-def import_annotations(config: ImportConfig, config_dir: Path, out_dir: Path, catalog: Catalog) -> ImportSummary:
-    """Read and check every record first, then write the dataset folder."""
+def import_annotations(
+    config: ImportConfig,
+    config_dir: Path,
+    out_dir: Path,
+    catalog: Catalog,
+    decontamination: Decontamination | None = None,
+) -> ImportSummary:
+    """Read and check every record first, then write the dataset folder. With
+    `decontamination`, records whose inputs occur in a meta-evaluation set are left out."""
     summary = ImportSummary(out_dir=out_dir, name=config.name, format=config.source.format)
     records = build_records(config, config_dir, catalog, summary)
+    if decontamination is not None:
+        records = [
+            r
+            for r in records
+            if not decontamination.excludes(r["dataset"], r["input_id"], r["inputs"], r["provenance"]["source"])
+        ]
+        summary.decontamination = decontamination.as_dict()
+        if not records:
+            raise InputError(
+                f"import '{config.name}': every record's input occurs in the meta-evaluation sets "
+                f"({decontamination.against}); nothing is left to train on (--allow-overlap keeps them)"
+            )
     train, validation = split_by_input(records, config.validation_fraction, config.seed)
     teachers = sorted({a["name"] for r in records for a in r["provenance"]["annotators"]})
     stats = compute_stats(records, teachers, [])
     stats["import"] = _import_stats(records, summary)
+    if summary.decontamination is not None:
+        stats["decontamination"] = {k: v for k, v in summary.decontamination.items() if k != "overlaps"}
     write_split(out_dir, train, validation)
     write_stats(out_dir, stats)
     summary.records, summary.train, summary.validation = len(records), len(train), len(validation)

@@ -39,7 +39,11 @@ def meta_eval_command(
     ] = None,
     dhp_weight: Annotated[
         list[str] | None,
-        typer.Option("--dhp-weight", help="DHP expert weight ASPECT=W (repeatable; must sum to 1; default uniform)."),
+        typer.Option(
+            "--dhp-weight",
+            help="DHP expert weight PERTURBATION:ASPECT=W, or a YAML file {perturbation: {aspect: w}} (repeatable; "
+            "each perturbation's weights sum to 1; default none: no EW variant).",
+        ),
     ] = None,
     normalised_p: Annotated[
         bool, typer.Option("--normalised-p", help="DHP: harmonic mean M/sum(1/p) instead of the printed 1/sum(1/p).")
@@ -73,7 +77,11 @@ def meta_eval_command(
     ] = None,
     judge_option: Annotated[
         list[str] | None,
-        typer.Option("--judge-option", help="KEY=VALUE for distilled: (Judge.from_pretrained), e.g. engine=openai."),
+        typer.Option(
+            "--judge-option",
+            help="KEY=VALUE for distilled: (Judge.from_pretrained), e.g. engine=openai; engine_arg.KEY=VALUE is an "
+            "engine argument (vllm LLM(...), transformers from_pretrained), e.g. engine_arg.max_model_len=8192.",
+        ),
     ] = None,
     endpoint: Annotated[
         list[str] | None,
@@ -97,16 +105,17 @@ def meta_eval_command(
     plots; published numbers from the thesis are shown beside the measured ones, labelled.
     """
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     from spanjudge.inference.errors import InputError, SpanjudgeError
     from spanjudge.inference.paths import data_dir as find_data_dir
+    from spanjudge.inference.progress_log import progress_bars
 
     from .judges import make_judge
     from .plots import bar_plots, scatter_plots
     from .reference import load_reference_tables
     from .report import write_reports
-    from .runner import reference_path, run_meta_eval
+    from .runner import reference_path, run_meta_eval, training_inputs
     from .suite import load_suite
 
     console = Console(stderr=True)
@@ -143,7 +152,8 @@ def meta_eval_command(
         names = [j.name for j in judges]
         if len(set(names)) != len(names):
             raise InputError(f"the same judge is given twice: {names}")
-        with Progress(
+        # progress_bars: rich bars on a terminal, log lines in a log file
+        with progress_bars(
             TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=console, transient=True,
         ) as bars:  # fmt: skip
@@ -152,9 +162,14 @@ def meta_eval_command(
                 task = bars.add_task(label, total=total, completed=done)
                 return lambda n: bars.advance(task, n)
 
+            trained_on = {
+                made.name: found
+                for made, spec in zip(judges, judge, strict=True)
+                if spec.startswith("distilled:") and (found := training_inputs(spec.partition(":")[2])) is not None
+            }
             result = run_meta_eval(
                 config, suite, judges, out, data_root=data_root, max_items=max_items, datasets=dataset,
-                progress=progress,
+                progress=progress, trained_on=trained_on,
             )  # fmt: skip
     finally:
         for made in judges:
@@ -197,15 +212,9 @@ def _perturbation_eval(  # type: ignore[no-untyped-def]
 
     if not judge_specs and benchmark is not None:
         raise InputError("give at least one --judge (e.g. --judge distilled:runs/judge/adapter)")
-    weights = {}
-    for value in dhp_weight or []:
-        aspect, sep, weight = value.partition("=")
-        try:
-            weights[aspect.strip()] = float(weight)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise InputError(f"--dhp-weight expects ASPECT=NUMBER, got {value!r}")
+    from .perturb.analysis import parse_weights
+
+    weights = parse_weights(dhp_weight or [])
     out.mkdir(parents=True, exist_ok=True)
     judges = []
     try:

@@ -110,6 +110,7 @@ def _limited(sources: Any, limit: int | None) -> Any:
 def annotate_step(ctx: DemoContext) -> StepOutput:
     from spanjudge.data_gen.cli import model_progress
     from spanjudge.data_gen.config import load_ensemble, load_sources
+    from spanjudge.data_gen.decontaminate import prepare
     from spanjudge.data_gen.pipeline import run_pipeline
     from spanjudge.inference.catalog import load_catalog
 
@@ -117,10 +118,12 @@ def annotate_step(ctx: DemoContext) -> StepOutput:
     ensemble = load_ensemble(ctx.path(section.ensemble), ctx.endpoints)
     sources_path = ctx.path(section.sources)
     sources = _limited(load_sources(sources_path), section.limit_inputs)
+    # the inputs of the sets this demo meta-evaluates stay out of its training data
+    clean = prepare(ctx.path(ctx.config.meta_eval.suite), False, ctx.data_root, only=ctx.config.meta_eval.datasets)
     with model_progress(ctx.console) as progress:
         summary = run_pipeline(
             ensemble, sources, sources_path, ctx.layout.annotate, load_catalog(), data_root=ctx.data_root,
-            progress=progress,
+            progress=progress, decontamination=clean,
         )  # fmt: skip
     if summary.incomplete:
         raise SpanjudgeError(

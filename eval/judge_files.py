@@ -192,6 +192,20 @@ def _option(value: str) -> Any:
     return {"true": True, "false": False}.get(value.lower(), value)
 
 
+ENGINE_ARG = "engine_arg."  # --judge-option engine_arg.max_model_len=8192: an engine argument
+
+
+def _judge_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """Judge.from_pretrained keyword arguments; `engine_arg.KEY` options go to its engine_options."""
+    from spanjudge.inference.backends.spec import parse_engine_args
+
+    found: dict[str, Any] = {k: _option(v) for k, v in options.items() if not k.startswith(ENGINE_ARG)}
+    engine = [f"{k.removeprefix(ENGINE_ARG)}={v}" for k, v in options.items() if k.startswith(ENGINE_ARG)]
+    if engine:
+        found["engine_options"] = parse_engine_args(engine, option=f"--judge-option {ENGINE_ARG}KEY=VALUE")
+    return found
+
+
 class DistilledJudge:
     """`spanjudge.inference.judge.Judge.from_pretrained(location, **options)`."""
 
@@ -209,7 +223,7 @@ class DistilledJudge:
         # options (engine, sampling ...) change the judgments too; see model_fingerprint for the rest
         settings = ",".join(f"{k}={v}" for k, v in sorted(options.items()))
         self.store_key = f"distilled:{model_fingerprint(location)}|{settings}"
-        self._judge = module.Judge.from_pretrained(location, **{k: _option(v) for k, v in options.items()})
+        self._judge = module.Judge.from_pretrained(location, **_judge_options(options))
 
     def judge(
         self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Progress | None = None

@@ -7,9 +7,10 @@ pydantic traceback.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -49,13 +50,43 @@ def field_path(location: tuple[int | str, ...]) -> str:
     return out
 
 
-def validation_to_config_error(path: Path | None, exc: ValidationError) -> ConfigError:
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds: itself, or inside Optional / tuple / list / dict / Annotated."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _submodel(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _keys_at(model: type[BaseModel] | None, location: tuple[int | str, ...]) -> list[str]:
+    """The keys allowed at `location` (list positions skipped); [] where that cannot be told."""
+    current = model
+    for part in location:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if current is not None else None
+        current = _submodel(field.annotation) if field is not None else None
+        if current is None:
+            return []
+    return list(current.model_fields) if current is not None else []
+
+
+def validation_to_config_error(
+    path: Path | None, exc: ValidationError, model: type[BaseModel] | None = None
+) -> ConfigError:
     first = exc.errors()[0]
     location = tuple(p for p in first["loc"] if p not in ("function-after", "function-before"))
     message = {
         "extra_forbidden": "unknown key",
         "missing": "required key is missing",
     }.get(first["type"], first["msg"])
+    if first["type"] == "extra_forbidden" and location and isinstance(location[-1], str):
+        close = difflib.get_close_matches(location[-1], _keys_at(model, location[:-1]), n=1)
+        if close:
+            message += f"; did you mean '{close[0]}'?"
     if first["type"] not in ("extra_forbidden", "missing") and "input" in first:
         shown = repr(first["input"])
         message += f" (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
@@ -69,7 +100,7 @@ def validate(model: type[ModelT], data: Any, path: Path | None = None) -> ModelT
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise validation_to_config_error(path, exc) from None
+        raise validation_to_config_error(path, exc, model) from None
 
 
 def load_yaml_model(model: type[ModelT], path: Path) -> ModelT:

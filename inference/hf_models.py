@@ -15,6 +15,7 @@ and everything loads from that folder afterwards: the same weights for training 
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -53,9 +54,21 @@ def resolve_model_source(spec: str) -> ModelSource:
         if not (path / "config.json").is_file():
             raise SpanjudgeError(f"{spec} is a folder but holds no config.json (not a transformers model folder)")
         return ModelSource(spec, "local", str(path.resolve()))
-    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
-        raise SpanjudgeError(f"model folder not found: {spec}")
+    if looks_like_path(spec):
+        raise SpanjudgeError(f"no such folder: {spec} (a local model path; a hub id is owner/name)")
     return ModelSource(spec, "hub", spec)
+
+
+def looks_like_path(spec: str) -> bool:
+    """A model string that can only mean a local path: it starts with ./ ../ / or ~, uses the
+    platform's separator where that is not "/", has more than one "/", or its first part is a
+    local folder (runs/judgee). A hub id is owner/name: one "/", and no folder named owner here."""
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        return True
+    if any(sep in spec for sep in {os.sep, os.altsep or os.sep} - {"/"}):
+        return True
+    head, slash, _ = spec.partition("/")
+    return bool(slash) and Path(head).expanduser().is_dir()
 
 
 def _fingerprint(path: Path) -> str:

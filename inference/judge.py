@@ -146,7 +146,11 @@ class Judge:
         weak judge on a CPU affordable, since each retry is a whole generation).
         `constrained`: hold every reply to the output contract's grammar (see the module docstring);
         engine "openai" sends it in both llama.cpp's (`grammar`) and vLLM's (`structured_outputs`)
-        request field, so a server that reads neither (Ollama) decodes unconstrained."""
+        request field, so a server that reads neither (Ollama) decodes unconstrained.
+        `engine_options`: engine arguments, for vllm given to `vllm.LLM(...)` (max_model_len,
+        gpu_memory_utilization, tensor_parallel_size, quantization ...), for transformers to
+        `from_pretrained` (dtype, device_map, attn_implementation ...); they win over
+        `batch_size` and `dtype` here."""
         location = str(model_or_adapter)
         adapter, model = _adapter_and_model(location, base)
         tokenizer_folder = adapter or (model if Path(model).is_dir() else None)
@@ -169,11 +173,17 @@ class Judge:
             context = max_context
         else:
             tokenizer = load_tokenizer(tokenizer_folder or model, trust_remote_code=trust_remote_code)
-            options: dict[str, Any] = {"trust_remote_code": trust_remote_code, **(engine_options or {})}
-            if adapter:
-                options["adapter"] = adapter
+            options: dict[str, Any] = {"trust_remote_code": trust_remote_code}
             if engine == "transformers":
                 options.update(batch_size=batch_size, dtype=dtype)
+            options.update(engine_options or {})  # the user's engine arguments win over the defaults above
+            ours = sorted({"adapter", "grammar"} & options.keys())
+            if ours:
+                raise SpanjudgeError(
+                    f"engine arguments {ours} are set by the judge (the adapter it loads, constrained=True)"
+                )
+            if adapter:
+                options["adapter"] = adapter
             if constrained:
                 options["grammar"] = _contract_grammar(max_new_tokens)
             spec = BackendSpec(kind=engine, model=model, options=options)

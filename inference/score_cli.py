@@ -3,7 +3,6 @@ command line."""
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections import Counter
 from collections.abc import Mapping
@@ -64,6 +63,15 @@ def score_command(
     ] = None,
     base: Annotated[str | None, typer.Option("--base", help="Base model (default: recorded in the adapter).")] = None,
     engine: Annotated[str, typer.Option("--engine", help="transformers | vllm | openai.")] = "transformers",
+    engine_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--engine-arg",
+            help="KEY=VALUE (repeatable; VALUE read as YAML) for the engine: vllm's LLM(...), e.g. "
+            "max_model_len=8192, gpu_memory_utilization=0.8, tensor_parallel_size=2, quantization=fp8; "
+            "transformers' from_pretrained(...), e.g. dtype=bfloat16, device_map=auto.",
+        ),
+    ] = None,
     base_url: Annotated[
         str | None, typer.Option("--base-url", help="engine openai: the server, e.g. http://127.0.0.1:8080/v1.")
     ] = None,
@@ -116,11 +124,13 @@ def score_command(
     refused (each row records what it was scored with).
     """
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
+    from .backends import parse_engine_args
     from .catalog import load_catalog
     from .errors import InputError
     from .judge import Judge
+    from .progress_log import progress_bars
     from .score_data import (
         FieldMapping,
         append_results,
@@ -135,6 +145,9 @@ def score_command(
         raise InputError(f"--format must be jsonl or html, not '{output_format}'")
     if engine not in ("transformers", "vllm", "openai"):
         raise InputError(f"--engine must be transformers, vllm or openai, not '{engine}'")
+    engine_options = parse_engine_args(engine_arg or [])
+    if engine_options and engine == "openai":
+        raise InputError("--engine-arg is for --engine vllm or transformers; a server takes its own flags")
     console = Console(stderr=True, soft_wrap=True)  # log lines stay whole (greppable)
     catalog = load_catalog()
     mapping = FieldMapping(id_field=id_field, output_field=output_field, inputs=_parse_inputs(input_field or []))
@@ -164,9 +177,10 @@ def score_command(
             max_context=max_context,
             catalog=catalog,
             constrained=constrained,
+            engine_options=engine_options,
         )
         columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console, disable=not sys.stderr.isatty()) as progress:
+        with progress_bars(*columns, console=console) as progress:  # log lines when not a terminal
             bar = progress.add_task("score", total=len(todo))
             lock = threading.Lock()  # results may arrive from a backend's worker thread
             for start in range(0, len(todo), CHUNK):
@@ -227,11 +241,12 @@ def _summary(console: Any, rows: list[dict[str, Any]], failed: int) -> None:
     truncated = sum(1 for row in rows if row.get("truncated"))
     errors = [e for row in scored for e in row["evaluation"]["errors"]]
     unanchored = sum(1 for e in errors if e.get("location") is not None and e.get("start") is None)
-    mean = sum(row["evaluation"]["score"] for row in scored) / len(scored) if scored else float("nan")
+    # no made-up mean (nor "nan") when nothing was scored
+    mean = f"{sum(row['evaluation']['score'] for row in scored) / len(scored):.1f}" if scored else "- (nothing scored)"
     console.print(
         f"scored {len(scored)}, unscored {len(rows) - len(scored)}, truncated inputs {truncated}"
         + (f", failed calls {failed}" if failed else "")
-        + f"; mean score {mean:.1f}; {len(errors)} error spans ({unanchored} not found in their output)"
+        + f"; mean score {mean}; {len(errors)} error spans ({unanchored} not found in their output)"
     )
     for reason, count in unscored.most_common():
         console.print(f"  unscored ×{count}: {reason}")

@@ -91,10 +91,20 @@ class TrainingSection(_Strict):
     seed: int = 42
     use_cpu: bool = Field(default=False, description="train on CPU even when a GPU is present")
     dataloader_num_workers: int = Field(default=0, ge=0)
+    trainer_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="more TRL SFTConfig / transformers TrainingArguments arguments, by their own names "
+        "(e.g. {torch_compile: true, neftune_noise_alpha: 5}); names are checked against SFTConfig's "
+        "fields before the model loads, and those set by a field here are refused (set the field)",
+    )
 
 
 class LoggingSection(_Strict):
-    report_to: Literal["none", "wandb"] = "none"
+    report_to: str | tuple[str, ...] = Field(
+        default="none",
+        description="none, all, or one or more trackers transformers reports to (wandb, tensorboard, mlflow, "
+        "trackio, comet_ml ...: transformers' INTEGRATION_TO_CALLBACK); checked before the model loads",
+    )
     wandb_project: str = "spanjudge"
     wandb_mode: Literal["online", "offline", "disabled"] | None = Field(
         default=None, description="sets WANDB_MODE; offline runs need no network (sync later)"
@@ -108,6 +118,13 @@ class TrainConfig(_Strict):
     data: DataSection
     training: TrainingSection
     logging: LoggingSection = LoggingSection()
+
+    @property
+    def trackers(self) -> list[str]:
+        """logging.report_to as a list (none: empty)."""
+        report_to = self.logging.report_to
+        names = [report_to] if isinstance(report_to, str) else list(report_to)
+        return [name for name in names if name != "none"]
 
     @model_validator(mode="after")
     def _coherent(self) -> TrainConfig:
@@ -151,8 +168,91 @@ def load_train_config(path: Path, overrides: list[tuple[str, Any]] = ()) -> Trai
         for key, value in overrides:
             _set_dotted(data, key, value, path)
         config = validate(TrainConfig, data, path)
+    check_trainer_args(config, path)
+    check_trackers(config, path)
     check_data_files(config, path)
     return config
+
+
+# SFTConfig arguments that a field of this config sets: trainer_args may not set them again
+OWN_TRAINER_ARGS = {
+    "output_dir": "training.output_dir",
+    "num_train_epochs": "training.epochs",
+    "max_steps": "training.max_steps",
+    "per_device_train_batch_size": "training.per_device_batch_size",
+    "per_device_eval_batch_size": "training.per_device_batch_size",
+    "gradient_accumulation_steps": "training.effective_batch_size",
+    "learning_rate": "training.learning_rate",
+    "weight_decay": "training.weight_decay",
+    "optim": "training.optimizer",
+    "lr_scheduler_type": "training.lr_scheduler",
+    "warmup_steps": "training.warmup_ratio",
+    "warmup_ratio": "training.warmup_ratio",
+    "gradient_checkpointing": "training.gradient_checkpointing",
+    "bf16": "training.mixed_precision",
+    "fp16": "training.mixed_precision",
+    "max_length": "data.max_length",
+    "packing": "training.packing",
+    "padding_free": "training.padding_free",
+    "eval_steps": "training.eval_steps",
+    "eval_on_start": "training.eval_on_start",
+    "save_steps": "training.save_steps",
+    "save_total_limit": "training.save_total_limit",
+    "logging_steps": "training.logging_steps",
+    "seed": "training.seed",
+    "data_seed": "training.seed",
+    "use_cpu": "training.use_cpu",
+    "dataloader_num_workers": "training.dataloader_num_workers",
+    "report_to": "logging.report_to",
+    "run_name": "logging.run_name",
+}
+
+
+def check_trainer_args(config: TrainConfig, path: Path | None) -> None:
+    """Every training.trainer_args name is an SFTConfig argument that no field here sets
+    (TRL is imported only when there are some: it takes seconds)."""
+    if not config.training.trainer_args:
+        return
+    import dataclasses
+    import difflib
+
+    from trl import SFTConfig
+
+    known = sorted(f.name for f in dataclasses.fields(SFTConfig) if f.init and not f.name.startswith("_"))
+    for name in config.training.trainer_args:
+        field = f"training.trainer_args.{name}"
+        if name in OWN_TRAINER_ARGS:
+            raise ConfigError(path, field, f"set by {OWN_TRAINER_ARGS[name]}; set that instead")
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(path, field, f"not an argument of TRL's SFTConfig{hint}")
+
+
+def check_trackers(config: TrainConfig, path: Path | None) -> None:
+    """logging.report_to names trackers transformers knows and that are installed here."""
+    wanted = config.trackers
+    if not wanted or wanted == ["wandb"]:  # wandb's own check (with its install hint) runs at training
+        return
+    from transformers.integrations.integration_utils import (
+        INTEGRATION_TO_CALLBACK,
+        get_available_reporting_integrations,
+    )
+
+    if wanted == ["all"]:
+        return
+    known = sorted(INTEGRATION_TO_CALLBACK)
+    installed = set(get_available_reporting_integrations())
+    for name in wanted:
+        if name not in INTEGRATION_TO_CALLBACK:
+            raise ConfigError(
+                path, "logging.report_to", f"'{name}' is not a tracker transformers reports to ({', '.join(known)})"
+            )
+        if name not in installed and name != "flyte":  # flyte has no availability check in transformers
+            found = ", ".join(sorted(installed)) or "none"
+            raise ConfigError(
+                path, "logging.report_to", f"'{name}' is not installed here (trackers installed: {found})"
+            )
 
 
 def train_file(config: TrainConfig) -> Path:

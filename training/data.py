@@ -21,6 +21,7 @@ from spanjudge.inference.chat import encode_prompt
 from spanjudge.inference.contract import Evaluation
 from spanjudge.inference.errors import InputError
 from spanjudge.inference.judge_prompt import judge_training_texts, request_from_record
+from spanjudge.inference.overlap import input_digest
 from spanjudge.inference.tabular import Located, iter_jsonl
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ class TokenizedSplit:
     labels: list[list[int]] = field(default_factory=list)
     too_long: list[str] = field(default_factory=list)  # "file:line (N tokens)"
     repeated: int = 0  # extra copies of 'No Error' records (data.repeat_no_error)
+    input_digests: set[str] = field(default_factory=set)  # inputs trained on (spanjudge.inference.overlap)
 
     @property
     def tokens(self) -> int:
@@ -120,6 +122,7 @@ def tokenize_split(
         split.input_ids += [input_ids] * copies
         split.labels += [labels] * copies
         split.repeated += copies - 1
+        split.input_digests.add(input_digest(request.inputs))
     if not split.input_ids:
         raise InputError(
             f"{path}: no trainable records" + (f" ({len(split.too_long)} too long)" if split.too_long else "")

@@ -14,6 +14,7 @@ starting a finished run again does nothing.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -33,9 +34,10 @@ from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.errors import ConfigError, SpanjudgeError
 from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.inference.hf_models import load_causal_lm, load_tokenizer, local_folder, resolve_model_source
+from spanjudge.inference.overlap import RULE as OVERLAP_RULE
 from spanjudge.inference.prompts import template_source
 
-from .config import TrainConfig, resolved_yaml, train_file, validation_file
+from .config import TrainConfig, check_trackers, check_trainer_args, resolved_yaml, train_file, validation_file
 from .data import TokenizedSplit, describe, tokenize_split
 
 ADAPTER_DIR = "adapter"
@@ -52,12 +54,16 @@ class World:
     local_rank: int
 
     @classmethod
-    def from_env(cls) -> World:
-        return cls(
-            size=int(os.environ.get("WORLD_SIZE", "1")),
-            rank=int(os.environ.get("RANK", "0")),
-            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-        )
+    def from_accelerate(cls, use_cpu: bool = False) -> World:
+        """The layout as accelerate's `PartialState` sets it up, with the CPU choice the Trainer
+        makes (training.use_cpu or ACCELERATE_USE_CPU): the world counted here is the one that
+        trains. On CPU, processes launched by torchrun/accelerate join one gloo group."""
+        from accelerate import PartialState
+        from accelerate.utils import parse_flag_from_env
+
+        state = PartialState(cpu=use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU"))
+        # local_process_index is -1 when a launcher sets no LOCAL_RANK: one process, on device 0
+        return cls(size=state.num_processes, rank=state.process_index, local_rank=max(state.local_process_index, 0))
 
     @property
     def main(self) -> bool:
@@ -89,6 +95,8 @@ def _check_same_run(config: TrainConfig, output_dir: Path) -> None:
     now = config.model_dump(mode="json")
     for section, values in now.items():
         for key, value in values.items():
+            if key not in before.get(section, {}) and value == _default(config, section, key):
+                continue  # a setting newer than the saved run, left at its default: the same run
             if before.get(section, {}).get(key) != value:
                 raise ConfigError(
                     None,
@@ -96,6 +104,14 @@ def _check_same_run(config: TrainConfig, output_dir: Path) -> None:
                     f"{output_dir} holds a run made with {section}.{key} = {before.get(section, {}).get(key)!r}, "
                     f"not {value!r}; choose another training.output_dir (or delete that folder) to start a new run",
                 )
+
+
+def _default(config: TrainConfig, section: str, key: str) -> Any:
+    """A config field's default, as `model_dump(mode="json")` writes it."""
+    from pydantic_core import to_jsonable_python
+
+    field = type(getattr(config, section)).model_fields[key]
+    return to_jsonable_python(field.get_default(call_default_factory=True))
 
 
 def checkpoint_step(checkpoint: str | None) -> int:
@@ -137,7 +153,7 @@ class TrainingRun:
 
     def __init__(self, config: TrainConfig, *, say: Callable[[str], None] | None = None) -> None:
         self.config = config
-        self.world = World.from_env()
+        self.world = World.from_accelerate(config.training.use_cpu)
         self.say = say or (lambda message: print(f"[spanjudge train] {message}", file=sys.stderr, flush=True))
         self.output_dir = config.training.output_dir
         self.adapter_dir = self.output_dir / ADAPTER_DIR
@@ -156,10 +172,13 @@ class TrainingRun:
         if config.model.unsloth:
             _import_unsloth()  # Unsloth patches transformers, so it must come first
         self.accumulation = gradient_accumulation(config, self.world)
+        check_trainer_args(config, None)  # also done when the file is loaded; here for callers of TrainingRun
+        check_trackers(config, None)
         _check_same_run(config, self.output_dir)
         self.source = resolve_model_source(config.model.base)
         self.folder = local_folder(self.source, self.log)
         self.tokenizer = load_tokenizer(self.folder, trust_remote_code=config.model.trust_remote_code)
+        self.check_trainer()  # seconds, before tokenizing everything
         catalog = load_catalog(config.data.catalog)
         options = {"max_length": config.data.max_length, "too_long": config.data.too_long}
         self.train_split = tokenize_split(
@@ -228,14 +247,10 @@ class TrainingRun:
         trainer.accelerator.wait_for_everyone()
         return metrics
 
-    def _trainer(self) -> Any:
-        from trl import SFTConfig, SFTTrainer
-
+    def trainer_arguments(self, has_validation: bool) -> dict[str, Any]:
+        """The SFTConfig keyword arguments of this run (`--check` builds them without a model)."""
         config, training = self.config, self.config.training
-        if config.logging.report_to == "wandb":
-            _configure_wandb(config)
-        model, peft_config = self._model()
-        args = SFTConfig(
+        ours = dict(
             output_dir=str(self.output_dir),
             num_train_epochs=training.epochs,
             max_steps=training.max_steps or -1,
@@ -253,9 +268,9 @@ class TrainingRun:
             max_length=config.data.max_length,
             packing=training.packing,
             padding_free=training.padding_free,
-            eval_strategy="steps" if training.eval_steps and self.validation_split else "no",
+            eval_strategy="steps" if training.eval_steps and has_validation else "no",
             eval_steps=training.eval_steps,
-            eval_on_start=training.eval_on_start and self.validation_split is not None,
+            eval_on_start=training.eval_on_start and has_validation,
             save_strategy="steps",
             save_steps=training.save_steps,
             save_total_limit=training.save_total_limit,
@@ -265,12 +280,64 @@ class TrainingRun:
             seed=training.seed,
             data_seed=training.seed,
             use_cpu=training.use_cpu,
-            report_to=[] if config.logging.report_to == "none" else [config.logging.report_to],
+            report_to=config.trackers,
             run_name=config.logging.run_name,
             dataloader_num_workers=training.dataloader_num_workers,
             ddp_find_unused_parameters=False if self.world.size > 1 else None,
             disable_tqdm=not sys.stderr.isatty(),
         )
+        # the user's extra SFTConfig arguments (training.trainer_args): unknown names and those a
+        # config field sets were refused before the model loaded, so these add arguments or
+        # replace internal defaults (save_strategy ...)
+        return {**ours, **training.trainer_args}
+
+    def check_trainer(self) -> None:
+        """Trainer settings that only fail when the trainer is built, checked in seconds without
+        loading weights: optimizer and scheduler names, LoRA target modules against the base
+        model's config.json, the W&B install, then the trainer arguments as a whole."""
+        from transformers import SchedulerType
+        from transformers.training_args import OptimizerNames
+        from trl import SFTConfig
+
+        training = self.config.training
+        _check_name(training.optimizer, [o.value for o in OptimizerNames], "training.optimizer")
+        _check_name(training.lr_scheduler, [t.value for t in SchedulerType], "training.lr_scheduler")
+        if "wandb" in self.config.trackers:
+            _configure_wandb(self.config)
+        self._check_target_modules()
+        arguments = self.trainer_arguments(validation_file(self.config) is not None)
+        if not _accelerator_present():  # bf16/fp16 need a GPU: a config for one is checked here all the same
+            arguments.update(bf16=False, fp16=False)
+        try:
+            SFTConfig(**arguments)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(None, "training", f"the trainer refuses these settings: {exc}") from None
+
+    def _check_target_modules(self) -> None:
+        names = _module_names(self.folder, self.config.model.trust_remote_code)
+        if names is None:
+            self.log("lora.target_modules not checked: the base model's config.json could not be read here")
+            return
+        leaves = sorted({name.rsplit(".", 1)[-1] for name in names})
+        for index, target in enumerate(self.config.lora.target_modules):
+            # PEFT's rule for a list: a module whose name is the target or ends with "." + target
+            if not any(name == target or name.endswith("." + target) for name in names):
+                close = difflib.get_close_matches(target, leaves, n=3)
+                hint = (
+                    f"did you mean {', '.join(repr(c) for c in close)}?" if close else f"modules: {', '.join(leaves)}"
+                )
+                raise ConfigError(
+                    None, f"lora.target_modules[{index}]", f"the base model has no module '{target}'; {hint}"
+                )
+
+    def _trainer(self) -> Any:
+        from trl import SFTConfig, SFTTrainer
+
+        config = self.config
+        if "wandb" in config.trackers:
+            _configure_wandb(config)
+        model, peft_config = self._model()
+        args = SFTConfig(**self.trainer_arguments(self.validation_split is not None))
         return SFTTrainer(
             model=model,
             args=args,
@@ -339,9 +406,39 @@ class TrainingRun:
             "judge_prompt_sha256": _sha(template_source("judge.jinja")),
             "train_file": str(train_file(self.config)),
             "train_examples": len(self.train_split.input_ids),
+            # which inputs the judge saw: meta-eval warns when it is scored on one of them
+            "train_inputs": {"rule": OVERLAP_RULE, "sha1": sorted(self.train_split.input_digests)},
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "versions": {name: version(name) for name in ("spanjudge", "transformers", "peft", "trl", "torch")},
         }
+
+
+def _check_name(value: str, known: list[str], field: str) -> None:
+    if value not in known:
+        close = difflib.get_close_matches(value, known, n=3)
+        hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else f"known: {', '.join(known)}"
+        raise ConfigError(None, field, f"unknown value '{value}'; {hint}")
+
+
+def _accelerator_present() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _module_names(folder: str, trust_remote_code: bool) -> list[str] | None:
+    """Every module name of the base model, built from its config.json on the meta device (no
+    weights, no memory); None when the config cannot be read (a hub id offline)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        model_config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):
+        return None
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(model_config, trust_remote_code=trust_remote_code)
+    return [name for name, _ in model.named_modules() if name]
 
 
 def _count_quantized(model: Any) -> int:

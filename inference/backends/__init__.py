@@ -25,7 +25,7 @@ from .base import (
     SamplingParams,
 )
 from .cache import CachedBackend, LLMCache
-from .spec import BackendKind, BackendSpec
+from .spec import BackendKind, BackendSpec, parse_engine_args
 
 __all__ = [
     "Backend",
@@ -43,6 +43,7 @@ __all__ = [
     "ResultCallback",
     "SamplingParams",
     "make_backend",
+    "parse_engine_args",
 ]
 
 # kind -> (module, class, the packages it imports, how to install them)

@@ -26,7 +26,7 @@ import httpx
 import ollama
 
 from .base import BackendError, ChatRequest, Completion, FailureKind
-from .runner import MalformedReply, ServerBackend, describe_reply, short
+from .runner import MalformedReply, ServerBackend, describe_reply, retry_after_seconds, short
 from .spec import BackendSpec
 
 SAMPLING_OPTIONS = frozenset({"temperature", "top_p", "seed", "num_predict", "stop"})
@@ -73,6 +73,11 @@ class OllamaBackend(ServerBackend):
             reply = await client.chat(
                 model=self.spec.model, messages=messages, options=self.options(request), stream=False
             )
+        except ollama.ResponseError as error:
+            response = _last_response.get()  # the client keeps no headers: Retry-After is read here
+            if response is not None:
+                error.retry_after_s = retry_after_seconds(error.status_code, response.headers)  # type: ignore[attr-defined]
+            raise
         except (ValueError, TypeError) as error:  # not JSON, or JSON that is no chat reply
             if _last_response.get() is None:
                 raise  # no reply was read: not the server's doing
@@ -100,6 +105,9 @@ class OllamaBackend(ServerBackend):
 
     def _classify(self, error: Exception) -> tuple[FailureKind, str] | None:
         return classify_ollama_error(error)
+
+    def _retry_after(self, error: Exception) -> float | None:
+        return getattr(error, "retry_after_s", None)  # set by _call from the reply's headers
 
 
 def _malformed(problem: str) -> MalformedReply:

@@ -10,6 +10,11 @@ messages are flattened into one plain-text prompt by `flatten_messages`. `api: p
 sends the last message's text verbatim to the completions API: the distilled judge renders
 its chat template itself, with the tokenizer it was trained with, so the server cannot
 render a different one.
+
+The token limit goes out as `max_completion_tokens` (the chat API's name since OpenAI
+deprecated `max_tokens`; vLLM and OpenAI read it) and also as `max_tokens`: llama-cpp-python's
+server (0.3.x) knows only `max_tokens` and ignores unknown fields, so without it a reply
+would run to the end of the context. The completions API has only `max_tokens`.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import httpx
 import openai
 
 from .base import ChatRequest, Completion, FailureKind, Message
-from .runner import MalformedReply, ServerBackend, describe_reply, short
+from .runner import MalformedReply, ServerBackend, describe_reply, retry_after_seconds, short
 from .spec import BackendSpec
 
 NO_KEY = "not-needed"  # local servers ignore the key, but the client insists on one
@@ -76,6 +81,9 @@ class OpenAIBackend(ServerBackend):
             raw: Any = await client.completions.with_raw_response.create(prompt=prompt, **common)
         else:
             messages = [{"role": message.role, "content": message.content} for message in request.messages]
+            # the chat API's current name for the limit, beside the deprecated one that
+            # llama-cpp-python's server (0.3.x) and older servers read (see the module docstring)
+            common["max_completion_tokens"] = params.max_tokens
             raw = await client.chat.completions.with_raw_response.create(messages=messages, **common)  # type: ignore[arg-type]
         return self._completion(raw.http_response, _parsed(raw))
 
@@ -104,6 +112,11 @@ class OpenAIBackend(ServerBackend):
 
     def _classify(self, error: Exception) -> tuple[FailureKind, str] | None:
         return classify_openai_error(error)
+
+    def _retry_after(self, error: Exception) -> float | None:
+        if isinstance(error, openai.APIStatusError):
+            return retry_after_seconds(error.status_code, error.response.headers)
+        return None
 
 
 def _parsed(raw: Any) -> Any:

@@ -11,7 +11,9 @@ failure kind. Everything that must behave the same for every server lives here:
   budget can stop it;
 - retries with exponential back-off (`backoff_s * 2**retry`, plus up to 10 % jitter so
   parallel retries do not arrive together) on connection errors, timeouts, HTTP 429 and
-  5xx; a retry prefers another endpoint than the one that just failed;
+  5xx; a retry prefers another endpoint than the one that just failed. A 429 or 503 that
+  says when to come back (`Retry-After`: seconds or an HTTP date, RFC 9110) waits at least
+  that long, at most `RETRY_AFTER_CAP_S`, so a rate-limited server is not hit again early;
 - a failure budget: after `max_consecutive_failures` failed calls in a row the backend is
   disabled, and every request not yet sent comes back as `CallFailure(kind="disabled")`
   without a call. The backend stays disabled for its lifetime; a new one (or a re-run
@@ -34,11 +36,14 @@ because async HTTP clients are bound to the loop that created them.
 from __future__ import annotations
 
 import asyncio
+import email.utils
+import math
 import random
 import time
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, cast
 
 from .base import Backend, BackendError, CallFailure, CallResult, ChatRequest, Completion, FailureKind, ResultCallback
@@ -48,6 +53,8 @@ RETRYABLE: frozenset[FailureKind] = frozenset({"connection", "timeout", "server"
 REASON_LIMIT = 300  # characters of a server's error message kept in a failure reason
 BODY_LIMIT = 200  # characters of a malformed reply's body quoted in its failure reason
 JITTER = 0.1
+RETRY_AFTER_STATUSES = frozenset({429, 503})  # the statuses whose Retry-After is honoured
+RETRY_AFTER_CAP_S = 60.0  # a server asking for longer still gets a retry after this many seconds
 
 
 class MalformedReply(Exception):
@@ -78,6 +85,27 @@ def short(text: object) -> str:
 def backoff_delay(backoff_s: float, retry: int) -> float:
     """Seconds to wait before retry number `retry` (0 = the first retry)."""
     return backoff_s * 2**retry * (1.0 + random.uniform(0.0, JITTER))
+
+
+def retry_after_seconds(status: int, headers: Mapping[str, str], now: datetime | None = None) -> float | None:
+    """The wait a 429/503 reply asks for in its `Retry-After` header, capped at RETRY_AFTER_CAP_S;
+    None for other statuses or without a readable header. The header holds seconds or an HTTP date."""
+    value = headers.get("retry-after") if status in RETRY_AFTER_STATUSES else None
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value.strip())
+        except (TypeError, ValueError):
+            return None  # neither form: ignored, the back-off applies
+        if when.tzinfo is None:  # RFC 9110 dates are GMT
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - (now or datetime.now(timezone.utc))).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
 
 
 class ServerBackend(Backend):
@@ -123,6 +151,10 @@ class ServerBackend(Backend):
     @abstractmethod
     async def _ping(self, client: Any) -> None:
         """A cheap GET on the server (the health check); raise the client's exception on failure."""
+
+    def _retry_after(self, error: Exception) -> float | None:
+        """Seconds a failed call's reply asked to wait before the next one (Retry-After), or None."""
+        return None
 
     # -- the shared machinery -------------------------------------------------------------
 
@@ -191,13 +223,16 @@ class ServerBackend(Backend):
                 return CallFailure(reason=self._disabled_reason, kind="disabled", attempts=attempt)
             attempt += 1
             endpoint = _least_busy(endpoints, avoid=failed_at)
-            result = await self._attempt(endpoint, request, attempt)
+            result, asked_wait = await self._attempt(endpoint, request, attempt)
             if isinstance(result, Completion) or result.kind not in RETRYABLE or attempt > self.spec.retries:
                 return result
             failed_at = endpoint
-            await asyncio.sleep(backoff_delay(self.spec.backoff_s, attempt - 1))
+            await asyncio.sleep(max(backoff_delay(self.spec.backoff_s, attempt - 1), asked_wait or 0.0))
 
-    async def _attempt(self, endpoint: _Endpoint, request: ChatRequest, attempt: int) -> CallResult:
+    async def _attempt(
+        self, endpoint: _Endpoint, request: ChatRequest, attempt: int
+    ) -> tuple[CallResult, float | None]:
+        """One call's result, and the wait its reply asked for before a retry (Retry-After)."""
         endpoint.in_flight += 1
         try:
             async with endpoint.slots:
@@ -205,20 +240,17 @@ class ServerBackend(Backend):
                 completion = await asyncio.wait_for(self._call(endpoint.client, request), self.spec.timeout_s)
                 seconds = time.perf_counter() - started
         except asyncio.TimeoutError:
-            return CallFailure(
-                reason=f"no answer within {self.spec.timeout_s:g} s",
-                kind="timeout",
-                attempts=attempt,
-                endpoint=endpoint.url,
-            )
+            reason = f"no answer within {self.spec.timeout_s:g} s"
+            return CallFailure(reason=reason, kind="timeout", attempts=attempt, endpoint=endpoint.url), None
         except MalformedReply as error:  # a proxy's page, a half-broken server: worth a retry
-            return CallFailure(reason=str(error), kind="server", attempts=attempt, endpoint=endpoint.url)
+            return CallFailure(reason=str(error), kind="server", attempts=attempt, endpoint=endpoint.url), None
         except Exception as error:  # one bad call must not stop a run: it becomes a CallFailure
             kind, reason = self._classify(error) or ("other", f"{type(error).__name__}: {short(error)}")
-            return CallFailure(reason=reason, kind=kind, attempts=attempt, endpoint=endpoint.url)
+            failure = CallFailure(reason=reason, kind=kind, attempts=attempt, endpoint=endpoint.url)
+            return failure, self._retry_after(error)
         finally:
             endpoint.in_flight -= 1
-        return completion.model_copy(update={"seconds": seconds, "attempts": attempt, "endpoint": endpoint.url})
+        return completion.model_copy(update={"seconds": seconds, "attempts": attempt, "endpoint": endpoint.url}), None
 
     def _account(self, result: CallResult) -> None:
         """Update the failure budget with one finished request."""

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import InputError
 
 BackendKind = Literal["openai", "ollama", "vllm", "transformers"]
 
@@ -76,3 +80,19 @@ class BackendSpec(BaseModel):
             return base
         blob = json.dumps(changes, sort_keys=True, ensure_ascii=False)
         return f"{base}#{hashlib.sha256(blob.encode('utf-8')).hexdigest()[:12]}"
+
+
+def parse_engine_args(values: Iterable[str], option: str = "--engine-arg") -> dict[str, Any]:
+    """'KEY=VALUE' strings as engine arguments (vLLM `LLM(...)`, transformers `from_pretrained`),
+    each value read as YAML: max_model_len=8192 is an int, enforce_eager=true a bool."""
+    found: dict[str, Any] = {}
+    for text in values:
+        key, sep, raw = text.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"{option} expects KEY=VALUE (e.g. max_model_len=8192), got {text!r}")
+        try:
+            found[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError as error:
+            problem = " ".join(str(error).split())
+            raise InputError(f"{option} {text!r}: the value is not valid YAML: {problem}") from None
+    return found

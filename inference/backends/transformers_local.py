@@ -7,8 +7,9 @@ arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of ou
 - `trust_remote_code` (default False): runs code shipped with the model, so only on request;
 - `gguf_file`: load a GGUF file inside the `spec.model` folder; transformers (with the
   `gguf` package) dequantizes it to dense weights;
-- `adapter`: a PEFT (LoRA) adapter folder applied on top of the model (the distilled judge);
-  its tokenizer, when it has one, is the one used (it is the tokenizer it was trained with);
+- `adapter`: a PEFT (LoRA) adapter, a folder or a Hub id, applied on top of the model (the
+  distilled judge); a folder's tokenizer, when it has one, is the one used (it is the
+  tokenizer it was trained with);
 - `grammar`: a GBNF grammar every reply is held to (constrained decoding), applied by
   xgrammar's logits processor (`xgrammar.contrib.hf.LogitsProcessor`; the optional extra
   `spanjudge[constrained]`). The grammar is compiled once for the tokenizer; each `generate`
@@ -18,13 +19,15 @@ arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of ou
 Otherwise weights load from safetensors only (`use_safetensors=True`): a pickle
 checkpoint can run code when it is loaded.
 
-Requests are batched only with others of the same temperature, top_p, max_tokens and
-seed, because one `generate` call takes one set of them. Temperature 0 is greedy
-decoding. The seed is applied with `torch.manual_seed` before each batch, so a sampled
-reply (temperature > 0) depends on the batch it lands in: use `batch_size: 1` when
-sampled replies must be reproducible one by one. Stop strings are cut from the decoded
-text afterwards (a model that would have stopped there reads the same), and
-`finish_reason` is "length" when max_tokens ran out before an end token.
+Requests are batched only with others of the same temperature, top_p, max_tokens, seed
+and stop strings, because one `generate` call takes one set of them. Temperature 0 is
+greedy decoding. The seed is applied with `torch.manual_seed` before each batch, so a
+sampled reply (temperature > 0) depends on the batch it lands in: use `batch_size: 1` when
+sampled replies must be reproducible one by one. Stop strings end generation in
+`generate` itself (`stop_strings=` with the tokenizer: transformers' StopStringCriteria
+matches them across token boundaries), and the returned text ends before the stop
+string, as servers return it; `finish_reason` is "length" when max_tokens ran out before
+an end token or a stop string.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from ..chat import render_chat
+from .adapters import adapter_config
 from .base import (
     Backend,
     BackendError,
@@ -66,6 +70,8 @@ class TransformersBackend(Backend):
         gguf_file = options.pop("gguf_file", None)
         adapter = options.pop("adapter", None)
         grammar = options.pop("grammar", None)
+        if adapter:
+            adapter_config(adapter)  # a folder or Hub id without an adapter: one line, before any weights load
         if gguf_file:
             shared["gguf_file"] = gguf_file
         else:
@@ -147,6 +153,9 @@ class TransformersBackend(Backend):
         if params.seed is not None:
             self._torch.manual_seed(params.seed)
         extra: dict[str, Any] = {}
+        stops = [stop for stop in params.stop if stop]
+        if stops:  # generation ends at a stop string instead of running on to max_tokens
+            extra.update(stop_strings=stops, tokenizer=self.tokenizer)
         if self._grammar is not None:
             from xgrammar.contrib.hf import LogitsProcessor
 
@@ -163,6 +172,10 @@ class TransformersBackend(Backend):
         return new_tokens, encoded["attention_mask"].sum(dim=1).tolist()
 
     def _completion(self, tokens: list[int], prompt_length: int, params: SamplingParams, seconds: float) -> Completion:
+        pad = self.tokenizer.pad_token_id
+        if pad is not None and pad not in self._end_ids:  # a row stopped (stop string) before others
+            while tokens and tokens[-1] == pad:
+                tokens = tokens[:-1]
         end = next((i for i, token in enumerate(tokens) if token in self._end_ids), None)
         if end is None:  # no end token: generation ran out of max_tokens
             finish = "length"
@@ -207,10 +220,11 @@ def _decoding(params: SamplingParams) -> dict[str, Any]:
 
 def _batches(requests: Sequence[ChatRequest], size: int) -> list[list[int]]:
     """Indices of requests grouped by their generate() arguments, then cut to `size`."""
-    groups: dict[tuple[float, float, int, int | None], list[int]] = {}
+    groups: dict[tuple[float, float, int, int | None, tuple[str, ...]], list[int]] = {}
     for index, request in enumerate(requests):
         params = request.params
-        groups.setdefault((params.temperature, params.top_p, params.max_tokens, params.seed), []).append(index)
+        key = (params.temperature, params.top_p, params.max_tokens, params.seed, params.stop)
+        groups.setdefault(key, []).append(index)
     return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]
 
 
@@ -225,6 +239,7 @@ def _end_token_ids(*ids: int | list[int] | None) -> frozenset[int]:
 
 
 def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str | None:
-    """The text before the earliest stop string, or None if none occurs."""
+    """The text before the earliest stop string, or None if none occurs (generate() stopped
+    after the token that completed it, so the stop string itself is still in the text)."""
     positions = [position for stop in stops if stop and (position := text.find(stop)) >= 0]
     return text[: min(positions)] if positions else None

@@ -7,8 +7,12 @@ call runs every request; vLLM schedules them itself (continuous batching), so th
 is no batch size to tune here. `vllm` is an optional, GPU-only extra and is imported
 only when this backend is made.
 
-Option `adapter` (ours): a PEFT LoRA folder served on top of the base model without
-merging (`enable_lora`, one `LoRARequest` for every request): the distilled judge.
+Option `adapter` (ours): a PEFT LoRA adapter served on top of the base model without
+merging (`enable_lora`, one `LoRARequest` for every request): the distilled judge. It is a
+folder or a Hub id: its config is read with `peft.PeftConfig.from_pretrained` (its rank
+sets `max_lora_rank`), and a Hub adapter is fetched with `huggingface_hub.snapshot_download`
+so that vLLM gets a local folder, as vLLM's LoRA guide does. With `HF_HUB_OFFLINE=1` only
+adapters already in the Hub cache work; another is one line saying so.
 
 Option `grammar` (ours): a GBNF grammar every reply is held to, through vLLM's structured
 outputs (`SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...))`: vLLM
@@ -22,6 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .adapters import lora_adapter
 from .base import Backend, BackendError, CallFailure, CallResult, ChatRequest, Completion, ResultCallback
 from .runner import short
 from .spec import BackendSpec
@@ -50,14 +55,11 @@ class VLLMBackend(Backend):
             _structured_outputs(self._grammar)  # fail now, not at the first batch, on an old vLLM
         self._lora: Any = None
         if adapter:
-            import json
-            from pathlib import Path
-
             from vllm.lora.request import LoRARequest
 
-            rank = json.loads((Path(adapter) / "adapter_config.json").read_text())["r"]
-            options.update(enable_lora=True, max_lora_rank=max(int(rank), options.get("max_lora_rank", 16)))
-            self._lora = LoRARequest("judge", 1, str(adapter))
+            folder, rank = lora_adapter(str(adapter))
+            options.update(enable_lora=True, max_lora_rank=max(rank, options.get("max_lora_rank", 16)))
+            self._lora = LoRARequest("judge", 1, folder)
         self._llm: Any = vllm.LLM(model=spec.model, **options)
 
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
