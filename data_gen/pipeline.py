@@ -31,6 +31,7 @@ from spanjudge.inference.contract import (
 )
 from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl
 from spanjudge.inference.prompts import render_annotator_prompt, render_supervisor_prompt
+from spanjudge.inference.sharding import Shard, input_key
 
 from .aggregate import aggregate
 from .annotate import Outcome, limit_annotator, limit_supervisor, run_with_retries
@@ -39,6 +40,7 @@ from .decontaminate import Decontamination
 from .folder_lock import one_run_per_folder
 from .records import Record, cap_errors, split_by_input, task_fields, write_split
 from .sampling import EvalRequest, sample_requests
+from .shards import SHARD_RECORDS, finish_shard, settings_hash, start_shard
 from .sources import read_source
 from .stats import compute_stats, write_stats
 
@@ -225,13 +227,21 @@ def run_pipeline(
     progress: ProgressCallback | None = None,
     refresh_unscored: bool = False,
     decontamination: Decontamination | None = None,
+    shard: Shard | None = None,
 ) -> RunSummary:
     """`refresh_unscored`: ask again every cached reply that did not parse (left unscored).
-    `decontamination`: leave out (or, allowed, count) inputs of the meta-evaluation sets."""
+    `decontamination`: leave out (or, allowed, count) inputs of the meta-evaluation sets.
+    `shard`: only the requests of the inputs in this shard (data_gen/shards.py)."""
+    start_shard(out_dir, shard, "annotate")
     summary = RunSummary(out_dir=out_dir)
     requests = build_requests(sources, sources_path, catalog, data_root, summary, decontamination)
     if decontamination is not None:
         summary.decontamination = decontamination.as_dict()
+    # every shard plans the whole run, so each request knows its place in the single run's order
+    position = {r.id: i for i, r in enumerate(requests)}
+    plan = settings_hash((r.id, r.item.inputs, r.item.output) for r in requests)  # the same data in every shard
+    if shard is not None:
+        requests = [r for r in requests if shard.holds(input_key(r.item.dataset, r.item.input_id))]
     summary.requests = len(requests)
     cache_path = cache_path or out_dir / "cache.sqlite"
     cache_path.parent.mkdir(parents=True, exist_ok=True)
@@ -253,20 +263,92 @@ def run_pipeline(
             summary.model_calls[role.name] = role.backend.model_calls
             summary.cache_hits[role.name] = role.backend.cache_hits
             role.close()
-    unscored += more_unscored
-    incomplete += more_incomplete
-    train, validation = split_by_input(records, sources.validation_fraction, sources.seed)
+    # in request order (not stage by stage), the order a merge of shards can restore
+    unscored = sorted(unscored + more_unscored, key=lambda row: position[row["id"]])
+    incomplete = sorted(incomplete + more_incomplete, key=lambda row: position[row["id"]])
+    names = [a.name for a in ensemble.annotators]
+    if shard is None:
+        write_dataset(out_dir, records, unscored, incomplete, names, sources.validation_fraction, sources.seed, summary)
+        return summary
+    _write_shard(out_dir, records, unscored, incomplete, names, summary)
+    finish_shard(
+        out_dir,
+        shard,
+        "annotate",
+        settings_hash([_results_settings(ensemble), sources.seed, sources.validation_fraction, plan]),
+        [(r.item.dataset, r.item.input_id) for r in requests],
+        {r.id: position[r.id] for r in requests},
+        annotators=names,
+        validation_fraction=sources.validation_fraction,
+        seed=sources.seed,
+    )
+    return summary
+
+
+def _results_settings(ensemble: EnsembleConfig) -> dict[str, Any]:
+    """What of the ensemble decides the records: the models and how they are asked, not
+    where their servers are nor how the calls are scheduled (shards run on other hosts)."""
+    roles = [*ensemble.annotators, ensemble.supervisor]
+    return {
+        "roles": [(r.name, r.backend.model_id, _model_options(r)) for r in roles],
+        **ensemble.model_dump(
+            mode="json", include={"name", "sampling", "supervisor_sampling", "parse_retry", "field_limits"}
+        ),
+        "required_annotators": ensemble.required_annotators,
+    }
+
+
+def _model_options(role: ModelRole) -> dict[str, Any]:
+    return {k: v for k, v in role.backend.options.items() if k != "keep_alive"}  # keep_alive: memory, not replies
+
+
+def write_dataset(
+    out_dir: Path,
+    records: Sequence[Record],
+    unscored: Sequence[Record],
+    incomplete: Sequence[Record],
+    annotators: Sequence[str],
+    validation_fraction: float,
+    seed: int,
+    summary: RunSummary,
+    **extra: Any,
+) -> None:
+    """The files of an annotation run, from its records in request order (one run, or the
+    shards of one run merged: the same code makes the same files)."""
+    train, validation = split_by_input(records, validation_fraction, seed)
     write_split(out_dir, train, validation)
     atomic_write_jsonl(out_dir / "unscored.jsonl", unscored)
     atomic_write_jsonl(out_dir / "incomplete.jsonl", incomplete)
-    stats = compute_stats(records, [a.name for a in ensemble.annotators], unscored)
+    _write_stats(out_dir, records, unscored, annotators, summary)
+    summary.records, summary.train, summary.validation = len(records), len(train), len(validation)
+    summary.unscored, summary.incomplete = len(unscored), len(incomplete)
+    atomic_write_json(out_dir / "run.json", {**summary.as_dict(), **extra})
+
+
+def _write_shard(
+    out_dir: Path,
+    records: Sequence[Record],
+    unscored: Sequence[Record],
+    incomplete: Sequence[Record],
+    annotators: Sequence[str],
+    summary: RunSummary,
+) -> None:
+    """A shard's files: its records unsplit (the split needs every shard: `spanjudge merge`)."""
+    atomic_write_jsonl(out_dir / SHARD_RECORDS, records)
+    atomic_write_jsonl(out_dir / "unscored.jsonl", unscored)
+    atomic_write_jsonl(out_dir / "incomplete.jsonl", incomplete)
+    _write_stats(out_dir, records, unscored, annotators, summary)
+    summary.records, summary.unscored, summary.incomplete = len(records), len(unscored), len(incomplete)
+    atomic_write_json(out_dir / "run.json", summary.as_dict())
+
+
+def _write_stats(
+    out_dir: Path, records: Sequence[Record], unscored: Sequence[Record], annotators: Sequence[str], summary: RunSummary
+) -> None:
+    stats = compute_stats(records, annotators, unscored)
     if summary.decontamination is not None:
         stats["decontamination"] = {k: v for k, v in summary.decontamination.items() if k != "overlaps"}
     write_stats(out_dir, stats)
-    summary.records, summary.train, summary.validation = len(records), len(train), len(validation)
-    summary.unscored, summary.incomplete = len(unscored), len(incomplete)
-    atomic_write_json(out_dir / "run.json", summary.as_dict())
-    return summary
 
 
 def _aggregate(

@@ -9,7 +9,9 @@ An item without a reference is unscored ("no reference"), never scored against n
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from spanjudge.inference.errors import InputError
 
@@ -27,51 +29,115 @@ NEEDS_MODEL_WEIGHTS = {
     "comet": "COMET",
 }
 _ROUGE_PARTS = {"": "fmeasure", "f": "fmeasure", "recall": "recall", "precision": "precision"}
+_ROUGE_KINDS = {"rouge1": "rouge1", "rouge2": "rouge2", "rougel": "rougeL", "rougelsum": "rougeLsum"}
+REFERENCE_POOLING = ("max", "mean")
 Scorer = Callable[[str, Sequence[str]], float]
+# A sentence ends at . ! ? (and closing quotes or brackets) before white space. rouge-score's own
+# splitter needs NLTK's punkt data, which cannot be downloaded here.
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+")
 
 
-def _rouge(kind: str, part: str) -> Scorer:
+@dataclass(frozen=True)
+class MetricSpec:
+    """`NAME[-recall|-precision][+stem][+refs=max|mean]`, parsed.
+
+    - `rougeLsum` is summary-level LCS (Lin 2004, ROUGE-L "summary level"): both texts are split
+      into sentences and the union LCS is taken; `rougeL` is one LCS over the whole text.
+    - `+stem`: Porter stemming of the tokens (rouge-score's `use_stemmer`).
+    - `+refs=mean`: with several references, the mean of the per-reference scores (UniEval's
+      SummEval baselines over its 11 references); default `max`, the best reference."""
+
+    kind: str
+    part: str = "fmeasure"
+    stem: bool = False
+    refs: str = "max"
+
+
+def parse_metric(name: str) -> MetricSpec:
+    base, *options = name.split("+")
+    stem, refs = False, "max"
+    for option in options:
+        key, _, value = option.strip().lower().partition("=")
+        if key == "stem" and not value:
+            stem = True
+        elif key == "refs" and value in REFERENCE_POOLING:
+            refs = value
+        else:
+            raise InputError(
+                f"metric '{name}': unknown option '+{option}'; options are +stem and +refs=max|mean "
+                "(several references: the best one, or the mean over all)"
+            )
+    lowered = base.strip().lower()
+    if lowered in ("bleu", "chrf"):
+        if stem:
+            raise InputError(f"metric '{name}': +stem applies to ROUGE only (sacrebleu tokenises on its own)")
+        return MetricSpec(lowered, refs=refs)
+    kind, _, part = lowered.partition("-")
+    if kind in _ROUGE_KINDS and part in _ROUGE_PARTS:
+        return MetricSpec(_ROUGE_KINDS[kind], _ROUGE_PARTS[part], stem, refs)
+    raise InputError(
+        f"unknown metric '{name}'; available: rouge1, rouge2, rougeL, rougeLsum (add -recall or -precision; "
+        "default F1), bleu (sacrebleu sentence BLEU), chrf; options +stem (ROUGE) and +refs=max|mean"
+    )
+
+
+def sentence_lines(text: str) -> str:
+    """One sentence per line, as rougeLsum reads its texts."""
+    sentences = (s.strip() for line in text.splitlines() for s in _SENTENCE_END.split(line))
+    return "\n".join(s for s in sentences if s)
+
+
+def _rouge(spec: MetricSpec) -> Callable[[str, str], float]:
     from rouge_score import rouge_scorer
 
-    scorer = rouge_scorer.RougeScorer([kind], use_stemmer=False)
+    scorer = rouge_scorer.RougeScorer([spec.kind], use_stemmer=spec.stem)
+    prepare = sentence_lines if spec.kind == "rougeLsum" else (lambda text: text)
 
-    def score(output: str, references: Sequence[str]) -> float:
-        # several references: the best match, as rouge-score's score_multi does
-        return max(getattr(scorer.score(ref, output)[kind], part) for ref in references)
+    def score(output: str, reference: str) -> float:
+        return float(getattr(scorer.score(prepare(reference), prepare(output))[spec.kind], spec.part))
 
     return score
 
 
-def _bleu() -> Scorer:
+def _pooled(spec: MetricSpec, one: Callable[[str, str], float]) -> Scorer:
+    def score(output: str, references: Sequence[str]) -> float:
+        values = [one(output, ref) for ref in references]
+        return max(values) if spec.refs == "max" else sum(values) / len(values)
+
+    return score
+
+
+def _bleu(spec: MetricSpec) -> Scorer:
     import sacrebleu
 
+    if spec.refs == "mean":
+        return _pooled(spec, lambda output, ref: float(sacrebleu.sentence_bleu(output, [ref]).score))
+    # max: sacrebleu's own multi-reference BLEU (n-gram counts clipped by the best reference)
     return lambda output, references: float(sacrebleu.sentence_bleu(output, list(references)).score)
 
 
-def _chrf() -> Scorer:
+def _chrf(spec: MetricSpec) -> Scorer:
     import sacrebleu
 
+    if spec.refs == "mean":
+        return _pooled(spec, lambda output, ref: float(sacrebleu.sentence_chrf(output, [ref]).score))
     return lambda output, references: float(sacrebleu.sentence_chrf(output, list(references)).score)
 
 
 def metric_scorer(name: str) -> Scorer:
-    lowered = name.lower()
+    lowered = name.split("+")[0].strip().lower()
     if lowered in NEEDS_MODEL_WEIGHTS:
         raise InputError(
             f"metric '{name}': {NEEDS_MODEL_WEIGHTS[lowered]} needs model weights from the Hugging Face Hub, which "
             "this machine cannot reach; compute it elsewhere and pass the scores with --judge scores:FILE"
         )
-    if lowered == "bleu":
-        return _bleu()
-    if lowered == "chrf":
-        return _chrf()
-    kind, _, part = lowered.partition("-")
-    if kind in ("rouge1", "rouge2", "rougel") and part in _ROUGE_PARTS:
-        return _rouge("rougeL" if kind == "rougel" else kind, _ROUGE_PARTS[part])
-    raise InputError(
-        f"unknown metric '{name}'; available: rouge1, rouge2, rougeL (add -recall or -precision; default F1), "
-        "bleu (sacrebleu sentence BLEU), chrf"
-    )
+    spec = parse_metric(name)
+    if spec.kind == "bleu":
+        return _bleu(spec)
+    if spec.kind == "chrf":
+        return _chrf(spec)
+    # several references: the best match (as rouge-score's score_multi does) or the mean
+    return _pooled(spec, _rouge(spec))
 
 
 class MetricJudge:

@@ -101,11 +101,19 @@ def _field_references(row: Row, field: str) -> tuple[str, ...]:
     raise InputError(f"{row.where}: reference field '{field}' is missing or not text")
 
 
+def _input_reference(item: MetaItem, row: Row, header: str) -> tuple[str, ...]:
+    if header not in item.inputs:
+        raise InputError(f"{row.where}: reference input '{header}' is not an input of this set ({', '.join(item.inputs)})")
+    return (item.inputs[header],)
+
+
 def _attach_references(
     items: list[MetaItem], rows: list[Row], refs: References, data_root: Path | None, suite_path: Path
 ) -> list[MetaItem]:
     if refs.field is not None:
         return [_with(item, _field_references(row, refs.field)) for item, row in zip(items, rows, strict=True)]
+    if refs.input is not None:
+        return [_with(item, _input_reference(item, row, refs.input)) for item, row in zip(items, rows, strict=True)]
     if refs.system is not None:
         by_input = {i.input_id: i.output for i in items if i.system == refs.system}
         if not by_input:

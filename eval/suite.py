@@ -42,11 +42,16 @@ class References(_Strict):
         default=None, description="A JSON list aligned with the source rows by position ($DATA/... allowed)."
     )
     file_field: str = "reference"
+    input: str | None = Field(
+        default=None,
+        description="An input of the item, by its header (e.g. Article): QAGS' ROUGE rows score the summary "
+        "against the article, Wiki-DA's against the source sentence.",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> References:
-        if sum(v is not None for v in (self.field, self.system, self.file)) != 1:
-            raise ValueError("give exactly one of field, system, file")
+        if sum(v is not None for v in (self.field, self.system, self.file, self.input)) != 1:
+            raise ValueError("give exactly one of field, system, file, input")
         return self
 
 
