@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from spanjudge.inference.progress_log import progress_bars
+from spanjudge.inference.sharding import SHARD_HELP
 
 annotate = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -30,6 +31,11 @@ AllowOverlapOption = Annotated[
         "--allow-overlap",
         help="Keep inputs that occur in the meta-evaluation sets (counted, with a warning recorded in run.json).",
     ),
+]
+
+ShardOption = Annotated[
+    str | None,
+    typer.Option("--shard", metavar="K/N", help=SHARD_HELP + " Join the N folders with `spanjudge merge`."),
 ]
 
 
@@ -62,6 +68,7 @@ def annotate_command(
     ] = False,
     decontaminate_against: DecontaminateOption = None,
     allow_overlap: AllowOverlapOption = False,
+    shard: ShardOption = None,
 ) -> None:
     """Annotate outputs with an LLM ensemble, merge with a supervisor, and build training data.
 
@@ -69,13 +76,19 @@ def annotate_command(
     DatasetDict), OUT/unscored.jsonl, OUT/incomplete.jsonl, OUT/stats.{json,md} and
     OUT/score_histogram.png. Every model call is cached: re-running the same command after
     a crash, a kill or a dead server finishes the work without repeating any call.
+
+    With --shard K/N, OUT holds shard K only (OUT/records.jsonl, not yet split, its own
+    cache, stats and OUT/shard.json); `spanjudge merge` joins the N shards into what one
+    run writes.
     """
     from spanjudge.inference.catalog import load_catalog
+    from spanjudge.inference.sharding import parse_shard, shard_path
 
     from .config import load_ensemble, load_sources, parse_endpoint_options
     from .decontaminate import prepare
     from .pipeline import run_pipeline
 
+    part = parse_shard(shard)  # a bad K/N is one line before anything is read
     console = Console(stderr=True)
     ensemble_config = load_ensemble(ensemble, parse_endpoint_options(endpoint or []))
     sources_config = load_sources(sources)
@@ -91,15 +104,17 @@ def annotate_command(
             out,
             load_catalog(),
             data_root=data_root,
-            cache_path=cache,
+            cache_path=shard_path(cache, part) if cache is not None else None,
             progress=progress,
             refresh_unscored=refresh_unscored,
             decontamination=decontamination,
+            shard=part,
         )
     for line in decontamination.lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+    split = f"shard {part.label}, not yet split" if part else f"{summary.train} train / {summary.validation} validation"
     console.print(
-        f"{summary.records} records ({summary.train} train / {summary.validation} validation) from "
+        f"{summary.records} records ({split}) from "
         f"{summary.requests} requests; unscored {summary.unscored}; incomplete {summary.incomplete}; "
         f"model calls {summary.total_model_calls} ({', '.join(f'{k} {v}' for k, v in summary.model_calls.items())}); "
         f"cache hits {sum(summary.cache_hits.values())}"
@@ -114,6 +129,8 @@ def annotate_command(
             f"{summary.beyond_limit_inputs} rows past limit_inputs"
         )
     console.print(f"statistics: {out / 'stats.md'}; histogram: {out / 'score_histogram.png'}")
+    if part:
+        console.print(f"shard {part.label} done; join all {part.count}: spanjudge merge --shards DIR1 ... --out DIR")
     if summary.incomplete:
         console.print(
             f"[yellow]{summary.incomplete} requests are incomplete[/yellow]: re-run the same command to finish"
@@ -194,6 +211,7 @@ def generate_command(
     data_dir: Annotated[
         Path | None, typer.Option("--data-dir", help="Shared data folder for $DATA/ paths (default ../shared/data).")
     ] = None,
+    shard: ShardOption = None,
 ) -> None:
     """Generate new system outputs with LLMs for every input of the sources.
 
@@ -204,13 +222,18 @@ def generate_command(
     OUT/sources.yaml points `spanjudge annotate --sources` at them. Also OUT/rejected.jsonl,
     OUT/incomplete.jsonl and OUT/run.json. Every model call is cached: re-running the same
     command after a crash or a kill finishes the work without repeating any call.
+
+    With --shard K/N, OUT holds the outputs of shard K's inputs (and OUT/shard.json);
+    `spanjudge merge` joins the N shards into what one run writes.
     """
     from spanjudge.inference.catalog import load_catalog
+    from spanjudge.inference.sharding import parse_shard, shard_path
 
     from .config import load_sources, parse_endpoint_options
     from .generate import run_generate
     from .generate_config import load_generate_config
 
+    part = parse_shard(shard)
     console = Console(stderr=True)
     generate_config = load_generate_config(systems, parse_endpoint_options(endpoint or []))
     sources_config = load_sources(sources)
@@ -224,8 +247,9 @@ def generate_command(
             out,
             load_catalog(),
             data_root=data_root,
-            cache_path=cache,
+            cache_path=shard_path(cache, part) if cache is not None else None,
             progress=progress,
+            shard=part,
         )
     per_source = ", ".join(f"{name} {count}" for name, count in summary.per_source.items())
     reasons = ", ".join(f"{reason} {count}" for reason, count in summary.rejected_reasons.items())
@@ -240,11 +264,58 @@ def generate_command(
         console.print(f"skipped {line}")
     if len(summary.skipped) > 10:
         console.print(f"... and {len(summary.skipped) - 10} more skipped (see {out / 'run.json'})")
-    console.print(f"annotate them: spanjudge annotate --sources {out / 'sources.yaml'} --ensemble <ensemble.yaml>")
+    if part:
+        console.print(f"shard {part.label} done; join all {part.count}: spanjudge merge --shards DIR1 ... --out DIR")
+    else:
+        console.print(f"annotate them: spanjudge annotate --sources {out / 'sources.yaml'} --ensemble <ensemble.yaml>")
     if summary.incomplete:
         console.print(
             f"[yellow]{summary.incomplete} prompts are incomplete[/yellow] (see {out / 'incomplete.jsonl'}): "
             "re-run the same command to finish"
+        )
+        raise typer.Exit(1)
+
+
+merge = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@merge.command(context_settings={"allow_extra_args": True})
+def merge_command(
+    ctx: typer.Context,
+    shards: Annotated[
+        list[Path],
+        typer.Option("--shards", help="The shards' output folders (all N, any order): --shards DIR1 DIR2 ..."),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Output folder of the joined run.")],
+) -> None:
+    """Join the shards of a `spanjudge annotate --shard K/N` or `generate --shard K/N` run.
+
+    Checks that the folders are one run's parts (every shard 1..N exactly once, finished,
+    the same settings and data, no input in two shards), then writes what a single run
+    writes from the same records: for annotate OUT/train.jsonl and OUT/validation.jsonl
+    (the same split), OUT/hf_dataset/, unscored/incomplete, stats and run.json (with
+    `merged_from`); for generate OUT/outputs/, sources.yaml, rejected/incomplete and run.json.
+    """
+    from spanjudge.inference.errors import InputError
+
+    from .shards import merge_shards
+
+    folders = [*shards, *(Path(arg) for arg in ctx.args)]  # --shards A B C: B and C arrive as extra args
+    stray = [arg for arg in ctx.args if arg.startswith("-")]
+    if stray:
+        raise InputError(f"merge: unknown option {stray[0]}")
+    console = Console(stderr=True)
+    run = merge_shards(folders, out)
+    if "records" in run:
+        console.print(
+            f"{run['records']} records ({run['train']} train / {run['validation']} validation) from "
+            f"{len(folders)} shards; unscored {run['unscored']}; incomplete {run['incomplete']}; written to {out}"
+        )
+    else:
+        console.print(f"{run['outputs']} outputs from {len(folders)} shards; incomplete {run['incomplete']}; {out}")
+    if run["incomplete"]:
+        console.print(
+            f"[yellow]{run['incomplete']} are incomplete[/yellow]: re-run their shards' commands, then merge again"
         )
         raise typer.Exit(1)
 

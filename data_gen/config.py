@@ -63,6 +63,12 @@ class EnsembleConfig(_Strict):
         description="Annotators whose calls must succeed for a record (default: all). A lower value "
         "lets a run finish without a model that stays down.",
     )
+    one_model_at_a_time: bool = Field(
+        default=False,
+        description="Annotators that share a server run one after another, each through all its prompts, "
+        "instead of side by side: for an Ollama host that holds one big model at a time (side by side it "
+        "would swap models on every request). Their ollama backends get options.keep_alive 30m unless set.",
+    )
 
     @model_validator(mode="after")
     def _names_unique(self) -> EnsembleConfig:

@@ -26,6 +26,7 @@ from spanjudge.inference.catalog import Catalog, Task
 from spanjudge.inference.configio import configs_dir
 from spanjudge.inference.errors import ConfigError
 from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from spanjudge.inference.sharding import Shard, input_key
 
 from .annotate import prompt_hash
 from .config import SourcesConfig, SourceSpec, resolve_source_path
@@ -33,6 +34,7 @@ from .generate_config import GenerateConfig, SystemSpec
 from .generate_post import postprocess
 from .generate_prompts import Template, Templates, build_request, load_templates, render_prompt, templates_for
 from .pipeline import ProgressCallback, StageSummary
+from .shards import finish_shard, settings_hash, start_shard
 from .sources import TaskInput, read_inputs
 
 OUTPUT_FIELDS = {"input_id": "input_id", "system": "system", "output": "output", "inputs_from": "inputs"}
@@ -197,9 +199,16 @@ def run_generate(
     data_root: Path | None,
     cache_path: Path | None = None,
     progress: ProgressCallback | None = None,
+    shard: Shard | None = None,
 ) -> GenerateSummary:
+    """`shard`: only the jobs of the inputs in this shard (data_gen/shards.py)."""
+    start_shard(out_dir, shard, "generate")
     summary = GenerateSummary(out_dir=out_dir)
     jobs = plan_jobs(config, config_path, sources, sources_path, catalog, data_root, summary)
+    order = {job.id: index for index, job in enumerate(jobs)}  # the single run's order, for merge
+    plan = settings_hash((job.id, job.system_name, _job_settings(config, job)) for job in jobs)
+    if shard is not None:
+        jobs = [job for job in jobs if shard.holds(input_key(job.item.dataset, job.item.input_id))]
     summary.jobs = len(jobs)
     cache_path = cache_path or out_dir / "cache.sqlite"
     cache_path.parent.mkdir(parents=True, exist_ok=True)
@@ -223,7 +232,23 @@ def run_generate(
     summary.model_calls = {n: summary.model_calls.get(n, 0) for n in names}
     summary.cache_hits = {n: summary.cache_hits.get(n, 0) for n in names}
     _write(config, sources, jobs, results, out_dir, summary)
+    if shard is not None:
+        inputs = [(job.item.dataset, job.item.input_id) for job in jobs]
+        finish_shard(out_dir, shard, "generate", plan, inputs, {job.id: order[job.id] for job in jobs})
     return summary
+
+
+def _job_settings(config: GenerateConfig, job: GenJob) -> list[Any]:
+    """What decides a job's output: the model, the exact request, the post-processing; not the
+    server (shards of one run may use other hosts)."""
+    system = config.systems[job.system_index]
+    return [
+        system.backend.model_id,
+        job.request.model_dump(mode="json"),
+        config.postprocess_for(system).model_dump(mode="json"),
+        list(job.template.stops(job.style)),
+        list(job.template.spec.strip),
+    ]
 
 
 def _write(

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from spanjudge.inference.backends import CachedBackend, LLMCache, make_backend
 from spanjudge.inference.catalog import Catalog, Task
@@ -43,6 +44,9 @@ from .sampling import EvalRequest, sample_requests
 from .shards import SHARD_RECORDS, finish_shard, settings_hash, start_shard
 from .sources import read_source
 from .stats import compute_stats, write_stats
+
+KEEP_ALIVE = "keep_alive"  # the ollama backend's option (backends/ollama_native.py), not imported: lazy
+DEFAULT_KEEP_ALIVE = "30m"  # Ollama's own default is 5m: a slow supervisor turn could unload an annotator
 
 ProgressCallback = Callable[[str, int, int, int, int], None]
 """(role name, done, total, cached, failed) after each finished request."""
@@ -169,8 +173,34 @@ def _annotate_all(
             limit_annotator(ensemble.field_limits),
         )
 
-    with ThreadPoolExecutor(max_workers=len(roles)) as pool:
-        return dict(zip((r.name for r in roles), pool.map(one, roles), strict=True))
+    def in_turn(group: Sequence[_Role]) -> list[tuple[str, list[Outcome[AnnotatorEvaluation]]]]:
+        return [(role.name, one(role)) for role in group]
+
+    groups = host_groups(roles) if ensemble.one_model_at_a_time else [[role] for role in roles]
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        return {name: outcomes for done in pool.map(in_turn, groups) for name, outcomes in done}
+
+
+def host_groups(roles: Sequence[_Role]) -> list[list[_Role]]:
+    """Annotators that share a server (any endpoint's host:port; in-process models share this
+    machine), each group in config order: `one_model_at_a_time` runs a group's models in turn."""
+    groups: list[tuple[set[str], list[int]]] = []
+    for index, role in enumerate(roles):
+        hosts = {urlsplit(url).netloc or url for url in role.spec.endpoints} or {"this machine"}
+        touching = [g for g in groups if g[0] & hosts]
+        groups = [g for g in groups if not any(g is t for t in touching)]
+        groups.append((hosts.union(*(g[0] for g in touching)), [i for g in touching for i in g[1]] + [index]))
+    ordered = sorted((sorted(indices) for _, indices in groups), key=lambda indices: indices[0])
+    return [[roles[i] for i in indices] for indices in ordered]
+
+
+def _keep_loaded(role: ModelRole, ensemble: EnsembleConfig) -> ModelRole:
+    """With `one_model_at_a_time`, an Ollama model stays loaded between its requests."""
+    backend = role.backend
+    if not ensemble.one_model_at_a_time or backend.kind != "ollama" or KEEP_ALIVE in backend.options:
+        return role
+    options = {**backend.options, KEEP_ALIVE: DEFAULT_KEEP_ALIVE}
+    return role.model_copy(update={"backend": backend.model_copy(update={"options": options})})
 
 
 def _annotator_provenance(name: str, role_model: str, outcome: Outcome[AnnotatorEvaluation]) -> dict[str, Any]:
@@ -252,8 +282,13 @@ def run_pipeline(
         )
         for r in requests
     ]
-    annotators = [_Role(a, cache_path, parse_annotator if refresh_unscored else None) for a in ensemble.annotators]
-    supervisor = _Role(ensemble.supervisor, cache_path, parse_supervisor if refresh_unscored else None)
+    annotators = [
+        _Role(_keep_loaded(a, ensemble), cache_path, parse_annotator if refresh_unscored else None)
+        for a in ensemble.annotators
+    ]
+    supervisor = _Role(
+        _keep_loaded(ensemble.supervisor, ensemble), cache_path, parse_supervisor if refresh_unscored else None
+    )
     try:
         outcomes = _annotate_all(ensemble, annotators, prompts, progress)
         scored, unscored, incomplete = _aggregate(ensemble, requests, tasks, annotators, outcomes, sources.seed)
@@ -299,7 +334,7 @@ def _results_settings(ensemble: EnsembleConfig) -> dict[str, Any]:
 
 
 def _model_options(role: ModelRole) -> dict[str, Any]:
-    return {k: v for k, v in role.backend.options.items() if k != "keep_alive"}  # keep_alive: memory, not replies
+    return {k: v for k, v in role.backend.options.items() if k != KEEP_ALIVE}  # memory, not replies
 
 
 def write_dataset(

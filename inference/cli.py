@@ -47,6 +47,9 @@ COMMANDS: dict[str, CommandEntry] = {
         "Build training data from existing annotations (quintd-1 spans, OpeNLGauge's release).",
         "spanjudge.data_gen.cli:import_annotations",
     ),
+    "merge": CommandEntry(
+        "Join the shards of an `annotate --shard K/N` or `generate --shard K/N` run.", "spanjudge.data_gen.cli:merge"
+    ),
     "train": CommandEntry(
         "Fine-tune the judge with LoRA/QLoRA (same as `accelerate launch train.py`).", "spanjudge.training.cli:train"
     ),

@@ -11,6 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
+from .sharding import SHARD_HELP
+
 score = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 render = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 export = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -51,8 +53,50 @@ def score_command(
     model: Annotated[
         str, typer.Option("--model", help="Adapter folder (spanjudge train), merged model folder or hub id.")
     ],
-    data: Annotated[str, typer.Option("--data", help="Rows to score: .jsonl, .json, .csv or a saved HF dataset.")],
-    out: Annotated[Path, typer.Option("--out", help="Results JSONL (one evaluation per line; re-running resumes).")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            help="Results JSONL (one evaluation per line; re-running resumes); what produced it (versions, git "
+            "commit, options) goes beside it in OUT with .run.json.",
+        ),
+    ],
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            help="Rows to score: .jsonl, .json, .csv or a saved HF dataset (or see --data-format, --src/--hyp).",
+        ),
+    ] = None,
+    data_format: Annotated[
+        str,
+        typer.Option(
+            "--data-format",
+            help="auto (by the file), or lm-eval: the samples_*.jsonl of `lm_eval --log_samples`; the output is "
+            "the sample's filtered_resps (--output-field resps: the raw generation), the id its doc_id, and "
+            'inputs come from its doc: --input "Article=doc.document".',
+        ),
+    ] = "auto",
+    src: Annotated[
+        Path | None,
+        typer.Option("--src", help="Plain text, one source per line: the task's first input (or --input H=src)."),
+    ] = None,
+    hyp: Annotated[
+        Path | None, typer.Option("--hyp", help="Plain text, one output to evaluate per line (with --src).")
+    ] = None,
+    ref: Annotated[
+        Path | None,
+        typer.Option("--ref", help='Plain text, one reference per line, for an input mapped with --input "H=ref".'),
+    ] = None,
+    prompt_template: Annotated[
+        Path | None,
+        typer.Option(
+            "--prompt-template",
+            help="The judge's prompt as a Jinja file (variables: task_name, aspect_name, aspect_definition, "
+            "extra_task_info, inputs, outputs), e.g. the one a foreign judge was trained with; default: the one "
+            "stored in the adapter folder (data.prompt_template in training), else the built-in prompt.",
+        ),
+    ] = None,
     task: Annotated[
         str | None, typer.Option("--task", help="Task id (spanjudge tasks); else each row's task_id.")
     ] = None,
@@ -112,6 +156,10 @@ def score_command(
             "broken; a plain re-run keeps them.",
         ),
     ] = False,
+    shard: Annotated[
+        str | None,
+        typer.Option("--shard", metavar="K/N", help=SHARD_HELP + " The N results files together hold every row."),
+    ] = None,
 ) -> None:
     """Score outputs with a distilled judge: error spans (anchored to character offsets),
     explanations, severities and a 0-100 score per output.
@@ -123,14 +171,16 @@ def score_command(
     rows; re-running into the same --out with another task, aspect, model, decoding or data is
     refused (each row records what it was scored with).
     """
+    options = dict(locals())  # every option as given, for the results' provenance (OUT.run.json)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     from .backends import parse_engine_args
     from .catalog import load_catalog
     from .errors import InputError
-    from .judge import Judge
+    from .judge import Judge, resolve_prompt_template
     from .progress_log import progress_bars
+    from .run_info import run_info
     from .score_data import (
         FieldMapping,
         append_results,
@@ -139,8 +189,14 @@ def score_command(
         read_requests,
         read_results,
         resume_key,
+        run_info_path,
+        score_source,
+        shard_requests,
+        write_run_info,
     )
+    from .sharding import parse_shard
 
+    part = parse_shard(shard)
     if output_format not in ("jsonl", "html"):
         raise InputError(f"--format must be jsonl or html, not '{output_format}'")
     if engine not in ("transformers", "vllm", "openai"):
@@ -151,9 +207,17 @@ def score_command(
     console = Console(stderr=True, soft_wrap=True)  # log lines stay whole (greppable)
     catalog = load_catalog()
     mapping = FieldMapping(id_field=id_field, output_field=output_field, inputs=_parse_inputs(input_field or []))
-    if Path(data).exists() and out.exists() and out.resolve() == Path(data).resolve():
-        raise InputError(f"--out {out} is the --data file; write the results to another file")
-    requests = read_requests(data, catalog, task, aspect, aspect_definition, mapping, split=split, limit=limit)
+    texts = {"src": src, "hyp": hyp, "ref": ref}
+    data_name, rows, mapping = score_source(data, data_format, texts, mapping, catalog.task(task) if task else None)
+    for given in (data, src, hyp, ref):
+        if given is not None and Path(given).exists() and out.exists() and out.resolve() == Path(given).resolve():
+            raise InputError(f"--out {out} is an input file ({given}); write the results to another file")
+    template = resolve_prompt_template(model, prompt_template)
+    requests = read_requests(
+        data_name, catalog, task, aspect, aspect_definition, mapping,
+        split=split, limit=limit, rows=rows, template=template,
+    )  # fmt: skip
+    requests = shard_requests(out, requests, part)  # with --shard K/N, the rows of shard K's inputs
     decoding = {"max_new_tokens": max_new_tokens, "retries": retries, "constrained": constrained}
     judge_identity = _model_identity(model, base, engine, served_model)
     keys = {str(r.id): resume_key(r, judge_identity, decoding) for r in requests}
@@ -162,6 +226,9 @@ def score_command(
     if refresh_unscored:
         done = _drop_unscored(out, done, set(keys))
     todo = [r for r in requests if r.id not in done]
+    if todo or not run_info_path(out).exists():
+        template_used = {"path": str(template.path), "sha256": template.sha256} if template else None
+        write_run_info(out, run_info("score", {**options, "prompt_template": template_used}, seed=None))
     console.print(f"{len(requests)} rows; {len(requests) - len(todo)} already scored in {out}; {len(todo)} to go")
     failed = 0
     if todo:
@@ -178,6 +245,7 @@ def score_command(
             catalog=catalog,
             constrained=constrained,
             engine_options=engine_options,
+            prompt_template=template,
         )
         columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with progress_bars(*columns, console=console) as progress:  # log lines when not a terminal
@@ -205,7 +273,7 @@ def score_command(
         from .html_report import render_html
 
         page = out.with_suffix(".html")
-        atomic_write_text(page, render_html(rows, title=f"spanjudge: {Path(data).name}"))
+        atomic_write_text(page, render_html(rows, title=f"spanjudge: {Path(data_name).name}"))
         console.print(f"HTML report: {page}")
     if failed:
         console.print(f"[red]{failed} rows could not reach the model; re-run the same command to finish them[/red]")

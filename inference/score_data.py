@@ -4,9 +4,12 @@ resumable JSONL of results.
 Field mapping: each task input header is read from `--input HEADER=FIELD`, else from a field
 named like the header ("Article", "article", "dialogue_history" for "Dialogue history"); the
 output from `--output-field` (default "output"); the id from `--id-field` (default "id", else
-the row number). Rows written by `spanjudge annotate` (with `inputs`/`outputs` mappings and
-`task_id`/`aspect_name`) are read as they are. Every row is checked before any model runs: a
-missing field stops the run with the file, the line and the fix.
+the row number). A FIELD may be a dotted path into nested objects (`doc.document`, `resps.0`);
+a list of one item stands for that item. Rows written by `spanjudge annotate` (with
+`inputs`/`outputs` mappings and `task_id`/`aspect_name`) are read as they are. Other formats
+(`tabular.iter_lm_eval_samples`, `tabular.iter_parallel_text`) arrive as rows of the same kind.
+Every row is checked before any model runs: a missing field stops the run with the file, the
+line and the fix.
 """
 
 from __future__ import annotations
@@ -14,15 +17,26 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .catalog import Aspect, Catalog, validate_inputs
+from .catalog import Aspect, Catalog, Task, validate_inputs
 from .errors import InputError
 from .judge_prompt import JudgeRequest
-from .tabular import iter_csv, iter_json_list, iter_jsonl
+from .prompts import PromptTemplate
+from .sharding import Shard
+from .tabular import (
+    PARALLEL_FIELDS,
+    Located,
+    iter_csv,
+    iter_json_list,
+    iter_jsonl,
+    iter_lm_eval_samples,
+    iter_parallel_text,
+    only_value,
+)
 
 
 @dataclass(frozen=True)
@@ -58,10 +72,29 @@ def _candidates(header: str) -> list[str]:
     return [header, header.lower(), snake]
 
 
+_ABSENT = object()
+
+
+def _lookup(row: Mapping[str, Any], name: str) -> Any:
+    """row[name], else the value at a dotted path ("doc.document", "resps.0"), else _ABSENT."""
+    if name in row:
+        return row[name]
+    node: Any = row
+    for part in name.split("."):
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return _ABSENT
+    return node
+
+
 def _field(row: Mapping[str, Any], names: Sequence[str], where: str, what: str, option: str) -> str:
     for name in names:
-        if name in row and row[name] is not None:
-            return str(row[name])
+        value = only_value(_lookup(row, name))
+        if value is not _ABSENT and value is not None:
+            return str(value)
     raise InputError(f"{where}: missing field '{names[0]}' for {what} (map another field with {option})")
 
 
@@ -75,11 +108,16 @@ def read_requests(
     *,
     split: str = "test",
     limit: int | None = None,
+    rows: Iterable[Located] | None = None,
+    template: PromptTemplate | None = None,
 ) -> list[JudgeRequest]:
-    """Every row as a JudgeRequest, in order; ids must be unique (they key resumption)."""
+    """Every row as a JudgeRequest, in order; ids must be unique (they key resumption).
+
+    `rows`: rows read from a foreign format (else those of the file or dataset at `path`);
+    `template`: the judge's prompt template, carried by every request."""
     requests: list[JudgeRequest] = []
     seen: dict[str, str] = {}
-    for number, (where, row) in enumerate(_rows(path, split)):
+    for number, (where, row) in enumerate(_rows(path, split) if rows is None else rows):
         if limit is not None and number >= limit:
             break
         from_annotate = isinstance(row.get("inputs"), Mapping) and isinstance(row.get("outputs"), Mapping)
@@ -100,7 +138,7 @@ def read_requests(
                     if mapping.inputs and spec.header in mapping.inputs
                     else _candidates(spec.header)
                 )
-                if spec.optional and not any(name in row for name in names):
+                if spec.optional and all(_lookup(row, name) is _ABSENT for name in names):
                     continue
                 inputs[spec.header] = _field(
                     row, names, where, f"the input '{spec.header}'", f'--input "{spec.header}=FIELD"'
@@ -116,10 +154,64 @@ def read_requests(
             checked = validate_inputs(task, inputs)
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
-        requests.append(JudgeRequest(task=task, aspect=aspect, inputs=checked, output=output, id=item_id))
+        requests.append(
+            JudgeRequest(task=task, aspect=aspect, inputs=checked, output=output, id=item_id, template=template)
+        )
     if not requests:
         raise InputError(f"{path}: no rows to score")
     return requests
+
+
+DATA_FORMATS = ("auto", "lm-eval")
+
+
+def score_source(
+    data: str | None,
+    data_format: str,
+    texts: Mapping[str, Path | None],
+    mapping: FieldMapping,
+    task: Task | None,
+) -> tuple[str, Iterable[Located] | None, FieldMapping]:
+    """(the data's name, its rows when it is not a file or dataset `read_requests` opens itself,
+    the field mapping for those rows) for `--data` [`--data-format`] or `--src/--hyp/--ref`
+    (`texts`, by those names)."""
+    given = {key: path for key, path in texts.items() if path is not None}
+    if data_format not in DATA_FORMATS:
+        raise InputError(f"--data-format must be {' or '.join(DATA_FORMATS)}, not '{data_format}'")
+    if given:
+        if data is not None or data_format != "auto":
+            raise InputError("give either --data (with --data-format) or --src/--hyp plain text files, not both")
+        return _parallel_source(given, mapping, task)
+    if data is None:
+        raise InputError("give the rows to score: --data FILE, or --src FILE --hyp FILE [--ref FILE]")
+    if data_format == "lm-eval":
+        if not Path(data).is_file():
+            raise InputError(f"--data-format lm-eval reads a samples_*.jsonl file (lm_eval --log_samples), not {data}")
+        return data, iter_lm_eval_samples(Path(data)), mapping
+    return data, None, mapping
+
+
+def _parallel_source(
+    given: Mapping[str, Path], mapping: FieldMapping, task: Task | None
+) -> tuple[str, Iterable[Located], FieldMapping]:
+    """Plain text files line by line: the output from --hyp, --src into the task's first input
+    (unless --input maps it elsewhere), --ref into the input --input HEADER=ref names."""
+    missing = [f"--{key}" for key in ("src", "hyp") if key not in given]
+    if missing:
+        raise InputError(f"plain text input needs --src and --hyp (one item per line); {missing[0]} is missing")
+    if task is None:
+        raise InputError("--src/--hyp files hold no task: give --task (and --aspect)")
+    inputs = dict(mapping.inputs or {})
+    if "src" not in inputs.values():
+        inputs.setdefault(task.inputs[0].header, "src")
+    if "ref" in given and "ref" not in inputs.values():
+        headers = ", ".join(spec.header for spec in task.inputs)
+        raise InputError(
+            f"--ref {given['ref']}: no input of task '{task.id}' reads it ({headers}); "
+            'map it with --input "HEADER=ref", or leave --ref out (the judge needs no reference)'
+        )
+    rows = list(iter_parallel_text({key: given[key] for key in PARALLEL_FIELDS if key in given}))
+    return str(given["hyp"]), rows, FieldMapping(id_field="id", output_field="hyp", inputs=inputs)
 
 
 # -- the results file ----------------------------------------------------------------------
@@ -255,6 +347,21 @@ def append_results(out: Path, rows: Sequence[Mapping[str, Any]]) -> None:
         os.fsync(handle.fileno())
 
 
+def run_info_path(out: Path) -> Path:
+    """The results file's provenance beside it: scores.jsonl -> scores.run.json."""
+    return out.with_suffix(".run.json")
+
+
+def write_run_info(out: Path, info: Mapping[str, Any]) -> Path:
+    """Write what produces `out` (`run_info.run_info`) beside it, before its rows are scored."""
+    from .fileio import atomic_write_json
+
+    path = run_info_path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, dict(info))
+    return path
+
+
 def _results(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     for where, row in iter_jsonl(path):
         yield where, _checked_row(row, where)
@@ -263,3 +370,27 @@ def _results(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 def read_results(path: Path) -> list[dict[str, Any]]:
     """The rows of a results file; InputError naming the line of one that is not a result."""
     return [row for _, row in _results(path)]
+
+
+# -- shards (`--shard K/N`) ----------------------------------------------------------------
+
+
+def shard_key(request: JudgeRequest) -> str:
+    """Rows are split by their input text: every output of one input lands in one shard."""
+    return json.dumps(dict(request.inputs), sort_keys=True, ensure_ascii=False)
+
+
+def shard_requests(out: Path, requests: Sequence[JudgeRequest], shard: Shard | None) -> list[JudgeRequest]:
+    """The requests of `shard` (all without one). InputError when `out` already holds results of
+    this data's other shards: each shard keeps its own results file."""
+    if shard is None:
+        return list(requests)
+    mine = [r for r in requests if shard.holds(shard_key(r))]
+    others = {str(r.id) for r in requests} - {str(r.id) for r in mine}
+    foreign = sorted(i for i in finished_ids(out) if i in others)
+    if foreign:
+        raise InputError(
+            f"{out} holds results of rows outside shard {shard.label} (e.g. id '{foreign[0]}'); "
+            "give each shard its own --out"
+        )
+    return mine

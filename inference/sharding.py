@@ -18,9 +18,8 @@ from pathlib import Path
 from .errors import InputError
 
 SHARD_HELP = (
-    "Do only part K of N (e.g. 2/8): the inputs whose stable hash falls in shard K, all systems and "
-    "aspects of an input together. Run every K from 1 to N (on other machines, each with its own --out) "
-    "and join them with `spanjudge merge`."
+    "Do only part K of N (e.g. 2/8): the inputs whose stable hash falls in shard K, all outputs of an "
+    "input together. Run every K from 1 to N (on other machines), each with its own --out."
 )
 
 _PATTERN = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")

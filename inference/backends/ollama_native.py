@@ -3,7 +3,8 @@
 Use this kind rather than Ollama's OpenAI-compatible `/v1` when model options matter:
 `/v1` cannot set `num_ctx`, and Ollama's default context (2048 tokens in many versions)
 silently truncates long annotator prompts. `spec.options` are sent as Ollama model
-options with every request (`num_ctx`, `repeat_penalty`, ...); the sampling options
+options with every request (`num_ctx`, `repeat_penalty`, ...), except `keep_alive` ("30m"),
+which is sent as the request's own field (how long the model stays loaded); the sampling options
 (temperature, top_p, seed, num_predict, stop) come from each request's `SamplingParams`
 so that they are part of its cache key, and are refused in `spec.options`.
 
@@ -30,6 +31,7 @@ from .runner import MalformedReply, ServerBackend, describe_reply, retry_after_s
 from .spec import BackendSpec
 
 SAMPLING_OPTIONS = frozenset({"temperature", "top_p", "seed", "num_predict", "stop"})
+KEEP_ALIVE = "keep_alive"  # in `spec.options`, but sent as the request's own field
 
 # The last HTTP response of the running call: the ollama client does not expose it, and a
 # reply it cannot read (an HTML page, no message) is reported with what the server sent.
@@ -71,7 +73,11 @@ class OllamaBackend(ServerBackend):
         _last_response.set(None)
         try:
             reply = await client.chat(
-                model=self.spec.model, messages=messages, options=self.options(request), stream=False
+                model=self.spec.model,
+                messages=messages,
+                options=self.options(request),
+                stream=False,
+                keep_alive=self.keep_alive,
             )
         except ollama.ResponseError as error:
             response = _last_response.get()  # the client keeps no headers: Retry-After is read here
@@ -101,7 +107,14 @@ class OllamaBackend(ServerBackend):
             options["seed"] = params.seed
         if params.stop:
             options["stop"] = list(params.stop)
-        return {**options, **self.spec.options}
+        return {**options, **{k: v for k, v in self.spec.options.items() if k != KEEP_ALIVE}}
+
+    @property
+    def keep_alive(self) -> str | float | None:
+        """`options.keep_alive` ("30m", 3600, -1 = for good): how long Ollama keeps the model
+        loaded after a call. A request field, not a model option: it saves a big model from
+        being unloaded between requests, and never changes a reply (so no cache key holds it)."""
+        return self.spec.options.get(KEEP_ALIVE)
 
     def _classify(self, error: Exception) -> tuple[FailureKind, str] | None:
         return classify_ollama_error(error)
