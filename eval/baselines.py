@@ -144,6 +144,10 @@ class MetricJudge:
     def __init__(self, name: str) -> None:
         self.scorer = metric_scorer(name)
         self.name = f"metric:{name}"
+        # the references a metric is scored against are part of what it computed: QAGS and Wiki-DA
+        # had none and SummEval one before the suite named the article, the source and all 11
+        # references, so a store written under the old references must not be reused
+        self.store_key = f"metric:{name}|references-2"
         self._memo: dict[tuple[str, str], float] = {}
 
     def judge(

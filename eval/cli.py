@@ -88,6 +88,16 @@ def meta_eval_command(
         typer.Option("--endpoint", help="prompted: point a model at other servers, NAME=URL[,URL...] (repeatable)."),
     ] = None,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Write PNG plots.")] = True,
+    samples: Annotated[
+        int,
+        typer.Option(
+            "--samples",
+            min=1,
+            help="Judge each item N times (sample k decodes with a seed from k; sample 1 of N is today's judgment) "
+            "and aggregate as the papers did: mean (human-correlation sets, dhp, attacks, prompt); dual: mode "
+            "for global, mean for local. Each sample is stored, so a re-run asks nothing again.",
+        ),
+    ] = 1,
     export_requests: Annotated[
         Path | None,
         typer.Option(
@@ -122,8 +132,10 @@ def meta_eval_command(
     if sum(x is not None for x in (suite, benchmark, spans)) != 1:
         raise InputError("give exactly one of --suite, --benchmark and --spans")
     if benchmark is not None or spans is not None:
+        if spans is not None and samples > 1:
+            raise InputError("--samples applies to --suite and --benchmark, not to --spans")
         _perturbation_eval(console, benchmark, spans, judge or [], out, judge_option, endpoint, dhp_weight,
-                           normalised_p, plots, data_dir, max_items)  # fmt: skip
+                           normalised_p, plots, data_dir, max_items, samples)  # fmt: skip
         return
     assert suite is not None
     config = load_suite(suite)
@@ -169,7 +181,7 @@ def meta_eval_command(
             }
             result = run_meta_eval(
                 config, suite, judges, out, data_root=data_root, max_items=max_items, datasets=dataset,
-                progress=progress, trained_on=trained_on,
+                progress=progress, trained_on=trained_on, samples=samples,
             )  # fmt: skip
     finally:
         for made in judges:
@@ -204,6 +216,7 @@ def _perturbation_eval(  # type: ignore[no-untyped-def]
     plots,
     data_dir,
     max_items,
+    samples=1,
 ) -> None:
     from spanjudge.inference.errors import InputError
 
@@ -222,7 +235,7 @@ def _perturbation_eval(  # type: ignore[no-untyped-def]
             judges.append(make_judge(spec, out=out, options=_options(judge_option or []), endpoints=endpoint or []))
         if benchmark is not None:
             written = evaluate_benchmark(benchmark, judges, out, weights=weights or None, normalised=normalised_p,
-                                         plots=plots)  # fmt: skip
+                                         plots=plots, samples=samples)  # fmt: skip
             reports = [p for p in written if p.name == "report.md"]
             console.print("report: " + ", ".join(str(p) for p in reports))
         else:

@@ -103,7 +103,9 @@ def _field_references(row: Row, field: str) -> tuple[str, ...]:
 
 def _input_reference(item: MetaItem, row: Row, header: str) -> tuple[str, ...]:
     if header not in item.inputs:
-        raise InputError(f"{row.where}: reference input '{header}' is not an input of this set ({', '.join(item.inputs)})")
+        raise InputError(
+            f"{row.where}: reference input '{header}' is not an input of this set ({', '.join(item.inputs)})"
+        )
     return (item.inputs[header],)
 
 

@@ -5,10 +5,12 @@ is the plain average of the models' 1-5 ratings, without outlier removal (thesis
 to 0-100. A model whose reply never parses (after the ensemble's parse retries) adds nothing;
 an item no model rated is unscored. Every call goes through the SQLite cache, so a re-run after
 a crash repeats no call; a call that failed (server down) leaves the item for the next run.
+`for_sample(k)` is the same ensemble decoding with seed `sample_seed(k)` (meta-eval --samples).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from spanjudge.inference.prompts import render_annotator_prompt
 
 from .datasets import MetaDataset, MetaItem
 from .judges import Judgment, Progress
+from .sampling import sample_seed
 from .suite import AspectSpec
 
 
@@ -42,6 +45,15 @@ class PromptedJudge:
         cache_path.parent.mkdir(parents=True, exist_ok=True)
         self.cache = LLMCache(cache_path)
         self.backends = {r.name: CachedBackend(make_backend(r.backend), self.cache) for r in self.roles}
+        self.sampling = self.ensemble.sampling
+
+    def for_sample(self, k: int) -> PromptedJudge:
+        """Sample k >= 1: the ensemble's sampling with a seed derived from k, stored apart from
+        sample 0 (this judge as configured). It shares this judge's servers and cache; close this one."""
+        twin = copy.copy(self)
+        twin.sampling = self.sampling.model_copy(update={"seed": sample_seed(k)})
+        twin.store_key = f"{self.store_key}|sample={k}"
+        return twin
 
     def judge(
         self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Progress | None = None
@@ -53,7 +65,7 @@ class PromptedJudge:
         incomplete: set[str] = set()
         for role in self.roles:
             outcomes = run_with_retries(
-                self.backends[role.name], prompts, self.ensemble.sampling, self.ensemble.parse_retry, parse_annotator
+                self.backends[role.name], prompts, self.sampling, self.ensemble.parse_retry, parse_annotator
             )
             for item, outcome in zip(items, outcomes, strict=True):
                 if not outcome.complete:

@@ -3,7 +3,8 @@
     scores:<file.jsonl>             evaluations already computed (e.g. by `spanjudge score`)
     distilled:<model or adapter>    the distilled judge (spanjudge.inference.judge), run here
     prompted:<ensemble.yaml>[#a,b]  LLMs with the annotator prompt; several = plain average (§4.3)
-    metric:<name>                   a classic metric (rouge1, rouge2, rougeL[-recall|-precision], bleu, chrf)
+    metric:<name>                   a classic metric (rouge1, rouge2, rougeL, rougeLsum[-recall|-precision],
+                                    bleu, chrf; +stem, +refs=max|mean: see eval/baselines.py)
 
 A judge returns, per item, a score or an unscored reason; it never invents a score.
 """

@@ -12,10 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from spanjudge.inference.run_info import run_info
+
 from .bootstrap import _interval, input_weights
 from .correlation import Groups, level_values
 from .datasets import MetaDataset, load_suite_dataset, open_suite
 from .judges import MetaJudge, Progress
+from .sampling import deterministic_warning, mean_scores, sample_judges
 from .store import JudgmentStore, judgment_path
 from .suite import SuiteConfig, resolve_config_path
 
@@ -90,6 +93,7 @@ class MetaEvalResult:
     unscored_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
     incomplete: dict[str, int] = field(default_factory=dict)  # judge -> judgments a model call never made
     warnings: list[str] = field(default_factory=list)  # judge inputs that look wrong but do not stop the run
+    run: dict[str, Any] = field(default_factory=dict)  # what produced it (spanjudge.inference.run_info)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,6 +105,7 @@ class MetaEvalResult:
             "unscored_reasons": self.unscored_reasons,
             "incomplete": self.incomplete,
             "warnings": self.warnings,
+            "run": self.run,
         }
 
 
@@ -254,14 +259,28 @@ def run_meta_eval(
     datasets: Sequence[str] | None = None,
     progress: Callable[[str, int, int], Progress] | None = None,
     trained_on: Mapping[str, frozenset[str]] | None = None,
+    samples: int = 1,
 ) -> MetaEvalResult:
     """`trained_on`: judge name -> digests of its training inputs (see `training_inputs`);
-    a judge scored on items whose inputs it was trained on gets one warning line."""
+    a judge scored on items whose inputs it was trained on gets one warning line.
+    `samples`: judge each item N times and correlate the per-item mean (see `.sampling`)."""
+    # provenance for results.json: every argument but the judge objects and callbacks (named below)
+    options = {k: v for k, v in locals().items() if k not in ("suite", "judges", "progress", "trained_on")}
     data = open_suite(suite, suite_path, data_root)
     seen_in_training: dict[str, dict[str, tuple[int, int]]] = {}
     chosen = [d for d in suite.datasets if not datasets or d.name in datasets]
     result = MetaEvalResult(suite.name, [j.name for j in judges], {})
+    result.run = run_info(
+        "meta-eval",
+        {**options, "judges": result.judges, "suite": suite.model_dump(mode="json")},
+        seed=suite.bootstrap.seed,
+    )
     stores = {j.name: JudgmentStore(judgment_path(out, j)) for j in judges}
+    # sample k >= 1 of each judge, with a store of its own (sample 0 is the judge and its store above)
+    sampled = {
+        j.name: [(s, JudgmentStore(judgment_path(out, s))) for s in sample_judges(j, samples)[1:]] for j in judges
+    }
+    result.warnings += [w for j in judges if (w := deterministic_warning(j, samples))]
     judge_aspects = {a.judge_aspect for d in suite.datasets for a in d.aspects}
     for judge in judges:
         check = getattr(judge, "warnings", None)  # scores files: aspects no set asks for
@@ -280,6 +299,7 @@ def run_meta_eval(
             "inputs": len({i.input_id for i in dataset.items}),
             "systems": len({i.system for i in dataset.items}),
             "source": str(dataset.source_path),
+            "samples": samples if samples > 1 else None,
             "sample": (
                 f"--max-items {max_items}: whole inputs drawn with seed 0 (every system of each)"
                 if max_items is not None
@@ -294,6 +314,11 @@ def run_meta_eval(
         unscored_why: dict[str, dict[str, dict[str, int]]] = {}
         for judge in judges:
             series, missing = collect(judge, stores[judge.name], dataset, progress)
+            if sampled[judge.name]:  # --samples: the per-item mean over every sample
+                runs = [collect(other, store, dataset, progress) for other, store in sampled[judge.name]]
+                missing += sum(m for _, m in runs)
+                series = {a: _Series(mean_scores([s.judge] + [r[a].judge for r, _ in runs]), s.human)
+                          for a, s in series.items()}  # fmt: skip
             if missing:
                 result.incomplete[judge.name] = result.incomplete.get(judge.name, 0) + missing
             per_judge[judge.name] = series

@@ -64,6 +64,11 @@ class DatasetSpec(_Strict):
     convention: str = Field(default="", description="Why this level: who published the table, how they computed it.")
     aspects: tuple[AspectSpec, ...] = Field(min_length=1)
     references: References | None = None
+    baselines: dict[str, str] = Field(
+        default_factory=dict,
+        description="Published baseline row -> the `metric:` judge that computes it the published way on this "
+        "set (with the set's references, level and coefficients), e.g. ROUGE-1: metric:rouge1+stem.",
+    )
 
     @property
     def label(self) -> str:

@@ -102,7 +102,10 @@ def test_references_come_from_the_configured_place(suite_data) -> None:
     sfres = load_suite_dataset(suite_data, "sfres")
     assert sfres.items[0].references == ("Please confirm that you do not care what area the restaurant is located .",)
     assert all(i.references for i in load_suite_dataset(suite_data, "summeval").items)
-    assert not any(i.references for i in load_suite_dataset(suite_data, "qags_xsum").items)
+    # QAGS: the article is the reference (G-Eval's ROUGE rows); Wiki-DA: the source sentence
+    assert all(i.references == (i.inputs["Article"],) for i in load_suite_dataset(suite_data, "qags_xsum").items)
+    assert all(i.references == (i.inputs["Source text"],) for i in load_suite_dataset(suite_data, "wiki_da").items)
+    assert all(len(i.references) == 11 for i in load_suite_dataset(suite_data, "summeval").items)
 
 
 def test_max_items_samples_whole_inputs_with_a_seed(suite_data) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from spanjudge.inference.errors import InputError
 
 from ..judges import Judgment
+from ..sampling import mode_class
 from . import metrics
 from .benchmark import BenchItem, Benchmark, originals_by_group
 from .spans import PRF, micro_total, overlap_span_prf, token_prf
@@ -174,10 +175,12 @@ def _weights_file(path: Path) -> dict[str, dict[str, float]]:
 # -- §2 dual perspective ----------------------------------------------------------------------
 
 
-def analyze_dual(benchmark: Benchmark, scores: Scores, gap: int = 2) -> dict[str, Any]:
+def analyze_dual(benchmark: Benchmark, scores: Scores, gap: int = 2, samples: Sequence[Scores] = ()) -> dict[str, Any]:
     """Global: the judge's score binned onto the gold scale, linear weighted κ and CEM-ORD per
     aspect. Local: each chain (0, 1, 2 ... injected errors) is a sequence of strictly falling
-    quality; adjacent-pair accuracy (ties are errors) and gap-d accuracy."""
+    quality; adjacent-pair accuracy (ties are errors) and gap-d accuracy.
+    With several `samples` (--samples), as 001 §4: the global rating is the mode of the samples'
+    binned ratings, the local score their mean (`scores` holds the means)."""
     default = tuple(int(c) for c in benchmark.info.get("scale", (1, 2, 3, 4, 5)))
     scales = benchmark.info.get("scales") or {}
     per_aspect: dict[str, Any] = {}
@@ -196,7 +199,8 @@ def analyze_dual(benchmark: Benchmark, scores: Scores, gap: int = 2) -> dict[str
                 unscored += 1
                 continue
             gold.append(int(item.meta["gold"]))
-            predicted.append(binner(score))
+            modal = mode_class([_score(one, aspect, item) for one in samples], binner) if len(samples) > 1 else None
+            predicted.append(binner(score) if modal is None else modal)
         sequences = [[s for _, s in sorted(chain)] for chain in chains.values()]
         accuracy, pairs = metrics.adjacent_pair_accuracy(sequences)
         gap_acc, gap_pairs = metrics.gap_accuracy(sequences, gap)

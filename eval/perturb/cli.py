@@ -152,8 +152,11 @@ def evaluate_benchmark(
     weights: dict[str, dict[str, float]] | None = None,
     normalised: bool = False,
     plots: bool = True,
+    samples: int = 1,
 ) -> list[Path]:
-    """Score every judge on the benchmark in `folder`; a report per judge in OUT/<judge>/."""
+    """Score every judge on the benchmark in `folder`; a report per judge in OUT/<judge>/.
+    `samples`: each text judged N times, aggregated as the benchmark's paper did (`AGGREGATION`)."""
+    from ..sampling import AGGREGATION, deterministic_warning
     from ..store import judge_slug
     from .analysis import ANALYSES, analyze_spans
     from .benchmark import load_benchmark
@@ -168,12 +171,17 @@ def evaluate_benchmark(
             return _counter(bars(label, total), done)
 
         for judge in judges:
-            scored = score_benchmark(benchmark, judge, out, progress)
+            scored = score_benchmark(benchmark, judge, out, progress, samples)
             if benchmark.kind == "dhp":
                 body = ANALYSES["dhp"](benchmark, scored.scores, weights, normalised)  # type: ignore[operator]
+            elif benchmark.kind == "dual":
+                body = ANALYSES["dual"](benchmark, scored.scores, samples=scored.samples)  # type: ignore[operator]
             else:
                 body = ANALYSES[benchmark.kind](benchmark, scored.scores)  # type: ignore[operator]
             result = {"metrics": body, "spans": analyze_spans(benchmark, scored.scores), "missing": scored.missing}
+            if samples > 1:
+                result["samples"] = {"n": len(scored.samples), "aggregation": AGGREGATION[benchmark.kind],
+                                     "note": deterministic_warning(judge, samples)}  # fmt: skip
             written += write_report(benchmark, judge.name, result, out / judge_slug(judge.name), plots)
     return written
 

@@ -1,9 +1,14 @@
 """Score a benchmark's texts with any meta-eval judge (`scores:`, `distilled:`, `prompted:`, `metric:`).
 
 Each text is scored alone — never next to its original (000 §3.2) — once per aspect it lists.
+A reference-based metric gets the group's original, unperturbed text as its reference (how the
+benchmarks score metrics: 002 Table 21 compares a metric's scores of the original and the
+perturbed text against the reference the perturbation started from).
 Judgments go to the meta-eval judgment store (OUT/judgments/<judge>.jsonl), appended as they
 come, so a killed run resumes with only what is missing; a failed model call is not stored
-and is tried again on the next run.
+and is tried again on the next run. With `samples` > 1 each sample has its own store (see
+`spanjudge.eval.sampling`) and the scores are the per-item mean; `ScoringResult.samples` keeps
+every sample for aggregations of another kind (dual's global mode).
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from pathlib import Path
 
 from ..datasets import MetaDataset, MetaItem
 from ..judges import Judgment, MetaJudge, Progress
+from ..sampling import mean_judgment, sample_judges
 from ..store import JudgmentStore, judgment_path
 from ..suite import AspectSpec, DatasetSpec
-from .benchmark import BenchItem, Benchmark
+from .benchmark import BenchItem, Benchmark, originals_by_group
 
 CHUNK = 16
 
@@ -26,11 +32,12 @@ Scores = dict[tuple[str, str], Judgment]  # (aspect, item id) -> judgment
 @dataclass(frozen=True)
 class ScoringResult:
     judge: str
-    scores: Scores
+    scores: Scores  # with several samples, each item's mean over them
     missing: int  # (item, aspect) pairs with no judgment yet (a model call failed)
+    samples: tuple[Scores, ...] = ()  # every sample's scores, sample 0 first (one entry without --samples)
 
 
-def _meta_item(benchmark: Benchmark, item: BenchItem) -> MetaItem:
+def _meta_item(benchmark: Benchmark, item: BenchItem, original: BenchItem | None) -> MetaItem:
     return MetaItem(
         id=item.id,
         dataset=benchmark.name,
@@ -40,6 +47,7 @@ def _meta_item(benchmark: Benchmark, item: BenchItem) -> MetaItem:
         inputs=item.inputs,
         output=item.output,
         human={},
+        references=() if original is None else (original.output,),
     )
 
 
@@ -51,7 +59,9 @@ def as_meta_dataset(benchmark: Benchmark) -> MetaDataset:
         aspects=tuple(AspectSpec(name=a, human="-") for a in benchmark.aspects),
     )
     source = benchmark.folder or Path(benchmark.name)
-    return MetaDataset(spec, benchmark.task, [_meta_item(benchmark, i) for i in benchmark.items], source)
+    originals = originals_by_group(benchmark.items)
+    items = [_meta_item(benchmark, i, originals.get(i.group)) for i in benchmark.items]
+    return MetaDataset(spec, benchmark.task, items, source)
 
 
 def judge_missing(
@@ -73,10 +83,29 @@ def score_benchmark(
     judge: MetaJudge,
     out: Path,
     progress: Callable[[str, int, int], Progress] | None = None,
+    samples: int = 1,
 ) -> ScoringResult:
-    """Every (item, aspect) judged once; what the store already holds is not asked again."""
-    store = JudgmentStore(judgment_path(out, judge))
+    """Every (item, aspect) judged once per sample; what the stores already hold is not asked again."""
     dataset = as_meta_dataset(benchmark)
+    runs = [_score_sample(benchmark, dataset, one, out, progress) for one in sample_judges(judge, samples)]
+    missing = sum(m for _, m in runs)
+    per_sample = tuple(scores for scores, _ in runs)
+    if len(per_sample) == 1:
+        return ScoringResult(judge.name, per_sample[0], missing, per_sample)
+    # an item is scored when every sample judged it; one still missing waits for the re-run
+    complete = set(per_sample[0]).intersection(*per_sample[1:])
+    scores = {key: mean_judgment([sample[key] for sample in per_sample]) for key in complete}
+    return ScoringResult(judge.name, scores, missing, per_sample)
+
+
+def _score_sample(
+    benchmark: Benchmark,
+    dataset: MetaDataset,
+    judge: MetaJudge,
+    out: Path,
+    progress: Callable[[str, int, int], Progress] | None,
+) -> tuple[Scores, int]:
+    store = JudgmentStore(judgment_path(out, judge))
     by_id = {item.id: item for item in dataset.items}
     missing = 0
     for aspect in dataset.spec.aspects:
@@ -90,4 +119,4 @@ def score_benchmark(
         for (name, aspect, item_id), judgment in store.found.items()
         if name == benchmark.name and item_id in by_id
     }
-    return ScoringResult(judge.name, scores, missing)
+    return scores, missing
