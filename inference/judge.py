@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -51,7 +51,8 @@ from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
 from .contract.grammar import errors_within, judge_grammar, server_grammar_fields
 from .errors import SpanjudgeError
 from .hf_models import load_tokenizer, local_folder, resolve_model_source
-from .judge_prompt import JudgeRequest, judge_chat_prompt, judge_messages
+from .judge_prompt import JudgeRequest, judge_chat_prompt, judge_messages, stored_template
+from .prompts import PromptTemplate
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -107,8 +108,11 @@ class Judge:
         max_new_tokens: int = MAX_NEW_TOKENS,
         name: str = "judge",
         retries: int = RETRIES,
+        prompt_template: PromptTemplate | None = None,
     ) -> None:
         self.backend = backend
+        # the judge's own prompt (None: the built-in one); a request that names none is sent with it
+        self.prompt_template = prompt_template
         self.tokenizer = tokenizer
         self.send_templated_prompt = send_templated_prompt
         self.catalog = catalog or load_catalog()
@@ -139,6 +143,7 @@ class Judge:
         timeout_s: float = 600.0,
         engine_options: Mapping[str, Any] | None = None,
         constrained: bool = False,
+        prompt_template: PromptTemplate | Path | str | None = None,
     ) -> Judge:
         """A judge from an adapter folder (base found in its spanjudge.json or adapter_config.json,
         or given), a merged/full model folder, a hub id, or a served model (engine "openai").
@@ -150,8 +155,12 @@ class Judge:
         `engine_options`: engine arguments, for vllm given to `vllm.LLM(...)` (max_model_len,
         gpu_memory_utilization, tensor_parallel_size, quantization ...), for transformers to
         `from_pretrained` (dtype, device_map, attn_implementation ...); they win over
-        `batch_size` and `dtype` here."""
+        `batch_size` and `dtype` here.
+        `prompt_template`: the judge's prompt template (a Jinja file, see `prompts.PromptTemplate`);
+        by default the one a spanjudge adapter folder stores (trained with `data.prompt_template`),
+        else the built-in prompt."""
         location = str(model_or_adapter)
+        template = resolve_prompt_template(location, prompt_template)
         adapter, model = _adapter_and_model(location, base)
         tokenizer_folder = adapter or (model if Path(model).is_dir() else None)
         if engine == "openai":
@@ -197,6 +206,7 @@ class Judge:
             max_new_tokens=max_new_tokens,
             name=location,
             retries=retries,
+            prompt_template=template,
         )
 
     def request(
@@ -212,7 +222,9 @@ class Judge:
         """A request by names from the catalog; an aspect the task lacks needs its definition."""
         task_spec = self.catalog.task(task)
         aspect_spec = Aspect.custom(aspect, aspect_definition) if aspect_definition else task_spec.aspect(aspect)
-        return JudgeRequest(task=task_spec, aspect=aspect_spec, inputs=dict(inputs), output=output, id=id)
+        return JudgeRequest(
+            task=task_spec, aspect=aspect_spec, inputs=dict(inputs), output=output, id=id, template=self.prompt_template
+        )
 
     # -- scoring ---------------------------------------------------------------------------
 
@@ -317,6 +329,8 @@ class Judge:
         )
 
     def _prepare(self, request: JudgeRequest) -> _Prepared | JudgedEvaluation:
+        if request.template is None and self.prompt_template is not None:
+            request = replace(request, template=self.prompt_template)
         if not request.output.strip():
             return JudgedEvaluation(
                 score=None, id=request.id, unscored_reason="the output text is empty: nothing to evaluate"
@@ -355,14 +369,7 @@ class Judge:
                 return None, unscored
             ids = encode_prompt(self.tokenizer, inputs[header])[:keep]
             inputs[header] = self.tokenizer.decode(ids) + TRUNCATION_MARK
-            request = JudgeRequest(
-                task=request.task,
-                aspect=request.aspect,
-                inputs=inputs,
-                output=request.output,
-                id=request.id,
-                extra_task_info=request.extra_task_info,
-            )
+            request = replace(request, inputs=inputs)
             lengths[header] = len(encode_prompt(self.tokenizer, inputs[header]))
             excess = self._prompt_tokens(request) - budget
         cut = ", ".join(f"{h} {before[h]}→{lengths[h]} tokens" for h in before if lengths[h] != before[h])
@@ -389,6 +396,17 @@ def _unscored(
         attempts=attempts,
         truncated=item.truncated,
     )
+
+
+def resolve_prompt_template(location: str, given: PromptTemplate | Path | str | None) -> PromptTemplate | None:
+    """The judge's prompt template: the one given (a file is loaded), else the one a local
+    adapter folder stores, else None (the built-in prompt)."""
+    if isinstance(given, PromptTemplate):
+        return given
+    if given is not None:
+        return PromptTemplate.load(given)
+    folder = Path(location).expanduser()
+    return stored_template(folder) if folder.is_dir() else None
 
 
 def _adapter_and_model(location: str, base: str | None) -> tuple[str | None, str]:

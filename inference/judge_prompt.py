@@ -4,19 +4,26 @@ Training builds (prompt, completion) pairs with `judge_training_texts`; scoring 
 `judge_chat_prompt` to the model. Both start from `judge_messages`, and the chat template is
 applied the same way in both, so the model sees at inference exactly the context it was
 trained on (the published OpeNLGauge code does not guarantee this).
+
+A judge trained with its own prompt template (`data.prompt_template`, or a foreign judge such
+as OpeNLGauge's released adapter) carries it on each request (`JudgeRequest.template`); the
+trained adapter folder keeps a copy (`TEMPLATE_FILE`, named in spanjudge.json), which scoring
+picks up (`stored_template`), so both sides render the same file.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .catalog import Aspect, Catalog, Task, validate_inputs
 from .chat import render_chat
 from .contract import Evaluation, render_judge
 from .errors import InputError, SpanjudgeError
-from .prompts import render_judge_prompt
+from .prompts import PromptTemplate, render_judge_prompt
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -32,11 +39,41 @@ class JudgeRequest:
     output: str
     id: str | None = None
     extra_task_info: str | None = field(default=None, compare=False)
+    template: PromptTemplate | None = None  # the judge's own prompt template; None: configs/prompts/judge.jinja
 
     def user_prompt(self) -> str:
+        if self.template is not None:
+            try:
+                return self.template.render(
+                    self.task, self.aspect, self.inputs, self.output, extra_task_info=self.extra_task_info
+                )
+            except InputError as exc:
+                raise InputError(f"{exc} (item {self.id})" if self.id is not None else str(exc)) from None
         return render_judge_prompt(
             self.task, self.aspect, self.inputs, self.output, extra_task_info=self.extra_task_info
         )
+
+
+TEMPLATE_FILE = "prompt_template.jinja"  # the copy of data.prompt_template in a trained adapter folder
+METADATA_FILE = "spanjudge.json"
+
+
+def stored_template(adapter: Path | str) -> PromptTemplate | None:
+    """The prompt template a spanjudge adapter folder was trained with (its spanjudge.json's
+    `prompt_template`), or None: trained on the built-in prompt, or not a spanjudge folder."""
+    meta = Path(adapter).expanduser() / METADATA_FILE
+    if not meta.is_file():
+        return None
+    try:
+        name = json.loads(meta.read_text(encoding="utf-8")).get("prompt_template")
+    except (ValueError, AttributeError):
+        raise InputError(f"{meta}: not a JSON object; is this a spanjudge adapter folder?") from None
+    if not name:
+        return None
+    path = meta.parent / str(name)
+    if not path.is_file():
+        raise InputError(f"{meta} names the prompt template '{name}', which is not in {meta.parent}")
+    return PromptTemplate.load(path)
 
 
 def judge_messages(request: JudgeRequest) -> list[dict[str, str]]:
@@ -75,8 +112,11 @@ def judge_training_texts(
     return prompt, full[len(prompt) :]
 
 
-def request_from_record(record: Mapping[str, Any], catalog: Catalog, where: str) -> JudgeRequest:
-    """A data_gen record (or anything with the same fields) as a JudgeRequest.
+def request_from_record(
+    record: Mapping[str, Any], catalog: Catalog, where: str, template: PromptTemplate | None = None
+) -> JudgeRequest:
+    """A data_gen record (or anything with the same fields) as a JudgeRequest, rendered with
+    `template` (None: the built-in prompt).
 
     The task comes from the catalog; an aspect the task does not define is taken inline from
     the record's `aspect_definition` (a custom aspect)."""
@@ -108,6 +148,7 @@ def request_from_record(record: Mapping[str, Any], catalog: Catalog, where: str)
             output=str(next(iter(outputs.values()))),
             id=str(record["id"]) if "id" in record else None,
             extra_task_info=record.get("extra_task_info"),
+            template=template,
         )
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None

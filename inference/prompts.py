@@ -1,4 +1,5 @@
-"""Render the three prompts (annotator, supervisor, distilled judge) from the catalog.
+"""Render the three prompts (annotator, supervisor, distilled judge) from the catalog, and a
+judge prompt template given by the user (`PromptTemplate`).
 
 The Jinja2 templates live in `configs/prompts/` as data. Every text that comes from a
 dataset or a model (inputs, the evaluated output, annotators' error lists) is fenced with
@@ -9,16 +10,24 @@ fence and pose as prompt structure (for example, an output that contains
 
 from __future__ import annotations
 
+import hashlib
 import re
+import traceback
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import jinja2
+import jinja2.meta
+import jinja2.nodes
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import SandboxedEnvironment
 
 from .catalog import Aspect, Task, validate_inputs
 from .configio import configs_dir
 from .contract import MAX_ERRORS, ErrorAnnotation, render_errors
+from .errors import InputError
 
 _BACKTICKS = re.compile(r"`+")
 
@@ -119,3 +128,99 @@ def render_judge_prompt(
         output=fence(output),
         max_errors=MAX_ERRORS,
     )
+
+
+# -- a judge prompt template given by the user ----------------------------------------------
+#
+# A foreign judge (OpeNLGauge's released adapter, or a judge trained with `data.prompt_template`)
+# reads its own prompt: the template it was trained with, word for word. The template is the
+# user's file, so it renders in a sandbox and an undefined variable is an error, never a blank.
+
+TEMPLATE_VARIABLES = {
+    "task_name": "the task's title from the catalog, e.g. 'dialogue response generation'",
+    "aspect_name": "the aspect's name, e.g. 'groundedness'",
+    "aspect_definition": "the aspect's definition",
+    "extra_task_info": "the record's extra_task_info, else the task's description",
+    "inputs": "the task's inputs, header -> text (in the task's order; an absent optional input is left out)",
+    "outputs": "the evaluated output, output header -> text (one entry)",
+}
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """A judge prompt template from a Jinja file; renders `TEMPLATE_VARIABLES` (texts unfenced,
+    as the user wrote the template; the `fence` filter fences one) with Jinja's default
+    whitespace handling, as OpeNLGauge's own scripts (`jinja2.Template(text)`) render it."""
+
+    path: Path
+    source: str
+    template: jinja2.Template = field(compare=False, hash=False, repr=False)
+
+    @classmethod
+    def load(cls, path: Path | str) -> PromptTemplate:
+        """The template at `path`, checked: InputError naming the file and line of a syntax
+        error or of a variable the judge does not provide."""
+        from .tabular import read_text
+
+        path = Path(path)
+        if not path.is_file():
+            raise InputError(f"prompt template not found: {path}")
+        return cls.from_source(read_text(path), path)
+
+    @classmethod
+    def from_source(cls, source: str, path: Path) -> PromptTemplate:
+        environment = SandboxedEnvironment(
+            loader=jinja2.FunctionLoader(lambda _name: (source, str(path), lambda: True)),
+            undefined=jinja2.StrictUndefined,
+            autoescape=False,  # plain-text prompts, not HTML
+        )
+        environment.filters["fence"] = fence
+        try:
+            tree = environment.parse(source, filename=str(path))
+            template = environment.get_template(path.name)
+        except jinja2.TemplateSyntaxError as exc:
+            raise InputError(f"{path}:{exc.lineno}: template syntax error: {exc.message}") from None
+        unknown = sorted(jinja2.meta.find_undeclared_variables(tree) - TEMPLATE_VARIABLES.keys())
+        if unknown:
+            line = next(
+                (n.lineno for n in tree.find_all(jinja2.nodes.Name) if n.name == unknown[0] and n.ctx == "load"), 1
+            )
+            raise InputError(
+                f"{path}:{line}: unknown variable '{unknown[0]}'; a judge prompt template can use "
+                + ", ".join(TEMPLATE_VARIABLES)
+            )
+        return cls(path, source, template)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.source.encode("utf-8")).hexdigest()[:16]
+
+    def render(
+        self,
+        task: Task,
+        aspect: Aspect,
+        inputs: Mapping[str, str],
+        output: str,
+        *,
+        extra_task_info: str | None = None,
+    ) -> str:
+        """The prompt; InputError naming the template's file and line when a variable the
+        template reads is undefined for this item (e.g. an input header the task lacks)."""
+        try:
+            return self.template.render(
+                task_name=task.title,
+                aspect_name=aspect.name,
+                aspect_definition=aspect.definition,
+                extra_task_info=task.description if extra_task_info is None else extra_task_info,
+                inputs=dict(validate_inputs(task, inputs)),
+                outputs={task.output: output},
+            )
+        except (jinja2.UndefinedError, SecurityError) as exc:
+            raise InputError(f"{self.path}:{_template_line(exc, self.path)}: {exc.message}") from None
+
+
+def _template_line(exc: BaseException, path: Path) -> int | str:
+    """The line of the template where rendering failed (Jinja rewrites its traceback so that the
+    template's own frames carry its file name and line)."""
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(path)]
+    return lines[-1] if lines and lines[-1] is not None else "?"

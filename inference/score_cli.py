@@ -170,6 +170,11 @@ def score_command(
     Each result is appended as soon as it is final: re-running the same command skips finished
     rows; re-running into the same --out with another task, aspect, model, decoding or data is
     refused (each row records what it was scored with).
+
+    Rows come from --data (JSONL, JSON, CSV, a saved HF dataset, or with --data-format lm-eval
+    the samples lm-evaluation-harness logs) or from plain text files (--src/--hyp, one item per
+    line). A judge trained on its own prompt reads it: --prompt-template, or the copy its
+    adapter folder stores. OUT.run.json records what produced the results.
     """
     options = dict(locals())  # every option as given, for the results' provenance (OUT.run.json)
     from rich.console import Console
@@ -209,9 +214,9 @@ def score_command(
     mapping = FieldMapping(id_field=id_field, output_field=output_field, inputs=_parse_inputs(input_field or []))
     texts = {"src": src, "hyp": hyp, "ref": ref}
     data_name, rows, mapping = score_source(data, data_format, texts, mapping, catalog.task(task) if task else None)
-    for given in (data, src, hyp, ref):
+    for option, given in (("--data", data), *((f"--{key}", path) for key, path in texts.items())):
         if given is not None and Path(given).exists() and out.exists() and out.resolve() == Path(given).resolve():
-            raise InputError(f"--out {out} is an input file ({given}); write the results to another file")
+            raise InputError(f"--out {out} is the {option} file; write the results to another file")
     template = resolve_prompt_template(model, prompt_template)
     requests = read_requests(
         data_name, catalog, task, aspect, aspect_definition, mapping,

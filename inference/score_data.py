@@ -154,8 +154,18 @@ def read_requests(
             checked = validate_inputs(task, inputs)
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
+        # a row's own extra_task_info (annotate's records carry one) is rendered as training rendered it
+        extra = row.get("extra_task_info")
         requests.append(
-            JudgeRequest(task=task, aspect=aspect, inputs=checked, output=output, id=item_id, template=template)
+            JudgeRequest(
+                task=task,
+                aspect=aspect,
+                inputs=checked,
+                output=output,
+                id=item_id,
+                extra_task_info=str(extra) if extra is not None else None,
+                template=template,
+            )
         )
     if not requests:
         raise InputError(f"{path}: no rows to score")

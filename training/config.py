@@ -15,7 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from spanjudge.inference.configio import load_yaml_model, read_yaml, validate
-from spanjudge.inference.errors import ConfigError
+from spanjudge.inference.errors import ConfigError, InputError
+from spanjudge.inference.prompts import PromptTemplate
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -54,6 +55,12 @@ class DataSection(_Strict):
         default=None, description="validation.jsonl; defaults to the one beside train.jsonl when it exists"
     )
     catalog: tuple[Path, ...] = Field(default=(), description="extra task catalogs the records refer to")
+    prompt_template: Path | None = Field(
+        default=None,
+        description="the judge's prompt as a Jinja file (variables: task_name, aspect_name, aspect_definition, "
+        "extra_task_info, inputs, outputs; see the README); copied into the adapter folder, so `spanjudge score` "
+        "renders the same prompt. Default: the built-in prompt (configs/prompts/judge.jinja)",
+    )
     max_length: int = Field(default=4096, gt=0, description="tokens of prompt + completion")
     too_long: Literal["error", "skip"] = Field(
         default="error", description="what to do with an example longer than max_length (skipped ones are counted)"
@@ -275,6 +282,18 @@ def check_data_files(config: TrainConfig, path: Path) -> None:
     for index, catalog in enumerate(config.data.catalog):
         if not catalog.exists():
             raise ConfigError(path, f"data.catalog[{index}]", f"not found: {catalog}")
+    if config.data.prompt_template is not None:
+        load_prompt_template(config, path)
+
+
+def load_prompt_template(config: TrainConfig, path: Path | None) -> PromptTemplate | None:
+    """data.prompt_template, loaded and checked (syntax, variables), or None for the built-in prompt."""
+    if config.data.prompt_template is None:
+        return None
+    try:
+        return PromptTemplate.load(config.data.prompt_template)
+    except InputError as exc:
+        raise ConfigError(path, "data.prompt_template", str(exc)) from None
 
 
 def resolved_yaml(config: TrainConfig) -> str:

@@ -1,6 +1,7 @@
 """data_gen records → tokenized (input_ids, labels) with the loss on the completion only.
 
-The prompt is the judge's chat prompt (`judge_chat_prompt`, the very text scoring sends);
+The prompt is the judge's chat prompt (`judge_chat_prompt`, the very text scoring sends), from
+the built-in template or the user's `data.prompt_template`;
 the completion is the merged evaluation rendered by the output contract, plus the token(s)
 that close the assistant turn. Prompt and completion are tokenized separately and joined,
 which is exactly how the model meets them at inference: the prompt tokenized alone, then
@@ -22,6 +23,7 @@ from spanjudge.inference.contract import Evaluation
 from spanjudge.inference.errors import InputError
 from spanjudge.inference.judge_prompt import judge_training_texts, request_from_record
 from spanjudge.inference.overlap import input_digest
+from spanjudge.inference.prompts import PromptTemplate
 from spanjudge.inference.tabular import Located, iter_jsonl
 
 if TYPE_CHECKING:
@@ -95,16 +97,18 @@ def tokenize_split(
     too_long: str = "error",
     limit: int | None = None,
     repeat_no_error: int = 1,
+    template: PromptTemplate | None = None,
 ) -> TokenizedSplit:
     """Every record of `path` as (input_ids, labels); checks lengths before any model loads.
 
     Records whose evaluation has no error appear `repeat_no_error` times (counted in `repeated`).
+    The prompt is rendered with `template` (data.prompt_template; None: the built-in prompt).
     """
     split = TokenizedSplit(path)
     for count, (where, record) in enumerate(iter_records(path, catalog)):
         if limit is not None and count >= limit:
             break
-        request = request_from_record(record, catalog, where)
+        request = request_from_record(record, catalog, where, template)
         evaluation = record_evaluation(record, where)
         prompt, completion = judge_training_texts(tokenizer, request, evaluation)
         input_ids, labels = tokenize_example(tokenizer, prompt, completion)

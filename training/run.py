@@ -34,10 +34,19 @@ from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.errors import ConfigError, SpanjudgeError
 from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.inference.hf_models import load_causal_lm, load_tokenizer, local_folder, resolve_model_source
+from spanjudge.inference.judge_prompt import TEMPLATE_FILE
 from spanjudge.inference.overlap import RULE as OVERLAP_RULE
 from spanjudge.inference.prompts import template_source
 
-from .config import TrainConfig, check_trackers, check_trainer_args, resolved_yaml, train_file, validation_file
+from .config import (
+    TrainConfig,
+    check_trackers,
+    check_trainer_args,
+    load_prompt_template,
+    resolved_yaml,
+    train_file,
+    validation_file,
+)
 from .data import TokenizedSplit, describe, tokenize_split
 
 ADAPTER_DIR = "adapter"
@@ -180,7 +189,8 @@ class TrainingRun:
         self.tokenizer = load_tokenizer(self.folder, trust_remote_code=config.model.trust_remote_code)
         self.check_trainer()  # seconds, before tokenizing everything
         catalog = load_catalog(config.data.catalog)
-        options = {"max_length": config.data.max_length, "too_long": config.data.too_long}
+        self.template = load_prompt_template(config, None)
+        options = {"max_length": config.data.max_length, "too_long": config.data.too_long, "template": self.template}
         self.train_split = tokenize_split(
             train_file(config),
             self.tokenizer,
@@ -382,6 +392,8 @@ class TrainingRun:
         trainer.save_model(str(self.adapter_dir))  # the adapter only, as safetensors
         (self.adapter_dir / "training_args.bin").unlink(missing_ok=True)  # a pickle; the YAML config says it all
         self.tokenizer.save_pretrained(str(self.adapter_dir))
+        if self.template is not None:  # scoring renders the prompt from this copy (spanjudge.json names it)
+            atomic_write_text(self.adapter_dir / TEMPLATE_FILE, self.template.source)
         history = [dict(entry) for entry in trainer.state.log_history]
         if metrics.get("train_loss_since_resume") is not None:  # the summary line agrees with metrics.json
             last = next((entry for entry in reversed(history) if "train_loss" in entry), None)
@@ -403,7 +415,8 @@ class TrainingRun:
             "quantization": self.config.model.quantization,
             "dtype": self.config.model.dtype,
             "chat_template_sha256": _sha(str(self.tokenizer.chat_template)),
-            "judge_prompt_sha256": _sha(template_source("judge.jinja")),
+            "judge_prompt_sha256": self.template.sha256 if self.template else _sha(template_source("judge.jinja")),
+            "prompt_template": TEMPLATE_FILE if self.template else None,
             "train_file": str(train_file(self.config)),
             "train_examples": len(self.train_split.input_ids),
             # which inputs the judge saw: meta-eval warns when it is scored on one of them
