@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 import time
@@ -134,3 +135,16 @@ def test_meta_eval_progress_reaches_a_log_file(tmp_path: Path, shared_data: Path
     result = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr
     assert "sfres/informativeness: " in result.stderr and "/8 (" in result.stderr
+
+
+def test_perturbation_scoring_progress_reaches_a_log_file(tmp_path: Path, shared_data: Path) -> None:
+    benchmark = tmp_path / "dhp"
+    build = [SPANJUDGE, "perturb", "--benchmark", "dhp", "--source", "summeval", "--n", "2",
+             "--perturbation", "dhp.typos.major", "--data-dir", str(shared_data), "--out", str(benchmark)]  # fmt: skip
+    built = subprocess.run(build, capture_output=True, text=True, timeout=240)
+    assert built.returncode == 0, built.stderr
+    score = [SPANJUDGE, "meta-eval", "--benchmark", str(benchmark), "--judge", "metric:rouge1",
+             "--out", str(tmp_path / "report")]  # fmt: skip
+    result = subprocess.run(score, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"\d+/\d+ \(", result.stderr), result.stderr  # a plain progress line, not an empty bar

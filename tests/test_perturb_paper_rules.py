@@ -191,3 +191,16 @@ def test_dual_topical_chat_binary_aspects_get_a_two_point_gold_scale(serve, shar
     assert result["aspects"]["naturalness"]["scale"] == [1, 2, 3]
     report = render_markdown(benchmark, "j", {"metrics": result, "spans": None, "missing": 0})
     assert "understandability: equal-width bins on [0, 100]: [0, 50)→1, [50, 100]→2" in report
+
+
+def test_undefined_cells_of_a_benchmark_report_are_counted_with_their_reason(shared_data: Path) -> None:
+    benchmark = build_benchmark("prompt", "summeval", data_root=shared_data, n=12, seed=0)
+    # a judge that scored nothing: every α and exact match is undefined
+    result = analyze_prompt(benchmark, {})
+    report = render_markdown(benchmark, "j", {"metrics": result, "spans": None, "missing": 0})
+    rows = [line for line in report.splitlines() if line.startswith("| ") and "–" in line]
+    counted = sum(c.strip() == "–" for line in rows for c in line.strip("|").split("|"))
+    assert counted > 0 and f"{counted} cells are – (undefined): α needs two scored items" in report
+    scores = {(a, i.id): Judgment(float(len(i.output) % 100)) for i in benchmark.items for a in i.aspects}
+    full = render_markdown(benchmark, "j", {"metrics": analyze_prompt(benchmark, scores), "spans": None, "missing": 0})
+    assert "cells are – (undefined)" not in full  # nothing undefined, nothing said

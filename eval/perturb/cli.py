@@ -43,9 +43,11 @@ def open_perturber(config_path: Path, store: Path, endpoints: Sequence[str] = ()
 @contextmanager
 def _bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-    with Progress(
+    from spanjudge.inference.progress_log import progress_bars
+
+    with progress_bars(  # rich bars on a terminal, log lines in a log file
         TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=Console(stderr=True), transient=True,
     ) as bars:  # fmt: skip

@@ -155,6 +155,23 @@ def _prompt(result: Mapping[str, Any], benchmark: Benchmark) -> list[str]:
     return lines
 
 
+# why a value of each benchmark's tables can be undefined ("–"): the judge's unscored texts
+# (counted in the tables' "unscored" columns) or scores that do not vary
+UNDEFINED_WHY = {
+    "dhp": "an aspect with no scored pair has no Wilcoxon p, and a set without p has no D",
+    "dual": "κ and CEM-ORD need scored texts whose scores and gold vary; pair accuracy needs a scored pair",
+    "attacks": "Δ needs a scored (original, perturbed) pair; a pass rate needs a defined Δ",
+    "prompt": "α needs two scored items with varying ratings; exact match needs a scored item",
+}
+
+
+def _undefined_note(lines: Sequence[str], why: str) -> list[str]:
+    """Count the undefined cells of the tables and say why they can be undefined."""
+    cells = [c.strip() for line in lines if line.startswith("| ") for c in line.strip("|").split("|")]
+    count = cells.count("–")
+    return ["", f"{count} cells are – (undefined): {why}; unscored texts are counted in the tables."] if count else []
+
+
 def render_markdown(benchmark: Benchmark, judge: str, result: Mapping[str, Any]) -> str:
     info = benchmark.info
     lines = [
@@ -183,6 +200,7 @@ def render_markdown(benchmark: Benchmark, judge: str, result: Mapping[str, Any])
         lines += _attacks(body)
     else:
         lines += _prompt(body, benchmark)
+    lines += _undefined_note(lines, UNDEFINED_WHY[benchmark.kind])
     spans = result.get("spans")
     if spans:
         lines += ["", "## Error spans vs the characters the perturbations changed", ""]
