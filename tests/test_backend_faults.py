@@ -72,15 +72,16 @@ ANSWERS = Callable[[dict[str, Any]], Raw]
 
 @pytest.fixture
 def raw_serve() -> Iterator[Callable[..., tuple[list[dict[str, Any]], str]]]:
-    """raw_serve(answer, ollama=False) -> (request bodies seen, base URL). GETs (health
-    checks) get a well-formed empty model list."""
+    """raw_serve(answer, ollama=False, busy_s=0) -> (request bodies seen, base URL). GETs (health
+    checks) get a well-formed empty model list, after `busy_s` seconds."""
     servers: list[ThreadingHTTPServer] = []
 
-    def start(answer: ANSWERS, ollama: bool = False) -> tuple[list[dict[str, Any]], str]:
+    def start(answer: ANSWERS, ollama: bool = False, busy_s: float = 0.0) -> tuple[list[dict[str, Any]], str]:
         bodies: list[dict[str, Any]] = []
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                time.sleep(busy_s)
                 self._send(Raw({"models": []} if ollama else {"object": "list", "data": []}))
 
             def do_POST(self) -> None:
@@ -315,7 +316,7 @@ def test_a_malformed_ollama_reply_is_reported_with_what_the_server_sent(raw_serv
 def test_a_server_that_never_answers_is_found_in_seconds(hung_url: str, kind: str) -> None:
     """By the thesis defaults this used to cost timeout_s × (retries + 1) per request."""
     url = hung_url + ("/v1" if kind == "openai" else "")
-    spec = _spec(kind, url, timeout_s=5, retries=3, concurrency=2, max_consecutive_failures=10, connect_timeout_s=0.5)
+    spec = _spec(kind, url, timeout_s=5, retries=3, concurrency=2, max_consecutive_failures=10, health_check_s=0.5)
     backend = make_backend(spec)
     started = time.monotonic()
     results = backend.generate(_requests(4))
@@ -329,12 +330,21 @@ def test_a_server_that_never_answers_is_found_in_seconds(hung_url: str, kind: st
 
 def test_a_pool_leaves_out_the_endpoint_that_never_answers(hung_url: str, serve) -> None:
     live, url = serve([Reply(text="alive")])
-    spec = _spec("openai", hung_url + "/v1", url, timeout_s=5, retries=1, connect_timeout_s=0.5)
+    spec = _spec("openai", hung_url + "/v1", url, timeout_s=5, retries=1, health_check_s=0.5)
     started = time.monotonic()
     results = make_backend(spec).generate(_requests(4))
     assert time.monotonic() - started < 3  # no request waited timeout_s on the hung one
     assert all(isinstance(r, Completion) and r.endpoint == url and r.attempts == 1 for r in results)
     assert live.hits == 4
+
+
+def test_a_busy_server_that_answers_late_is_not_taken_for_a_hung_one(raw_serve) -> None:
+    """A one-slot server answers the health check only after the generation it is busy with
+    (the one a killed client left behind): slower than connecting, faster than health_check_s."""
+    bodies, url = raw_serve(lambda _: Raw(chat_reply("alive")), busy_s=0.6)
+    spec = _spec("openai", url, timeout_s=5, connect_timeout_s=0.2, health_check_s=5)
+    [result] = make_backend(spec).generate(_requests(1))
+    assert isinstance(result, Completion) and len(bodies) == 1
 
 
 def test_connecting_has_its_own_short_timeout() -> None:

@@ -19,11 +19,13 @@ failure kind. Everything that must behave the same for every server lives here:
   without a call. The backend stays disabled for its lifetime; a new one (or a re-run
   with the cache) tries again;
 - a health check before each `generate`: every endpoint must answer a cheap GET within
-  `connect_timeout_s`. A server that accepts connections but never replies would otherwise
-  cost `timeout_s × (retries + 1)` per request (hours by the thesis defaults) before the
-  budget stops it; such an endpoint is left out of the pool, and when none answers the
-  backend is disabled with one message naming each. Any HTTP answer, an error status
-  included, passes; a refused connection passes too, since it fails fast on its own;
+  `health_check_s` (longer than one generation: a one-slot server answers only after the
+  generation it is busy with, e.g. one a killed client left running). A server that accepts
+  connections but never replies would otherwise cost `timeout_s × (retries + 1)` per request
+  (hours by the thesis defaults) before the budget stops it; such an endpoint is left out of
+  the pool, and when none answers the backend is disabled with one message naming each. Any
+  HTTP answer, an error status included, passes; a refused connection passes too, since it
+  fails fast on its own;
 - a reply that arrives but is not in the API's shape (an HTML page, no `choices`, no
   text) is a `server` failure whose reason says what the server sent, never an
   `AttributeError` from deep inside a client, and never a completion to cache.
@@ -201,7 +203,7 @@ class ServerBackend(Backend):
     async def _hung(self, endpoint: _Endpoint) -> str | None:
         """Why `endpoint` fails the health check (no HTTP answer in time), or None."""
         try:
-            await asyncio.wait_for(self._ping(endpoint.client), self.spec.connect_timeout_s)
+            await asyncio.wait_for(self._ping(endpoint.client), self.spec.health_check_s)
             return None
         except asyncio.TimeoutError:
             pass  # no answer in time: hung
@@ -211,7 +213,7 @@ class ServerBackend(Backend):
                 return None  # an error status is an answer; a refused connection fails fast anyway
         return (
             f"no answer to a health check (GET {endpoint.url.rstrip('/')}{self.ping_path}) within "
-            f"{self.spec.connect_timeout_s:g} s (connect_timeout_s): the server is hung, overloaded or "
+            f"{self.spec.health_check_s:g} s (health_check_s): the server is hung, overloaded or "
             "unreachable; no request was sent to it"
         )
 

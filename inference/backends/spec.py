@@ -44,9 +44,15 @@ class BackendSpec(BaseModel):
     connect_timeout_s: float = Field(
         default=10.0,
         gt=0,
-        description="Seconds to connect, and for the health check before each run (GET /v1/models or "
-        "/api/tags) to be answered: a server that accepts connections but never replies is found in "
-        "seconds instead of after timeout_s × (retries + 1) per request.",
+        description="Seconds to connect to a server (a dead host or port is found in seconds).",
+    )
+    health_check_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds the health check before each run (GET /v1/models or /api/tags) waits for an "
+        "answer: a server that accepts connections but never replies is found in this time instead of after "
+        "timeout_s × (retries + 1) per request. A one-slot server (llama-cpp-python's) answers only after the "
+        "generation it is busy with, so this must exceed one generation.",
     )
     retries: int = Field(default=3, ge=0, description="Retries on connection errors, timeouts, 429 and 5xx.")
     backoff_s: float = Field(default=1.0, ge=0, description="First retry delay; doubles each retry.")
