@@ -521,18 +521,20 @@ def _provenance(run: RunFolder) -> list[str]:
     if aspects:
         tasks = sorted({key.split("/", 1)[0] for key in aspects})
         lines.append(f"- **Tasks**: {', '.join(f'`{t}`' for t in tasks)} ({len(aspects)} task/aspect pairs)")
+    return lines + category_table(stats, "Examples per task category (cf. thesis Table 3.2):")
+
+
+def category_table(stats: Mapping[str, Any], caption: str) -> list[str]:
+    """The annotation stats' examples per task category (thesis Table 3.2), or nothing."""
     per_category = stats.get("counts_per_category") or {}
-    if per_category:
-        lines += ["", "Examples per task category (cf. thesis Table 3.2):", ""]
-        lines += _table(
-            ("category", "datasets", "systems", "aspects", "examples"),
-            (
-                (name, c.get("datasets"), c.get("systems"), c.get("aspects"), c.get("examples"))
-                for name, c in per_category.items()
-                if isinstance(c, dict)
-            ),
-        )
-    return lines
+    if not per_category:
+        return []
+    rows = (
+        (name, c.get("datasets"), c.get("systems"), c.get("aspects"), c.get("examples"))
+        for name, c in per_category.items()
+        if isinstance(c, Mapping)
+    )
+    return ["", caption, "", *_table(("category", "datasets", "systems", "aspects", "examples"), rows)]
 
 
 def _meta_eval(results: EvalResults | None) -> list[str]:

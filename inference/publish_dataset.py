@@ -45,6 +45,7 @@ from .publish import (
     _read_json,
     _regular,
     _table,
+    category_table,
     check_inside,
     local_path_pattern,
     strip_local_paths,
@@ -313,17 +314,7 @@ def _counts(data: DatasetFolder, licenses: Mapping[str, str]) -> list[str]:
     sizes = [f"{split} {len(records)}" for split, records in data.splits.items()]
     extra = [f"{key} {run[key]}" for key in ("unscored", "incomplete") if isinstance(run.get(key), int)]
     lines.append(f"Records: {', '.join(sizes + extra)} (unscored and incomplete ones are not part of the dataset).")
-    per_category = stats.get("counts_per_category") or {}
-    if per_category:
-        lines += ["", "Examples per task category:", ""]
-        lines += _table(
-            ("category", "datasets", "systems", "aspects", "examples"),
-            (
-                (name, c.get("datasets"), c.get("systems"), c.get("aspects"), c.get("examples"))
-                for name, c in per_category.items()
-                if isinstance(c, Mapping)
-            ),
-        )
+    lines += category_table(stats, "Examples per task category:")
     aspects = Counter(f"{r.get('task_id')}/{r.get('aspect_name')}" for r in data.records)
     lines += ["", "Records per task and aspect:", ""]
     lines += _table(("task/aspect", "records"), sorted(aspects.items()))
