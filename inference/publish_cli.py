@@ -4,6 +4,7 @@ dataset card, on the Hugging Face Hub."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -101,7 +102,6 @@ def publish_command(
         read_eval_results,
         read_run,
         stage,
-        upload,
     )
 
     console = Console(stderr=True, soft_wrap=True)
@@ -147,26 +147,15 @@ def publish_command(
         datasets=tuple(dataset or ()),
         eval_results=read_eval_results(eval_results, judge_name) if eval_results is not None else None,
     )
-    say = console.print
-    if dry_run is not None:
-        names = stage(run, dry_run, options, say=say)
-        _list(dry_run, names)
-        console.print(f"dry run: {len(names)} files staged in {dry_run} for {repo_id}; nothing uploaded")
-        return
-    assert token is not None
-    with tempfile.TemporaryDirectory(prefix="spanjudge-publish-") as tmp:
-        folder = Path(tmp) / "staged"
-        names = stage(run, folder, options, say=say, token=token)
-        _list(folder, names)
-        console.print(f"uploading {len(names)} files to {repo_id}{' (private)' if private else ''}")
-        url = upload(
-            folder,
-            repo_id,
-            private=private,
-            token=token,
-            message=f"spanjudge publish: {'merged model' if merged else 'LoRA adapter'} and model card",
-        )
-    typer.echo(url)
+    _stage_and_upload(
+        lambda out, token: stage(run, out, options, say=console.print, token=token),
+        repo_id=repo_id,
+        dry_run=dry_run,
+        token=token,
+        private=private,
+        message=f"spanjudge publish: {'merged model' if merged else 'LoRA adapter'} and model card",
+        repo_type="model",
+    )
 
 
 def _source_licenses(values: list[str]) -> dict[str, str]:
@@ -190,33 +179,50 @@ def _publish_dataset(
     private: bool,
 ) -> None:
     """Stage the annotated dataset (into --dry-run DIR, else a temporary folder) and upload it."""
+    from .publish_dataset import DatasetCardOptions, read_dataset_folder, stage_dataset
+
+    options = DatasetCardOptions(repo_id=repo_id, license=license_, source_licenses=_source_licenses(licenses))
+    data = read_dataset_folder(folder)
+    _stage_and_upload(
+        lambda out, token: stage_dataset(data, out, options, token=token),
+        repo_id=repo_id,
+        dry_run=dry_run,
+        token=token,
+        private=private,
+        message="spanjudge publish: annotated dataset and dataset card",
+        repo_type="dataset",
+    )
+
+
+def _stage_and_upload(
+    stage_into: Callable[[Path, str | None], list[str]],
+    *,
+    repo_id: str,
+    dry_run: Path | None,
+    token: str | None,
+    private: bool,
+    message: str,
+    repo_type: str,
+) -> None:
+    """Stage into --dry-run DIR (and stop), or into a temporary folder that is uploaded."""
     from rich.console import Console
 
     from .publish import upload
-    from .publish_dataset import DatasetCardOptions, read_dataset_folder, stage_dataset
 
     console = Console(stderr=True, soft_wrap=True)
-    options = DatasetCardOptions(repo_id=repo_id, license=license_, source_licenses=_source_licenses(licenses))
-    data = read_dataset_folder(folder)
+    target = f"the dataset {repo_id}" if repo_type == "dataset" else repo_id
     if dry_run is not None:
-        names = stage_dataset(data, dry_run, options)
+        names = stage_into(dry_run, None)
         _list(dry_run, names)
-        console.print(f"dry run: {len(names)} files staged in {dry_run} for the dataset {repo_id}; nothing uploaded")
+        console.print(f"dry run: {len(names)} files staged in {dry_run} for {target}; nothing uploaded")
         return
     assert token is not None
     with tempfile.TemporaryDirectory(prefix="spanjudge-publish-") as tmp:
         staged = Path(tmp) / "staged"
-        names = stage_dataset(data, staged, options, token=token)
+        names = stage_into(staged, token)
         _list(staged, names)
-        console.print(f"uploading {len(names)} files to the dataset {repo_id}{' (private)' if private else ''}")
-        url = upload(
-            staged,
-            repo_id,
-            private=private,
-            token=token,
-            message="spanjudge publish: annotated dataset and dataset card",
-            repo_type="dataset",
-        )
+        console.print(f"uploading {len(names)} files to {target}{' (private)' if private else ''}")
+        url = upload(staged, repo_id, private=private, token=token, message=message, repo_type=repo_type)
     typer.echo(url)
 
 

@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from judge_records import write_records
 from rich.console import Console
-from training_runs import SMOKE
+from training_runs import smoke_config
 
 from spanjudge.data_gen.cli import model_progress
 from spanjudge.inference.cli import main as cli_main
@@ -37,17 +36,6 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture
 def records(tmp_path: Path, shared_data: Path) -> Path:
     return write_records(tmp_path / "annotate", shared_data)
-
-
-def _config(tmp_path: Path, records: Path, **sections: dict) -> Path:
-    config = yaml.safe_load(SMOKE.read_text())
-    config["data"]["train"] = str(records)
-    config["training"]["output_dir"] = str(tmp_path / "run")
-    for section, values in sections.items():
-        config.setdefault(section, {}).update(values)
-    path = tmp_path / "train.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 @pytest.mark.parametrize(
@@ -72,7 +60,7 @@ def test_check_stops_a_typo_in_one_line_without_loading_weights(
     tmp_path: Path, records: Path, capsys: pytest.CaptureFixture[str], change: dict, expected: str
 ) -> None:
     started = time.monotonic()
-    code = cli_main(["train", "--config", str(_config(tmp_path, records, **change)), "--check"])
+    code = cli_main(["train", "--config", str(smoke_config(tmp_path, records, **change)), "--check"])
     err = capsys.readouterr().err
     assert code == 2, err
     assert expected in err and "Traceback" not in err
@@ -83,10 +71,10 @@ def test_check_stops_a_typo_in_one_line_without_loading_weights(
 def test_check_passes_a_good_config_and_training_records_its_inputs(
     tmp_path: Path, records: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli_main(["train", "--config", str(_config(tmp_path, records)), "--check"]) == 0
+    assert cli_main(["train", "--config", str(smoke_config(tmp_path, records)), "--check"]) == 0
     assert "config and data are valid" in capsys.readouterr().err
     # the metadata training writes beside the adapter names the inputs it trained on
-    run = TrainingRun(load_train_config(_config(tmp_path, records)), say=lambda _: None)
+    run = TrainingRun(load_train_config(smoke_config(tmp_path, records)), say=lambda _: None)
     run.prepare()
     metadata = run._metadata()
     lines = [json.loads(line) for line in (records / "train.jsonl").open()]

@@ -31,7 +31,7 @@ import pytest
 import yaml
 from judge_records import write_records
 from standin import Reply
-from training_runs import ENV, REPO, SMOKE
+from training_runs import ENV, REPO, smoke_config
 
 from spanjudge.inference.backends import (
     BackendError,
@@ -353,17 +353,6 @@ def records(tmp_path: Path, shared_data: Path) -> Path:
     return write_records(tmp_path / "annotate", shared_data)
 
 
-def _config(tmp_path: Path, records: Path, **sections: dict[str, Any]) -> Path:
-    config = yaml.safe_load(SMOKE.read_text())
-    config["data"]["train"] = str(records)
-    config["training"]["output_dir"] = str(tmp_path / "run")
-    for section, values in sections.items():
-        config.setdefault(section, {}).update(values)
-    path = tmp_path / "train.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
@@ -379,7 +368,7 @@ def _config(tmp_path: Path, records: Path, **sections: dict[str, Any]) -> Path:
 def test_trainer_settings_are_refused_in_seconds(
     tmp_path: Path, records: Path, capsys: pytest.CaptureFixture[str], change: dict[str, Any], expected: str
 ) -> None:
-    config = _config(tmp_path, records, **change)
+    config = smoke_config(tmp_path, records, **change)
     started = time.monotonic()
     code = cli_main(["train", "--config", str(config)])
     err = capsys.readouterr().err.strip()
@@ -396,7 +385,7 @@ def test_trainer_args_reach_sft_config(tmp_path: Path, records: Path, monkeypatc
     from spanjudge.training.run import TrainingRun
 
     extra = {"neftune_noise_alpha": 5.0, "save_strategy": "epoch", "torch_empty_cache_steps": 7}
-    path = _config(tmp_path, records, training={"trainer_args": extra}, logging={"report_to": ["wandb"]})
+    path = smoke_config(tmp_path, records, training={"trainer_args": extra}, logging={"report_to": ["wandb"]})
     for name in ("WANDB_PROJECT", "WANDB_DIR"):  # set by prepare() for W&B; restored after the test
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WANDB_MODE", "disabled")
@@ -412,7 +401,7 @@ def test_a_run_saved_before_trainer_args_existed_still_resumes(tmp_path: Path, r
     from spanjudge.training.config import load_train_config, resolved_yaml
     from spanjudge.training.run import _check_same_run
 
-    config = load_train_config(_config(tmp_path, records))
+    config = load_train_config(smoke_config(tmp_path, records))
     saved = yaml.safe_load(resolved_yaml(config))
     del saved["training"]["trainer_args"]  # written by a spanjudge without the field
     out = tmp_path / "old_run"

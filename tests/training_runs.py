@@ -47,3 +47,17 @@ class TrainedRun:
 
     def history(self) -> list[dict]:
         return [json.loads(line) for line in (self.out / "log_history.jsonl").read_text().splitlines()]
+
+
+def smoke_config(tmp_path: Path, records: Path, **sections: dict) -> Path:
+    """The CPU smoke training config on `records`, with some sections updated, written to tmp_path."""
+    import yaml
+
+    config = yaml.safe_load(SMOKE.read_text())
+    config["data"]["train"] = str(records)
+    config["training"]["output_dir"] = str(tmp_path / "run")
+    for section, values in sections.items():
+        config.setdefault(section, {}).update(values)
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
