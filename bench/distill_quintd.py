@@ -57,23 +57,50 @@ def _run(command: list[str], log: Path) -> float:
     return round(time.perf_counter() - started, 1)
 
 
-def import_teacher(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+def _import(work: Path, name: str, config_path: Path, domains: list[str], tables: tuple[int, int]) -> dict[str, Any]:
     import yaml
 
-    out = work / "teacher"
+    out = work / name
     if (out / "run.json").is_file():
         return json.loads((out / "run.json").read_text())
-    config = yaml.safe_load(IMPORT_CONFIG.read_text())
-    config["source"].update(domains=args.domains, table_range=list(args.train_tables))
-    path = work / "import.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    config["source"].update(domains=domains, table_range=list(tables))
+    path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    _run([str(BIN / "spanjudge"), "import", "--config", str(path), "--out", str(out)], work / "import.log")
+    _run([str(BIN / "spanjudge"), "import", "--config", str(path), "--out", str(out)], work / f"{name}.log")
     return json.loads((out / "run.json").read_text())
+
+
+def import_teacher(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """GPT-4's records on the training tables; with --extra-domains, theirs appended to the training split.
+
+    The validation split stays the main domains' own, so eval loss is comparable across runs.
+    """
+    imported = _import(work, "teacher", args.import_config, args.domains, args.train_tables)
+    if not args.extra_domains:
+        return imported
+    extra = _import(work, "teacher_extra", args.import_config, args.extra_domains, args.extra_tables)
+    mixed = work / "teacher_mixed"
+    mixed.mkdir(exist_ok=True)
+    lines = [
+        line
+        for folder in ("teacher", "teacher_extra")
+        for name in (("train.jsonl", "validation.jsonl") if folder == "teacher_extra" else ("train.jsonl",))
+        if (work / folder / name).is_file()
+        for line in (work / folder / name).read_text(encoding="utf-8").splitlines()
+    ]
+    (mixed / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (mixed / "validation.jsonl").write_text((work / "teacher" / "validation.jsonl").read_text(encoding="utf-8"))
+    return {**imported, "train": len(lines), "extra_train": extra["train"] + extra["validation"]}
+
+
+def teacher_folder(work: Path) -> Path:
+    return work / ("teacher_mixed" if (work / "teacher_mixed").is_dir() else "teacher")
 
 
 def training_examples(work: Path, repeat_no_error: int) -> int:
     """Examples in one epoch: every teacher record, 'No Error' ones `repeat_no_error` times."""
-    records = [json.loads(line) for line in (work / "teacher" / "train.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (teacher_folder(work) / "train.jsonl").read_text().splitlines()]
     return sum(1 if r["evaluation"]["errors"] else repeat_no_error for r in records)
 
 
@@ -83,7 +110,7 @@ def train_student(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     n_train = training_examples(work, args.repeat_no_error)
     steps = args.steps or math.ceil(args.epochs * n_train / args.batch)
     sets = {
-        "data.train": str(work / "teacher"),
+        "data.train": str(teacher_folder(work)),
         "data.max_length": 2048,
         "data.repeat_no_error": args.repeat_no_error,
         "training.output_dir": str(run_dir),
@@ -172,8 +199,12 @@ AGREEMENT = ("overlap_f1", "token_f1", "count_pearson", "token_pearson")
 
 def _change(settings: dict[str, Any], default: dict[str, Any]) -> str:
     """What a run changed against the `default` run, from its settings."""
-    keys = ("domains", "batch", "lr", "rank", "repeat_no_error", "max_new_tokens", "constrained")
-    changed = [f"{k} {settings.get(k)}" for k in keys if settings.get(k, default.get(k)) != default.get(k)]
+    keys = (
+        "domains", "extra_domains", "import_config", "batch", "lr", "rank", "repeat_no_error", "max_new_tokens",
+        "constrained",
+    )  # fmt: skip
+    base = {"extra_domains": [], "import_config": str(IMPORT_CONFIG.relative_to(REPO)), **default}  # older runs
+    changed = [f"{k} {settings.get(k)}" for k in keys if settings.get(k, base.get(k)) != base.get(k)]
     steps, default_steps = settings["train"].get("steps"), default["train"].get("steps")
     if steps != default_steps:
         changed.append(f"{steps} steps (default {default_steps})")
@@ -236,8 +267,16 @@ def markdown(runs: dict[str, Any]) -> str:
             f"## Run `{label}`",
             "",
             f"{s['machine']}. Train: GPT-4 spans on {s['train_outputs']} outputs of {', '.join(s['domains'])} tables "
-            f"{s['train_tables'][0]}–{s['train_tables'][1] - 1}; held out: tables {s['test_tables'][0]}–"
-            f"{s['test_tables'][1] - 1} ({s['n_outputs']} outputs, all 4 systems, no input shared). Training: "
+            f"{s['train_tables'][0]}–{s['train_tables'][1] - 1}"
+            + (
+                f" (of which {s['extra_train']} from {', '.join(s['extra_domains'])} tables {s['extra_tables'][0]}–"
+                f"{s['extra_tables'][1] - 1})"
+                if s.get("extra_domains")
+                else ""
+            )
+            + f"; rule {s.get('import_config', IMPORT_CONFIG.relative_to(REPO))}; held out: tables "
+            f"{s['test_tables'][0]}–{s['test_tables'][1] - 1} ({s['n_outputs']} outputs, all 4 systems, no input "
+            "shared). Training: "
             f"{t.get('steps')} steps × batch {s['batch']} (~{epochs:.1f} epochs), lr {s['lr']}, LoRA r {s['rank']}"
             + (f", 'No Error' records ×{s['repeat_no_error']}" if s.get("repeat_no_error", 1) > 1 else "")
             + f", "
@@ -271,6 +310,13 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="working folder (default runs/bench/distill_quintd/LABEL)")
     parser.add_argument("--domains", nargs="+", default=["wikidata"])
     parser.add_argument("--train-tables", type=int, nargs=2, default=(0, 80), metavar=("FIRST", "STOP"))
+    parser.add_argument(
+        "--extra-domains", nargs="*", default=[], help="more training data: GPT-4's spans on these domains too"
+    )
+    parser.add_argument("--extra-tables", type=int, nargs=2, default=(0, 20), metavar=("FIRST", "STOP"))
+    parser.add_argument(
+        "--import-config", type=Path, default=IMPORT_CONFIG, help="the import rule (default: %(default)s)"
+    )
     parser.add_argument("--test-tables", type=int, nargs=2, default=(80, 100), metavar=("FIRST", "STOP"))
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--steps", type=int, help="optimizer steps (default: --epochs over the training records)")
@@ -300,9 +346,9 @@ def main() -> None:
     def say(message: str) -> None:
         print(f"[distill_quintd {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
-    from spanjudge.eval.perturb.span_agreement import span_agreement
-    from spanjudge.eval.perturb.span_judging import judge_span_documents, predictions, quintd_tables
-    from spanjudge.eval.perturb.spans import mark_numbers
+    from spanjudge.eval.spans.agreement import span_agreement
+    from spanjudge.eval.spans.judging import judge_span_documents, predictions, quintd_tables
+    from spanjudge.eval.spans.metrics import mark_numbers
     from spanjudge.inference.export import adapter_to_gguf
     from spanjudge.inference.hf_models import convert_gguf
     from spanjudge.inference.llamacpp import smollm2_gguf
@@ -362,6 +408,12 @@ def main() -> None:
         "train_tables": list(args.train_tables),
         "test_tables": list(args.test_tables),
         "train_outputs": imported["train"],
+        "extra_domains": args.extra_domains,
+        "extra_train": imported.get("extra_train"),
+        "extra_tables": list(args.extra_tables) if args.extra_domains else None,
+        "import_config": str(args.import_config.resolve().relative_to(REPO))
+        if args.import_config.resolve().is_relative_to(REPO)
+        else str(args.import_config),
         "n_outputs": len(docs),
         "human_no_error_outputs": sum(1 for d in docs if not d.gold_spans),
         "batch": args.batch,
