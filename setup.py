@@ -9,7 +9,7 @@ Everything else about the project is declared in pyproject.toml.
 
 from setuptools import find_packages, setup
 
-CODE_FOLDERS = ("inference", "data_gen", "training", "eval")
+CODE_FOLDERS = ("inference", "data_gen", "training", "eval", "publish")
 
 package_dir = {"spanjudge.configs": "configs"} | {f"spanjudge.{folder}": folder for folder in CODE_FOLDERS}
 packages = ["spanjudge.configs"] + [

@@ -1,20 +1,25 @@
-"""`spanjudge annotate`: the ensemble annotation pipeline from the command line."""
+"""`spanjudge annotate`, `generate`, `import` and `merge`: the data-generation stage from the
+command line. The work is done by the functions of `stage` (and `shards.merge_shards`);
+these commands parse their options and print what the run did."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from spanjudge.inference.progress_log import progress_bars
 from spanjudge.inference.sharding import SHARD_HELP
 
+from .stage import model_progress
+
 annotate = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+import_annotations = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+generate = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+merge = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+__all__ = ["annotate", "generate", "import_annotations", "merge", "model_progress"]
 
 DecontaminateOption = Annotated[
     Path | None,
@@ -32,40 +37,49 @@ AllowOverlapOption = Annotated[
         help="Keep inputs that occur in the meta-evaluation sets (counted, with a warning recorded in run.json).",
     ),
 ]
-
 ShardOption = Annotated[
     str | None,
     typer.Option("--shard", metavar="K/N", help=SHARD_HELP + " Join the N folders with `spanjudge merge`."),
+]
+SourcesOption = Annotated[Path, typer.Option("--sources", help="Sources YAML (configs/sources/*.yaml).")]
+OutOption = Annotated[Path, typer.Option("--out", help="Output folder (created; re-running resumes).")]
+CacheOption = Annotated[
+    Path | None, typer.Option("--cache", help="SQLite cache of model calls (default: OUT/cache.sqlite).")
+]
+DataDirOption = Annotated[
+    Path | None, typer.Option("--data-dir", help="Shared data folder for $DATA/ paths (default ../shared/data).")
+]
+
+
+def _endpoint_option(what: str) -> Any:
+    return typer.Option(
+        "--endpoint",
+        help=f"Point {what} at other servers: NAME=URL[,URL...] (repeatable; a list is a pool). "
+        "Also SPANJUDGE_ENDPOINT_<NAME>=URL[,URL].",
+    )
+
+
+AnnotateEndpointOption = Annotated[list[str] | None, _endpoint_option("a model")]
+GenerateEndpointOption = Annotated[list[str] | None, _endpoint_option("a system")]
+RefreshUnscoredOption = Annotated[
+    bool,
+    typer.Option(
+        "--refresh-unscored",
+        help="Ask the models again for every cached reply that did not parse (e.g. cached from a "
+        "server that was broken), instead of serving it from the cache.",
+    ),
 ]
 
 
 @annotate.command()
 def annotate_command(
     ensemble: Annotated[Path, typer.Option("--ensemble", help="Ensemble YAML (configs/ensemble/*.yaml).")],
-    sources: Annotated[Path, typer.Option("--sources", help="Sources YAML (configs/sources/*.yaml).")],
-    out: Annotated[Path, typer.Option("--out", help="Output folder (created; re-running resumes).")],
-    endpoint: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--endpoint",
-            help="Point a model at other servers: NAME=URL[,URL...] (repeatable; a list is a pool). "
-            "Also SPANJUDGE_ENDPOINT_<NAME>=URL[,URL].",
-        ),
-    ] = None,
-    cache: Annotated[
-        Path | None, typer.Option("--cache", help="SQLite cache of model calls (default: OUT/cache.sqlite).")
-    ] = None,
-    data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", help="Shared data folder for $DATA/ paths (default ../shared/data).")
-    ] = None,
-    refresh_unscored: Annotated[
-        bool,
-        typer.Option(
-            "--refresh-unscored",
-            help="Ask the models again for every cached reply that did not parse (e.g. cached from a "
-            "server that was broken), instead of serving it from the cache.",
-        ),
-    ] = False,
+    sources: SourcesOption,
+    out: OutOption,
+    endpoint: AnnotateEndpointOption = None,
+    cache: CacheOption = None,
+    data_dir: DataDirOption = None,
+    refresh_unscored: RefreshUnscoredOption = False,
     decontaminate_against: DecontaminateOption = None,
     allow_overlap: AllowOverlapOption = False,
     shard: ShardOption = None,
@@ -81,64 +95,37 @@ def annotate_command(
     cache, stats and OUT/shard.json); `spanjudge merge` joins the N shards into what one
     run writes.
     """
-    from spanjudge.inference.catalog import load_catalog
-    from spanjudge.inference.sharding import parse_shard, shard_path
+    from .config import parse_endpoint_options
+    from .stage import annotate_outputs
 
-    from .config import load_ensemble, load_sources, parse_endpoint_options
-    from .decontaminate import prepare
-    from .pipeline import run_pipeline
-
-    part = parse_shard(shard)  # a bad K/N is one line before anything is read
+    endpoints = parse_endpoint_options(endpoint or [])
     console = Console(stderr=True)
-    ensemble_config = load_ensemble(ensemble, parse_endpoint_options(endpoint or []))
-    sources_config = load_sources(sources)
-    data_root = _data_root(data_dir)
-    decontamination = prepare(decontaminate_against, allow_overlap, data_root)
-    if allow_overlap:  # loudly, before the run as well as after it
-        console.print(f"[yellow]{decontamination.lines()[-1]}[/yellow]", highlight=False, soft_wrap=True)
     with model_progress(console) as progress:
-        summary = run_pipeline(
-            ensemble_config,
-            sources_config,
-            sources,
-            out,
-            load_catalog(),
-            data_root=data_root,
-            cache_path=shard_path(cache, part) if cache is not None else None,
-            progress=progress,
-            refresh_unscored=refresh_unscored,
-            decontamination=decontamination,
-            shard=part,
-        )
-    for line in decontamination.lines():
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
-    split = f"shard {part.label}, not yet split" if part else f"{summary.train} train / {summary.validation} validation"
+        run = annotate_outputs(
+            ensemble, sources, out, endpoints=endpoints, cache=cache, data_dir=data_dir,
+            refresh_unscored=refresh_unscored, decontaminate_against=decontaminate_against,
+            allow_overlap=allow_overlap, shard=shard, progress=progress, warn=lambda line: _warn(console, line),
+        )  # fmt: skip
+    _print_decontamination(console, run)
+    s, part = run.summary, run.shard
+    split = f"shard {part.label}, not yet split" if part else f"{s.train} train / {s.validation} validation"
+    calls = ", ".join(f"{k} {v}" for k, v in s.model_calls.items())
     console.print(
-        f"{summary.records} records ({split}) from "
-        f"{summary.requests} requests; unscored {summary.unscored}; incomplete {summary.incomplete}; "
-        f"model calls {summary.total_model_calls} ({', '.join(f'{k} {v}' for k, v in summary.model_calls.items())}); "
-        f"cache hits {sum(summary.cache_hits.values())}"
+        f"{s.records} records ({split}) from {s.requests} requests; unscored {s.unscored}; incomplete "
+        f"{s.incomplete}; model calls {s.total_model_calls} ({calls}); cache hits {sum(s.cache_hits.values())}"
     )
-    for line in summary.skipped[:10]:
-        console.print(f"skipped {line}")
-    if len(summary.skipped) > 10:
-        console.print(f"... and {len(summary.skipped) - 10} more skipped (see {out / 'run.json'})")
-    if summary.not_sampled or summary.beyond_limit_inputs:
+    _print_skipped(console, run)
+    if s.not_sampled or s.beyond_limit_inputs:
         console.print(
-            f"left out by the sources config: {summary.not_sampled} outputs not drawn (n_systems), "
-            f"{summary.beyond_limit_inputs} rows past limit_inputs"
+            f"left out by the sources config: {s.not_sampled} outputs not drawn (n_systems), "
+            f"{s.beyond_limit_inputs} rows past limit_inputs"
         )
     console.print(f"statistics: {out / 'stats.md'}; histogram: {out / 'score_histogram.png'}")
     if part:
         console.print(f"shard {part.label} done; join all {part.count}: spanjudge merge --shards DIR1 ... --out DIR")
-    if summary.incomplete:
-        console.print(
-            f"[yellow]{summary.incomplete} requests are incomplete[/yellow]: re-run the same command to finish"
-        )
+    if s.incomplete:
+        console.print(f"[yellow]{s.incomplete} requests are incomplete[/yellow]: re-run the same command to finish")
         raise typer.Exit(1)
-
-
-import_annotations = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
 @import_annotations.command()
@@ -149,9 +136,7 @@ def import_command(
     ],
     decontaminate_against: DecontaminateOption = None,
     allow_overlap: AllowOverlapOption = False,
-    data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", help="Shared data folder for $DATA/ paths (default ../shared/data).")
-    ] = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Build training records from existing annotations, with no model call.
 
@@ -162,55 +147,34 @@ def import_command(
     OUT/hf_dataset/, OUT/stats.{json,md}, OUT/score_histogram.png and OUT/run.json. Every
     record is checked before anything is written; a bad one is named by file and line.
     """
-    from spanjudge.inference.catalog import load_catalog
-
-    from .decontaminate import prepare
-    from .teacher import import_annotations as run_import
-    from .teacher import load_import_config
+    from .stage import import_records
 
     console = Console(stderr=True)
-    import_config = load_import_config(config)
-    catalog = load_catalog()
-    decontamination = prepare(decontaminate_against, allow_overlap, _data_root(data_dir), catalog)
-    if allow_overlap:
-        console.print(f"[yellow]{decontamination.lines()[-1]}[/yellow]", highlight=False, soft_wrap=True)
-    summary = run_import(import_config, config.parent, out, catalog, decontamination)
-    for line in decontamination.lines():
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    run = import_records(
+        config, out, decontaminate_against=decontaminate_against, allow_overlap=allow_overlap, data_dir=data_dir,
+        warn=lambda line: _warn(console, line),
+    )  # fmt: skip
+    _print_decontamination(console, run)
+    s = run.summary
     console.print(
-        f"{summary.records} records ({summary.train} train / {summary.validation} validation), "
-        f"{summary.spans} spans; relocated {len(summary.relocated)}, dropped {len(summary.dropped)}, "
-        f"capped {len(summary.capped)}"
+        f"{s.records} records ({s.train} train / {s.validation} validation), {s.spans} spans; relocated "
+        f"{len(s.relocated)}, dropped {len(s.dropped)}, capped {len(s.capped)}"
     )
-    if summary.rule:
-        console.print(f"rule: {summary.rule}")
-    for line in [*summary.relocated, *summary.dropped][:10]:
+    if s.rule:
+        console.print(f"rule: {s.rule}")
+    for line in [*s.relocated, *s.dropped][:10]:
         console.print(f"  {line}")
     console.print(f"statistics: {out / 'stats.md'}")
-
-
-generate = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
 @generate.command()
 def generate_command(
     systems: Annotated[Path, typer.Option("--systems", help="Systems YAML (configs/generate/systems/*.yaml).")],
     sources: Annotated[Path, typer.Option("--sources", help="Sources YAML whose inputs get new outputs.")],
-    out: Annotated[Path, typer.Option("--out", help="Output folder (created; re-running resumes).")],
-    endpoint: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--endpoint",
-            help="Point a system at other servers: NAME=URL[,URL...] (repeatable; a list is a pool). "
-            "Also SPANJUDGE_ENDPOINT_<NAME>=URL[,URL].",
-        ),
-    ] = None,
-    cache: Annotated[
-        Path | None, typer.Option("--cache", help="SQLite cache of model calls (default: OUT/cache.sqlite).")
-    ] = None,
-    data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", help="Shared data folder for $DATA/ paths (default ../shared/data).")
-    ] = None,
+    out: OutOption,
+    endpoint: GenerateEndpointOption = None,
+    cache: CacheOption = None,
+    data_dir: DataDirOption = None,
     shard: ShardOption = None,
 ) -> None:
     """Generate new system outputs with LLMs for every input of the sources.
@@ -226,57 +190,53 @@ def generate_command(
     With --shard K/N, OUT holds the outputs of shard K's inputs (and OUT/shard.json);
     `spanjudge merge` joins the N shards into what one run writes.
     """
-    from spanjudge.inference.catalog import load_catalog
-    from spanjudge.inference.sharding import parse_shard, shard_path
+    from .config import parse_endpoint_options
+    from .stage import generate_outputs
 
-    from .config import load_sources, parse_endpoint_options
-    from .generate import run_generate
-    from .generate_config import load_generate_config
-
-    part = parse_shard(shard)
+    endpoints = parse_endpoint_options(endpoint or [])
     console = Console(stderr=True)
-    generate_config = load_generate_config(systems, parse_endpoint_options(endpoint or []))
-    sources_config = load_sources(sources)
-    data_root = _data_root(data_dir)
     with model_progress(console) as progress:
-        summary = run_generate(
-            generate_config,
-            systems,
-            sources_config,
-            sources,
-            out,
-            load_catalog(),
-            data_root=data_root,
-            cache_path=shard_path(cache, part) if cache is not None else None,
-            progress=progress,
-            shard=part,
+        run = generate_outputs(
+            systems, sources, out, endpoints=endpoints, cache=cache, data_dir=data_dir, shard=shard, progress=progress
         )
-    per_source = ", ".join(f"{name} {count}" for name, count in summary.per_source.items())
-    reasons = ", ".join(f"{reason} {count}" for reason, count in summary.rejected_reasons.items())
+    s, part = run.summary, run.shard
+    per_source = ", ".join(f"{name} {count}" for name, count in s.per_source.items())
+    reasons = ", ".join(f"{reason} {count}" for reason, count in s.rejected_reasons.items())
     console.print(
-        f"{summary.outputs} outputs ({per_source}) from {summary.jobs} prompts; "
-        f"rejected {summary.rejected}{f' ({reasons})' if reasons else ''}; incomplete {summary.incomplete}; "
-        f"truncated at max_tokens {summary.truncated}; model calls {summary.total_model_calls} "
-        f"({', '.join(f'{k} {v}' for k, v in summary.model_calls.items())}); "
-        f"cache hits {sum(summary.cache_hits.values())}"
+        f"{s.outputs} outputs ({per_source}) from {s.jobs} prompts; "
+        f"rejected {s.rejected}{f' ({reasons})' if reasons else ''}; incomplete {s.incomplete}; "
+        f"truncated at max_tokens {s.truncated}; model calls {s.total_model_calls} "
+        f"({', '.join(f'{k} {v}' for k, v in s.model_calls.items())}); "
+        f"cache hits {sum(s.cache_hits.values())}"
     )
-    for line in summary.skipped[:10]:
-        console.print(f"skipped {line}")
-    if len(summary.skipped) > 10:
-        console.print(f"... and {len(summary.skipped) - 10} more skipped (see {out / 'run.json'})")
+    _print_skipped(console, run)
     if part:
         console.print(f"shard {part.label} done; join all {part.count}: spanjudge merge --shards DIR1 ... --out DIR")
     else:
         console.print(f"annotate them: spanjudge annotate --sources {out / 'sources.yaml'} --ensemble <ensemble.yaml>")
-    if summary.incomplete:
+    if s.incomplete:
         console.print(
-            f"[yellow]{summary.incomplete} prompts are incomplete[/yellow] (see {out / 'incomplete.jsonl'}): "
+            f"[yellow]{s.incomplete} prompts are incomplete[/yellow] (see {out / 'incomplete.jsonl'}): "
             "re-run the same command to finish"
         )
         raise typer.Exit(1)
 
 
-merge = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+def _warn(console: Console, line: str) -> None:
+    console.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
+
+
+def _print_decontamination(console: Console, run: Any) -> None:
+    for line in run.decontamination.lines():
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def _print_skipped(console: Console, run: Any) -> None:
+    skipped = run.summary.skipped
+    for line in skipped[:10]:
+        console.print(f"skipped {line}")
+    if len(skipped) > 10:
+        console.print(f"... and {len(skipped) - 10} more skipped (see {run.out / 'run.json'})")
 
 
 @merge.command(context_settings={"allow_extra_args": True})
@@ -318,37 +278,3 @@ def merge_command(
             f"[yellow]{run['incomplete']} are incomplete[/yellow]: re-run their shards' commands, then merge again"
         )
         raise typer.Exit(1)
-
-
-def _data_root(data_dir: Path | None) -> Path | None:
-    """The shared data folder; only an error if one was asked for (or a source uses $DATA/)."""
-    from spanjudge.inference.errors import SpanjudgeError
-    from spanjudge.inference.paths import data_dir as find_data_dir
-
-    try:
-        return find_data_dir(data_dir)
-    except SpanjudgeError:
-        if data_dir is not None:
-            raise
-        return None
-
-
-@contextlib.contextmanager
-def model_progress(console: Console) -> Iterator[Callable[[str, int, int, int, int], None]]:
-    """One progress row per model: done/total, cached and failed calls."""
-    columns = (
-        TextColumn("{task.description:<18}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("cached {task.fields[cached]}  failed {task.fields[failed]}"),
-        TimeElapsedColumn(),
-    )
-    with progress_bars(*columns, console=console) as bar:  # log lines when not a terminal
-        rows: dict[str, int] = {}
-
-        def progress(name: str, done: int, total: int, cached: int, failed: int) -> None:
-            if name not in rows:
-                rows[name] = bar.add_task(name, total=total, cached=0, failed=0)
-            bar.update(rows[name], completed=done, total=total, cached=cached, failed=failed)
-
-        yield progress

@@ -15,6 +15,7 @@ from spanjudge.inference.backends.base import SamplingParams
 from spanjudge.inference.backends.spec import BackendSpec
 from spanjudge.inference.configio import load_yaml_model
 from spanjudge.inference.errors import ConfigError, InputError
+from spanjudge.inference.keyvalue import parse_endpoints as parse_endpoint_options  # noqa: F401  # the commands' --endpoint
 
 ENDPOINT_ENV_PREFIX = "SPANJUDGE_ENDPOINT_"
 
@@ -108,17 +109,6 @@ def env_endpoint_overrides(names: Sequence[str], environ: Mapping[str, str] = os
         value = environ.get(ENDPOINT_ENV_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", name).upper())
         if value:
             found[name] = [url.strip() for url in value.split(",") if url.strip()]
-    return found
-
-
-def parse_endpoint_options(values: Sequence[str]) -> dict[str, list[str]]:
-    """CLI `--endpoint NAME=URL[,URL]` values."""
-    found: dict[str, list[str]] = {}
-    for value in values:
-        name, sep, urls = value.partition("=")
-        if not sep or not name.strip() or not urls.strip():
-            raise InputError(f"--endpoint expects NAME=URL[,URL...], got {value!r}")
-        found.setdefault(name.strip(), []).extend(u.strip() for u in urls.split(",") if u.strip())
     return found
 
 

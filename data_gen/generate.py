@@ -26,6 +26,7 @@ from spanjudge.inference.catalog import Catalog, Task
 from spanjudge.inference.configio import configs_dir
 from spanjudge.inference.errors import ConfigError
 from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from spanjudge.inference.progress import Tracker
 from spanjudge.inference.sharding import Shard, input_key
 
 from .annotate import prompt_hash
@@ -33,7 +34,7 @@ from .config import SourcesConfig, SourceSpec, resolve_source_path
 from .generate_config import GenerateConfig, SystemSpec
 from .generate_post import postprocess
 from .generate_prompts import Template, Templates, build_request, load_templates, render_prompt, templates_for
-from .pipeline import ProgressCallback, StageSummary
+from .pipeline import StageSummary
 from .shards import finish_shard, settings_hash, start_shard
 from .sources import TaskInput, read_inputs
 
@@ -123,22 +124,18 @@ def plan_jobs(
 
 
 def _run_system(
-    system: SystemSpec, jobs: Sequence[GenJob], cache_path: Path, progress: ProgressCallback | None
+    system: SystemSpec, jobs: Sequence[GenJob], cache_path: Path, progress: Tracker | None
 ) -> tuple[list[CallResult], int, int]:
     """One system's jobs through its backend behind the cache: (results, model calls, cache hits)."""
     cache = LLMCache(cache_path)  # one connection per system: systems run in threads
     backend = CachedBackend(make_backend(system.backend), cache)
-    state = {"done": 0, "cached": 0, "failed": 0}
+    advance = progress(system.name, len(jobs), cached=0, failed=0) if progress is not None else None
 
     def on_result(_: int, result: CallResult) -> None:
-        state["done"] += 1
-        state["failed"] += int(isinstance(result, CallFailure))
-        state["cached"] += int(not isinstance(result, CallFailure) and result.cached)
-        if progress is not None:
-            progress(system.name, state["done"], len(jobs), state["cached"], state["failed"])
+        if advance is not None:
+            failed = isinstance(result, CallFailure)
+            advance(1, cached=int(not failed and result.cached), failed=int(failed))
 
-    if progress is not None:
-        progress(system.name, 0, len(jobs), 0, 0)
     try:
         results = backend.generate([job.request for job in jobs], on_result)
     finally:
@@ -198,7 +195,7 @@ def run_generate(
     *,
     data_root: Path | None,
     cache_path: Path | None = None,
-    progress: ProgressCallback | None = None,
+    progress: Tracker | None = None,
     shard: Shard | None = None,
 ) -> GenerateSummary:
     """`shard`: only the jobs of the inputs in this shard (data_gen/shards.py)."""

@@ -31,6 +31,7 @@ from spanjudge.inference.contract import (
     parse_supervisor,
 )
 from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl
+from spanjudge.inference.progress import Tracker
 from spanjudge.inference.prompts import render_annotator_prompt, render_supervisor_prompt
 from spanjudge.inference.sharding import Shard, input_key
 
@@ -48,8 +49,7 @@ from .stats import compute_stats, write_stats
 KEEP_ALIVE = "keep_alive"  # the ollama backend's option (backends/ollama_native.py), not imported: lazy
 DEFAULT_KEEP_ALIVE = "30m"  # Ollama's own default is 5m: a slow supervisor turn could unload an annotator
 
-ProgressCallback = Callable[[str, int, int, int, int], None]
-"""(role name, done, total, cached, failed) after each finished request."""
+# progress: a Tracker (inference/progress.py) given one row per role, with `cached` and `failed` tallies
 
 
 @dataclass
@@ -137,20 +137,15 @@ class _Role:
         self.cache.close()
 
 
-def _progress_reporter(
-    name: str, total: int, progress: ProgressCallback | None
-) -> Callable[[int, Outcome[Any]], None] | None:
+def _progress_reporter(name: str, total: int, progress: Tracker | None) -> Callable[[int, Outcome[Any]], None] | None:
     if progress is None:
         return None
-    state = {"done": 0, "cached": 0, "failed": 0}
+    advance = progress(name, total, cached=0, failed=0)
 
     def report(_: int, outcome: Outcome[Any]) -> None:
-        state["done"] += 1
-        state["cached"] += int(outcome.cached_calls > 0 and outcome.model_seconds == 0)
-        state["failed"] += int(not outcome.complete or outcome.parsed is None)
-        progress(name, state["done"], total, state["cached"], state["failed"])
+        cached = outcome.cached_calls > 0 and outcome.model_seconds == 0
+        advance(1, cached=int(cached), failed=int(not outcome.complete or outcome.parsed is None))
 
-    progress(name, 0, total, 0, 0)
     return report
 
 
@@ -158,7 +153,7 @@ def _annotate_all(
     ensemble: EnsembleConfig,
     roles: Sequence[_Role],
     prompts: Sequence[str],
-    progress: ProgressCallback | None,
+    progress: Tracker | None,
 ) -> dict[str, list[Outcome[AnnotatorEvaluation]]]:
     """Every annotator over every prompt; annotators run side by side (different servers)."""
 
@@ -254,7 +249,7 @@ def run_pipeline(
     *,
     data_root: Path | None,
     cache_path: Path | None = None,
-    progress: ProgressCallback | None = None,
+    progress: Tracker | None = None,
     refresh_unscored: bool = False,
     decontamination: Decontamination | None = None,
     shard: Shard | None = None,
@@ -423,7 +418,7 @@ def _merge(
     ensemble: EnsembleConfig,
     supervisor: _Role,
     scored: Sequence[tuple[Record, list[AnnotatorEvaluation]]],
-    progress: ProgressCallback | None,
+    progress: Tracker | None,
 ) -> tuple[list[Record], list[Record], list[Record]]:
     """The supervisor merges the annotators' error sets; scores are not shown to it."""
     needs_merge = [i for i, (_, evaluations) in enumerate(scored) if any(e.errors for e in evaluations)]

@@ -6,7 +6,7 @@ the input data), and `annotations/<annotator>/*.jsonl` holds one record per anno
 with character-offset spans `{"type", "text", "start", "reason"?}`.
 
 This module is the strict reader: every problem is one `InputError` naming the file and the
-line. The teacher importer (`teacher.py`) and the span benchmark (`eval/perturb/spans.py`)
+line. The teacher importer (`teacher.py`) and the span benchmark (`eval/spans/`)
 both read through it.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from spanjudge.inference.errors import InputError
-from spanjudge.inference.tabular import iter_jsonl
+from spanjudge.inference.jsonl import iter_jsonl
 
 QUINTD_DOMAINS: tuple[str, ...] = ("gsmarena", "ice_hockey", "openweather", "owid", "wikidata")
 QUINTD_MODELS: tuple[str, ...] = ("gpt-3.5", "llama2", "mistral", "zephyr")

@@ -24,8 +24,8 @@ from typing import Any
 
 from spanjudge.inference.errors import InputError
 from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from spanjudge.inference.jsonl import iter_jsonl
 from spanjudge.inference.sharding import Shard
-from spanjudge.inference.tabular import iter_jsonl
 
 from .folder_lock import one_run_per_folder
 from .records import Record

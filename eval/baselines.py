@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from spanjudge.inference.errors import InputError
+from spanjudge.inference.progress import Advance
 
 from .datasets import MetaDataset, MetaItem
-from .judges import Judgment, Progress
+from .judges import Judgment
 from .suite import AspectSpec
 
 NEEDS_MODEL_WEIGHTS = {
@@ -151,7 +152,7 @@ class MetricJudge:
         self._memo: dict[tuple[str, str], float] = {}
 
     def judge(
-        self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Progress | None = None
+        self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Advance | None = None
     ) -> dict[str, Judgment]:
         # a reference-based metric does not depend on the aspect: score each output once
         results: dict[str, Judgment] = {}

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from spanjudge.inference.configio import configs_dir, load_yaml_model
 
+from .perturb.kinds import KindName
+
 DEFAULT_CONFIG = "demo/tiny.yaml"
 
 
@@ -88,7 +90,7 @@ class MetaEvalSection(_Strict):
 
 
 class PerturbSection(_Strict):
-    benchmark: Literal["dhp", "dual", "attacks", "prompt"] = Field(description="what `spanjudge perturb` builds")
+    benchmark: KindName = Field(description="what `spanjudge perturb` builds (a name of perturb.kinds.KINDS)")
     source: str = Field(default="summeval", description="summeval, or topical_chat for dual / prompt")
     n: int | None = Field(default=None, ge=1, description="source texts to sample (default: all)")
     perturbations: tuple[str, ...] = Field(default=(), description="perturbation keys; empty = the benchmark's all")

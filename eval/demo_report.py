@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spanjudge.inference.artifacts import read_adapter_metadata
 from spanjudge.inference.html_report import STYLE, legend, render_items
+from spanjudge.inference.jsonl import read_jsonl
 
 SHOWN_RECORDS = 8  # annotated records shown with their spans (all are in annotate/train.jsonl)
 
@@ -144,9 +146,7 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return read_jsonl(path, missing_ok=True)
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -322,9 +322,9 @@ def _train_section(layout: DemoLayout) -> str:
     shown = [
         [_e(k), _e(f"{metrics[k]:.4g}" if isinstance(metrics[k], float) else metrics[k])] for k in keys if k in metrics
     ]
-    config = _json(layout.adapter / "spanjudge.json")
+    metadata = read_adapter_metadata(layout.adapter)
     parts = [
-        f"<p>Base model <code>{_e(config.get('base_model', '?'))}</code>; adapter in "
+        f"<p>Base model <code>{_e((metadata.base_model if metadata else None) or '?')}</code>; adapter in "
         f"<code>{_e(layout.adapter)}</code>.</p>",
         _table(["metric", "value"], shown, numeric=[1]),
     ]

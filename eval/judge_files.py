@@ -21,17 +21,18 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spanjudge.inference.errors import InputError, SpanjudgeError
+from spanjudge.inference.jsonl import iter_jsonl
 from spanjudge.inference.judge_prompt import JudgeRequest
+from spanjudge.inference.progress import Advance
 
 from .datasets import MetaDataset, MetaItem
-from .judges import Judgment, Progress
+from .judges import Judgment
 from .suite import AspectSpec
 
 CHUNK = 16
@@ -82,15 +83,8 @@ def load_scores_file(path: Path) -> ScoresFile:
         raise InputError(f"scores file not found: {path}")
     scores = ScoresFile()
     found = scores.judgments
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
-        if not isinstance(row, Mapping) or row.get("id") is None:
+    for where, row in iter_jsonl(path):
+        if row.get("id") is None:
             raise InputError(f"{where}: each line needs an 'id' (the meta-eval item id)")
         item_id, sep, aspect = str(row["id"]).partition("@")
         key = (item_id, aspect if sep else (str(row["aspect"]) if row.get("aspect") else None))
@@ -169,7 +163,7 @@ class ScoresFileJudge:
         ]
 
     def judge(
-        self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Progress | None = None
+        self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Advance | None = None
     ) -> dict[str, Judgment]:
         results = {}
         for item in items:
@@ -183,26 +177,24 @@ class ScoresFileJudge:
         pass
 
 
-def _option(value: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(value.lower(), value)
-
-
 ENGINE_ARG = "engine_arg."  # --judge-option engine_arg.max_model_len=8192: an engine argument
 
 
 def _judge_options(options: Mapping[str, str]) -> dict[str, Any]:
-    """Judge.from_pretrained keyword arguments; `engine_arg.KEY` options go to its engine_options."""
-    from spanjudge.inference.backends.spec import parse_engine_args
+    """Judge.from_pretrained keyword arguments, typed as YAML as every setting is (retries=0 an
+    int, constrained=true a bool); `engine_arg.KEY` options go to its engine_options."""
+    from spanjudge.inference.keyvalue import yaml_value
 
-    found: dict[str, Any] = {k: _option(v) for k, v in options.items() if not k.startswith(ENGINE_ARG)}
-    engine = [f"{k.removeprefix(ENGINE_ARG)}={v}" for k, v in options.items() if k.startswith(ENGINE_ARG)]
+    found: dict[str, Any] = {}
+    engine: dict[str, Any] = {}
+    for key, raw in options.items():
+        value = yaml_value(raw, "--judge-option", f"{key}={raw}")
+        if key.startswith(ENGINE_ARG):
+            engine[key.removeprefix(ENGINE_ARG)] = value
+        else:
+            found[key] = value
     if engine:
-        found["engine_options"] = parse_engine_args(engine, option=f"--judge-option {ENGINE_ARG}KEY=VALUE")
+        found["engine_options"] = engine
     return found
 
 
@@ -226,7 +218,7 @@ class DistilledJudge:
         self._judge = module.Judge.from_pretrained(location, **_judge_options(options))
 
     def judge(
-        self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Progress | None = None
+        self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Advance | None = None
     ) -> dict[str, Judgment]:
         # the dataset's own Task, not a catalog lookup: benchmarks carry tasks of their own
         task_aspect = dataset.task.aspect(aspect.judge_aspect)

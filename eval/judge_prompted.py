@@ -20,10 +20,11 @@ from spanjudge.inference.backends import CachedBackend, LLMCache, make_backend
 from spanjudge.inference.contract import parse_annotator
 from spanjudge.inference.contract.model import rating_to_score
 from spanjudge.inference.errors import InputError
+from spanjudge.inference.progress import Advance
 from spanjudge.inference.prompts import render_annotator_prompt
 
 from .datasets import MetaDataset, MetaItem
-from .judges import Judgment, Progress
+from .judges import Judgment
 from .sampling import sample_seed
 from .suite import AspectSpec
 
@@ -56,7 +57,7 @@ class PromptedJudge:
         return twin
 
     def judge(
-        self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Progress | None = None
+        self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Advance | None = None
     ) -> dict[str, Judgment]:
         task_aspect = dataset.task.aspect(aspect.judge_aspect)
         prompts = [render_annotator_prompt(dataset.task, task_aspect, item.inputs, item.output) for item in items]

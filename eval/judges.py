@@ -11,12 +11,13 @@ A judge returns, per item, a score or an unscored reason; it never invents a sco
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from spanjudge.inference.errors import InputError
+from spanjudge.inference.progress import Advance
 
 from .datasets import MetaDataset, MetaItem
 from .suite import AspectSpec
@@ -29,14 +30,11 @@ class Judgment:
     detail: dict[str, object] | None = None  # per-model scores, reply counts ... (kept in the store)
 
 
-Progress = Callable[[int], None]
-
-
 class MetaJudge(Protocol):
     name: str
 
     def judge(
-        self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Progress | None = None
+        self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Advance | None = None
     ) -> dict[str, Judgment]:
         """item id -> Judgment for each item it could decide; an item left out (a model call
         that failed) is not stored and is tried again on the next run."""

@@ -5,19 +5,20 @@ human scores at each set's level with bootstrap intervals, and test judge pairs.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from spanjudge.inference.progress import Tracker
 from spanjudge.inference.run_info import run_info
 
-from .bootstrap import _interval, input_weights
+from .bootstrap import _interval, input_weights, paired_bootstrap
 from .correlation import Groups, level_values
 from .datasets import MetaDataset, load_suite_dataset, open_suite
-from .judges import MetaJudge, Progress
+from .judges import MetaJudge
 from .sampling import deterministic_warning, mean_scores, sample_judges
 from .store import JudgmentStore, judgment_path
 from .suite import SuiteConfig, resolve_config_path
@@ -123,7 +124,7 @@ def collect(
     judge: MetaJudge,
     store: JudgmentStore,
     dataset: MetaDataset,
-    progress: Callable[[str, int, int], Progress] | None = None,
+    progress: Tracker | None = None,
 ) -> tuple[dict[str, _Series], int]:
     """Per aspect: the judge's scores for every item (from the store, else judged now), and how
     many judgments are still missing (a model call failed; a re-run tries them again)."""
@@ -132,7 +133,8 @@ def collect(
     for aspect in dataset.spec.aspects:
         wanted = [i for i in dataset.items if aspect.name in i.human]
         todo = [i for i in wanted if (dataset.name, aspect.name, i.id) not in store.found]
-        step = progress(f"{dataset.name}/{aspect.name}", len(wanted) - len(todo), len(wanted)) if progress else None
+        label = f"{dataset.name}/{aspect.name}"
+        step = progress(label, len(wanted), done=len(wanted) - len(todo)) if progress else None
         for start in range(0, len(todo), CHUNK):
             chunk = todo[start : start + CHUNK]
             store.add(dataset.name, aspect.name, judge.judge(dataset, aspect, chunk, step).items())
@@ -233,17 +235,17 @@ def correlate_dataset(
             for aspect in spec.aspects:
                 a, b = per_judge[first][aspect.name], per_judge[other][aspect.name]
                 mask = ~np.isnan(a.human) & ~np.isnan(a.judge) & ~np.isnan(b.judge)
-                plain_a, boot_a = values(a.judge, a.human, mask, coefficient)
-                plain_b, boot_b = values(b.judge, b.human, mask, coefficient)
-                va, vb = float(plain_a.values[0]), float(plain_b.values[0])
-                diff = boot_a - boot_b
-                finite = diff[~np.isnan(diff)]
-                interval = _interval(va - vb, diff, confidence)
+                # the subset keeps the input codes, so these resamples are the intervals' own
+                test = paired_bootstrap(
+                    a.judge[mask], b.judge[mask], a.human[mask], groups.subset(mask), spec.level, coefficient,  # type: ignore[arg-type]
+                    n_resamples=resamples, confidence=confidence, seed=suite.bootstrap.seed, kendall_variant=variant,
+                )  # fmt: skip
+                interval = test.difference
                 result.paired.append(
                     Paired(
-                        first, other, spec.name, aspect.name, coefficient, _num(va), _num(vb), _num(va - vb),
-                        _num(interval.low), _num(interval.high),
-                        float((finite <= 0).mean()) if finite.size else None, int(mask.sum()),
+                        first, other, spec.name, aspect.name, coefficient, _num(test.a), _num(test.b),
+                        _num(interval.value), _num(interval.low), _num(interval.high), _num(test.p_value),
+                        int(mask.sum()),
                     )
                 )  # fmt: skip
 
@@ -257,7 +259,7 @@ def run_meta_eval(
     data_root: Path | None,
     max_items: int | None = None,
     datasets: Sequence[str] | None = None,
-    progress: Callable[[str, int, int], Progress] | None = None,
+    progress: Tracker | None = None,
     trained_on: Mapping[str, frozenset[str]] | None = None,
     samples: int = 1,
 ) -> MetaEvalResult:
@@ -344,17 +346,18 @@ def run_meta_eval(
 def training_inputs(location: str) -> frozenset[str] | None:
     """The input digests a distilled judge was trained on, from the `train_inputs` of the
     spanjudge.json in its folder (or in its run folder's adapter/); None when it records none."""
-    import json
+    from spanjudge.inference.artifacts import read_adapter_metadata
+    from spanjudge.inference.errors import SpanjudgeError
 
     folder = Path(location).expanduser()
-    for candidate in (folder / "spanjudge.json", folder / "adapter" / "spanjudge.json"):
-        if candidate.is_file():
-            try:
-                recorded = json.loads(candidate.read_text(encoding="utf-8")).get("train_inputs") or {}
-            except (OSError, ValueError, AttributeError):
-                return None  # the judge itself reports an unreadable file when it loads
-            digests = recorded.get("sha1") if isinstance(recorded, Mapping) else None
-            return frozenset(str(d) for d in digests) if isinstance(digests, list) else None
+    for candidate in (folder, folder / "adapter"):
+        try:
+            metadata = read_adapter_metadata(candidate)
+        except SpanjudgeError:
+            return None  # the judge itself reports an unreadable file when it loads
+        if metadata is not None:
+            recorded = metadata.train_inputs
+            return frozenset(recorded.sha1) if recorded is not None and "sha1" in recorded.model_fields_set else None
     return None
 
 

@@ -8,7 +8,7 @@
 - A judge that cannot sample (a metric, a scores file, the distilled judge's greedy decoding)
   judges once; N copies of one judgment would only pretend to be repeated runs.
 
-Aggregation, per where the numbers go (see `AGGREGATION`):
+Aggregation, per where the numbers go (a benchmark kind states its own: `BenchmarkKind.aggregation`):
 - human-correlation sets: the mean of the N scores per item;
 - DHP (seed 000 §4: "each model score 5 times on each metric to calculate a final average
   score"): the mean;
@@ -27,14 +27,6 @@ from typing import Protocol
 import numpy as np
 
 from .judges import Judgment, MetaJudge
-
-AGGREGATION = {
-    "suite": "mean of the samples per item",
-    "dhp": "mean of the samples per item (000: scores averaged over 5 runs)",
-    "dual": "global: mode of the samples' ratings on the gold scale; local: mean (001: 10 samples)",
-    "attacks": "mean of the samples per item (002 reports no repeated sampling)",
-    "prompt": "mean of the samples per item (003 reports no repeated sampling)",
-}
 
 
 class Sampling(Protocol):

@@ -1,5 +1,6 @@
 """Judgments on disk: OUT/judgments/<judge>-<key>.jsonl, one line per (dataset, aspect, item),
-appended and flushed as they come, so a re-run only asks for what is not there yet.
+appended and flushed as they come (`inference.jsonl.JsonlStore`), so a re-run only asks for
+what is not there yet.
 
 <key> is a hash of what decides the judgments (the judge's `store_key`: its spec plus the
 content of its scores file, adapter or ensemble file), not of its display name alone: two
@@ -9,14 +10,13 @@ one store in the same --out, or the second would silently report the first one's
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from spanjudge.inference.errors import InputError
+from spanjudge.inference.jsonl import JsonlStore
 
 from .judges import Judgment
 
@@ -43,48 +43,35 @@ def judgment_path(out: Path, judge: _Named) -> Path:
     return out / "judgments" / f"{store_name(judge)}.jsonl"
 
 
+def _judgment_row(where: str, row: dict[str, Any]) -> tuple[Key, Judgment]:
+    try:
+        key = (row["dataset"], row["aspect"], row["id"])
+        return key, Judgment(row["score"], row.get("unscored_reason"), row.get("detail"))
+    except KeyError as exc:
+        raise InputError(f"{where}: no {exc} in this judgment; this judgments file is damaged") from None
+
+
 class JudgmentStore:
+    """One judge's judgments: a `JsonlStore` (one writer, a torn last line cut, each chunk
+    flushed to disk as it is added) with the judgments already made in `found`."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.found: dict[Key, Judgment] = {}
-        if path.is_file():
-            self._load()
-
-    def _load(self) -> None:
-        lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
-        good = []
-        for number, line in enumerate(lines, start=1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                if number == len(lines):  # a kill mid-write: drop the fragment
-                    break
-                raise InputError(f"{self.path}:{number}: not valid JSON; this judgments file is damaged") from None
-            key = (row["dataset"], row["aspect"], row["id"])
-            self.found[key] = Judgment(row["score"], row.get("unscored_reason"), row.get("detail"))
-            good.append(line)
-        if len(good) != len(lines):
-            self.path.write_text("".join(good), encoding="utf-8")
+        self._store: JsonlStore[Key, Judgment] = JsonlStore(path, _judgment_row)
+        self.found = self._store.found
 
     def add(self, dataset: str, aspect: str, judgments: Iterable[tuple[str, Judgment]]) -> None:
-        rows = []
-        for item_id, judgment in judgments:
-            self.found[(dataset, aspect, item_id)] = judgment
-            rows.append(
-                {
-                    "dataset": dataset,
-                    "aspect": aspect,
-                    "id": item_id,
-                    "score": judgment.score,
-                    "unscored_reason": judgment.unscored_reason,
-                    "detail": judgment.detail,
-                }
-            )
-        if not rows:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        self._store.append(
+            {
+                "dataset": dataset,
+                "aspect": aspect,
+                "id": item_id,
+                "score": judgment.score,
+                "unscored_reason": judgment.unscored_reason,
+                "detail": judgment.detail,
+            }
+            for item_id, judgment in judgments
+        )
+
+    def close(self) -> None:
+        self._store.close()

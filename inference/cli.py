@@ -1,16 +1,17 @@
 """The `spanjudge` command line.
 
-Each stage owns its commands; this root only knows them by dotted path ("module:attr"),
-so the base layer imports none of the stages above it, and running one command imports
-only that command's module (heavy libraries such as torch load inside the commands).
+Each stage registers its own commands as entry points of the group `spanjudge.commands`
+(pyproject.toml: name = "module:attr" of a typer app or click command), so this root, in the
+base layer, names none of the stages above it. Running a command imports only that command's
+module (heavy libraries such as torch load inside the commands); `spanjudge --help` imports
+them all, since each command's line of help is its own docstring's first line.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
-from dataclasses import dataclass
+from importlib.metadata import EntryPoint, distributions
 from pathlib import Path
 from typing import Annotated
 
@@ -21,77 +22,50 @@ from rich.table import Table
 
 from .errors import SpanjudgeError
 
-
-@dataclass(frozen=True)
-class CommandEntry:
-    help: str
-    target: str  # "module:attr" of a click command or typer app
+COMMAND_GROUP = "spanjudge.commands"  # the entry-point group every stage registers its commands in
 
 
-COMMANDS: dict[str, CommandEntry] = {
-    "tasks": CommandEntry("List the task/aspect catalog (configs/tasks/*.yaml).", "spanjudge.inference.cli:tasks"),
-    "prompt": CommandEntry(
-        "Render the annotator, supervisor or judge prompt for one example.", "spanjudge.inference.cli:prompt"
-    ),
-    "parse": CommandEntry(
-        "Parse a model reply (annotator, supervisor or judge format) into JSON.",
-        "spanjudge.inference.cli:parse",
-    ),
-    "generate": CommandEntry(
-        "Generate new system outputs with LLMs (inputs for `annotate`).", "spanjudge.data_gen.cli:generate"
-    ),
-    "annotate": CommandEntry(
-        "Annotate outputs with the LLM ensemble and build training data.", "spanjudge.data_gen.cli:annotate"
-    ),
-    "import": CommandEntry(
-        "Build training data from existing annotations (quintd-1 spans, OpeNLGauge's release).",
-        "spanjudge.data_gen.cli:import_annotations",
-    ),
-    "merge": CommandEntry(
-        "Join the shards of an `annotate --shard K/N` or `generate --shard K/N` run.", "spanjudge.data_gen.cli:merge"
-    ),
-    "train": CommandEntry(
-        "Fine-tune the judge with LoRA/QLoRA (same as `accelerate launch train.py`).", "spanjudge.training.cli:train"
-    ),
-    "score": CommandEntry("Score new outputs with a distilled judge.", "spanjudge.inference.score_cli:score"),
-    "render": CommandEntry(
-        "Render score results as HTML with highlighted error spans.", "spanjudge.inference.score_cli:render"
-    ),
-    "export": CommandEntry(
-        "Export a trained judge: merged weights or a llama.cpp GGUF LoRA.", "spanjudge.inference.score_cli:export"
-    ),
-    "meta-eval": CommandEntry(
-        "Correlate judges with human judgments (thesis Tables 5.1-5.8).", "spanjudge.eval.cli:meta_eval"
-    ),
-    "perturb": CommandEntry(
-        "Build a perturbation benchmark (DHP, dual-perspective, aspect attacks, perturbed prompt).",
-        "spanjudge.eval.perturb.cli:perturb",
-    ),
-    "publish": CommandEntry(
-        "Publish an adapter (or an annotated dataset) with its card to the Hugging Face Hub.",
-        "spanjudge.inference.publish_cli:publish",
-    ),
-    "demo": CommandEntry(
-        "Run the whole pipeline end to end on a CPU and write one HTML report.", "spanjudge.eval.demo:demo"
-    ),
-}
+def registered_commands(group: str | None = None) -> dict[str, EntryPoint]:
+    """Command name -> its entry point, from the installed package's metadata."""
+    group = group or COMMAND_GROUP
+    found: dict[str, EntryPoint] = {}
+    # Every copy of every distribution's metadata on sys.path, the first one first; unlike
+    # entry_points(), which keeps one copy per distribution name, this skips past a stale
+    # spanjudge.egg-info left in the working directory by a build (seen first by `python -m`).
+    for distribution in distributions():
+        for entry in distribution.entry_points.select(group=group):
+            found.setdefault(entry.name, entry)
+    if not found:
+        raise SpanjudgeError(
+            f"no spanjudge commands are registered (no '{group}' entry points in the installed metadata): "
+            "install the package, e.g. `pip install -e .` in the checkout"
+        )
+    return found
+
+
+def load_command(name: str, entry: EntryPoint) -> click.Command:
+    """The click command an entry point names (a typer app is converted), called `name`."""
+    try:
+        target = entry.load()
+    except (ImportError, AttributeError) as exc:  # stale metadata: a command moved since the install
+        raise SpanjudgeError(
+            f"command '{name}' is registered as {entry.value} but cannot be loaded ({exc}); "
+            "reinstall the package (`pip install -e .`) if it moved"
+        ) from None
+    command = target if isinstance(target, click.Command) else typer.main.get_command(target)
+    command.name = name
+    return command
 
 
 class LazyGroup(typer.core.TyperGroup):
-    """Resolves registered commands by dotted path only when they are asked for."""
+    """Resolves the registered commands only when they are asked for."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(COMMANDS)
+        return sorted(registered_commands())
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        entry = COMMANDS.get(cmd_name)
-        if entry is None:
-            return None
-        module_name, attr = entry.target.split(":")
-        target = getattr(importlib.import_module(module_name), attr)
-        command = target if isinstance(target, click.Command) else typer.main.get_command(target)
-        command.name = cmd_name
-        return command
+        entry = registered_commands().get(cmd_name)
+        return None if entry is None else load_command(cmd_name, entry)
 
 
 app = typer.Typer(
@@ -209,15 +183,11 @@ def prompt_command(
     """Print the prompt spanjudge would send, so you can read exactly what a model sees."""
     from .catalog import load_catalog
     from .errors import InputError
+    from .keyvalue import parse_texts
     from .prompts import render_annotator_prompt, render_judge_prompt
 
     chosen = load_catalog(catalog or ()).task(task)
-    inputs = {}
-    for item in input_ or ():
-        header, sep, text = item.partition("=")
-        if not sep:
-            raise InputError(f"--input expects HEADER=TEXT, got {item!r}")
-        inputs[header] = text
+    inputs = parse_texts(input_ or (), "--input", "'Article=The cat sat.'", "HEADER=TEXT")
     renderers = {"annotator": render_annotator_prompt, "judge": render_judge_prompt}
     if kind not in renderers:
         raise InputError(f"--kind must be one of {', '.join(renderers)}, got {kind!r}")

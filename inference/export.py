@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .artifacts import ADAPTER_METADATA, read_adapter_metadata
 from .errors import SpanjudgeError
 from .fileio import atomic_directory
 
@@ -47,10 +48,10 @@ def merge_adapter(adapter: Path, base_folder: str, out: Path, say: Callable[[str
     with atomic_directory(out) as scratch:
         merged.save_pretrained(scratch, safe_serialization=True)
         tokenizer.save_pretrained(scratch)
-        meta = adapter / "spanjudge.json"
-        if meta.is_file():
-            record = json.loads(meta.read_text(encoding="utf-8"))
-            (scratch / "spanjudge.json").write_text(json.dumps({**record, "merged_from": str(adapter)}, indent=2))
+        metadata = read_adapter_metadata(adapter)
+        if metadata is not None:
+            record = {**metadata.record(), "merged_from": str(adapter)}
+            (scratch / ADAPTER_METADATA).write_text(json.dumps(record, indent=2))
     say(f"merged model written to {out}")
     return out
 

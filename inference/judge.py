@@ -39,11 +39,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from .backends import BackendSpec, make_backend
+from .artifacts import read_adapter_metadata
+from .backends import BackendSpec, JudgeEngine, make_backend
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
 from .catalog import Aspect, Catalog, load_catalog
 from .chat import encode_prompt
@@ -52,12 +53,13 @@ from .contract.grammar import errors_within, judge_grammar, server_grammar_field
 from .errors import SpanjudgeError
 from .hf_models import load_tokenizer, local_folder, resolve_model_source
 from .judge_prompt import JudgeRequest, judge_chat_prompt, judge_messages, stored_template
+from .progress import Advance
 from .prompts import PromptTemplate
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-Engine = Literal["transformers", "vllm", "openai"]
+Engine = JudgeEngine  # the backend kinds with judge=True (backends/registry.py)
 MAX_NEW_TOKENS = 1536
 RETRY_SAMPLING = SamplingParams(temperature=0.1, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
 RETRIES = 3
@@ -90,7 +92,6 @@ class _Prepared:
     truncated: str | None
 
 
-ProgressCallback = Callable[[int], None]  # called with the number of items just finished
 ResultCallback = Callable[[int, "JudgedEvaluation"], None]  # (index of the request, its final result)
 
 
@@ -231,7 +232,7 @@ class Judge:
     def score(
         self,
         requests: Sequence[JudgeRequest],
-        progress: ProgressCallback | None = None,
+        progress: Advance | None = None,
         on_result: ResultCallback | None = None,
     ) -> list[JudgedEvaluation]:
         """One JudgedEvaluation per request, in order; never raises for a model's reply.
@@ -422,9 +423,9 @@ def _adapter_and_model(location: str, base: str | None) -> tuple[str | None, str
 
 def recorded_base(adapter: Path) -> str:
     """The base a spanjudge adapter was trained on (as the user named it), else PEFT's record."""
-    meta = adapter / "spanjudge.json"
-    if meta.is_file():
-        return str(json.loads(meta.read_text(encoding="utf-8"))["base_model"])
+    meta = read_adapter_metadata(adapter)
+    if meta is not None and meta.base_model:
+        return meta.base_model
     recorded = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
     if not recorded:
         raise SpanjudgeError(f"{adapter}: the adapter does not name its base model; pass base=...")

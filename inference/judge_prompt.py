@@ -13,12 +13,12 @@ picks up (`stored_template`), so both sides render the same file.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .artifacts import ADAPTER_METADATA, read_adapter_metadata
 from .catalog import Aspect, Catalog, Task, validate_inputs
 from .chat import render_chat
 from .contract import Evaluation, render_judge
@@ -55,21 +55,17 @@ class JudgeRequest:
 
 
 TEMPLATE_FILE = "prompt_template.jinja"  # the copy of data.prompt_template in a trained adapter folder
-METADATA_FILE = "spanjudge.json"
+METADATA_FILE = ADAPTER_METADATA
 
 
 def stored_template(adapter: Path | str) -> PromptTemplate | None:
     """The prompt template a spanjudge adapter folder was trained with (its spanjudge.json's
     `prompt_template`), or None: trained on the built-in prompt, or not a spanjudge folder."""
-    meta = Path(adapter).expanduser() / METADATA_FILE
-    if not meta.is_file():
-        return None
-    try:
-        name = json.loads(meta.read_text(encoding="utf-8")).get("prompt_template")
-    except (ValueError, AttributeError):
-        raise InputError(f"{meta}: not a JSON object; is this a spanjudge adapter folder?") from None
+    metadata = read_adapter_metadata(Path(adapter))
+    name = metadata.prompt_template if metadata is not None else None
     if not name:
         return None
+    meta = Path(adapter).expanduser() / METADATA_FILE
     path = meta.parent / str(name)
     if not path.is_file():
         raise InputError(f"{meta} names the prompt template '{name}', which is not in {meta.parent}")

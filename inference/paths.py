@@ -29,3 +29,14 @@ def data_dir(override: Path | str | None = None) -> Path:
             return candidate.resolve()
     tried = ", ".join(str(c) for c in dict.fromkeys(candidates))
     raise InputError(f"data folder not found (tried {tried}); pass --data-dir or set {DATA_ENV}")
+
+
+def optional_data_dir(override: Path | str | None = None) -> Path | None:
+    """The shared data folder, or None when none is found: only an error if one was asked for
+    (a run whose inputs need no $DATA/ path works without it)."""
+    if override is not None:
+        return data_dir(override)
+    try:
+        return data_dir()
+    except InputError:
+        return None

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
 from .catalog import Aspect, Catalog, Task, validate_inputs
 from .errors import InputError
 from .hub_data import iter_rows, parse_dataset_id
+from .jsonl import JsonlStore, append_jsonl
 from .judge_prompt import JudgeRequest
 from .prompts import PromptTemplate
 from .sharding import Shard
@@ -230,7 +232,8 @@ def _parallel_source(
 
 # -- the results file ----------------------------------------------------------------------
 #
-# One JSON object per line, appended (and fsynced) as each item finishes. Every row carries
+# One JSON object per line (`ScoreRow`), appended (and fsynced) as each item finishes, in a
+# `JsonlStore` (`ScoreStore`) that one run holds at a time. Every row carries
 # its resume key: the item (id, and a hash of the exact prompt, which holds the inputs, the
 # output, the task and the aspect definition), the model and the decoding. A re-run skips the
 # ids already there, and refuses a file whose row for an id was scored under another key.
@@ -256,63 +259,109 @@ def resume_key(request: JudgeRequest, model: str, decoding: Mapping[str, Any]) -
     }
 
 
-def _checked_row(value: Any, where: str) -> dict[str, Any]:
-    """A results row, or one line saying that this is not a results file."""
-    if (
-        not isinstance(value, dict)
-        or value.get("id") is None
-        or not isinstance(value.get("evaluation"), dict)
-        or "score" not in value["evaluation"]
-    ):
-        raise InputError(
-            f"{where}: not a result of `spanjudge score` (no 'id' and 'evaluation'); "
-            "is --out another file? Choose a new results file"
+class ScoreEvaluation(BaseModel):
+    """The judge's verdict in a results row: its error spans and its 0-100 score (None: unscored)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    errors: list[dict[str, Any]] = []
+    score: Any  # a number or None; an int stays an int, so a row reads back as it was written
+
+    @field_validator("score")
+    @classmethod
+    def _a_number(cls, value: Any) -> Any:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"the score must be a number or null, not {value!r}")
+        return value
+
+
+class ScoreRow(BaseModel):
+    """One line of a results file: what `spanjudge score` writes per item (`ScoreRow.of`) and
+    what the resume store and `read_score_rows` read back. The resume key fields (`KEY_FIELDS`)
+    are absent from rows written before resume keys; unknown fields are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    task: str | None = None
+    aspect: str | None = None
+    model: str | None = None
+    decoding: dict[str, Any] | None = None
+    prompt_sha256: str | None = None
+    output: str | None = None
+    evaluation: ScoreEvaluation
+    unscored_reason: str | None = None
+    truncated: str | bool | None = None
+    attempts: int | None = None
+    raw_replies: list[str] | None = None
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id_as_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+    @classmethod
+    def of(cls, request: Any, evaluation: Any, key: Mapping[str, Any] | None = None) -> ScoreRow:
+        """The row of a JudgeRequest and its JudgedEvaluation; `key` is its resume key (`resume_key`)."""
+        fields = {"id": str(request.id), "task": request.task.id, "aspect": request.aspect.name, **(key or {})}
+        return cls(
+            **fields,
+            output=request.output,
+            evaluation=ScoreEvaluation(errors=[e.model_dump() for e in evaluation.errors], score=evaluation.score),
+            unscored_reason=evaluation.unscored_reason,
+            truncated=evaluation.truncated,
+            attempts=evaluation.attempts,
+            raw_replies=evaluation.raw_replies,
         )
+
+    def line(self) -> dict[str, Any]:
+        """The row as written: the fields it was given, in the file's order."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+def _checked(value: dict[str, Any], where: str) -> ScoreRow:
+    """A results row, or one line saying that this is not a results file."""
+    evaluation = value.get("evaluation")
+    if value.get("id") is None or not isinstance(evaluation, dict) or "score" not in evaluation:
+        raise _not_a_result(where, "no 'id' and 'evaluation'")
+    try:
+        return ScoreRow.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise _not_a_result(where, f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+def _not_a_result(where: str, problem: str) -> InputError:
+    return InputError(
+        f"{where}: not a result of `spanjudge score` ({problem}); is --out another file? Choose a new results file"
+    )
+
+
+def _checked_row(value: dict[str, Any], where: str) -> dict[str, Any]:
+    _checked(value, where)
     return value
 
 
-def _repair_tail(out: Path) -> None:
-    """Make the file end with a whole line before anything is appended to it.
+def _score_entry(where: str, row: dict[str, Any]) -> tuple[str, tuple[str, dict[str, Any]]]:
+    return str(_checked(row, where).id), (where, row)
 
-    A run killed mid-write leaves a fragment without its newline: it is cut off (with a
-    truncate, so the rows before it are never rewritten). A whole row that only lacks its
-    newline (a file edited by hand, or copied) gets the newline, so the next row is not glued
-    to it."""
-    with out.open("rb+") as handle:
-        size = handle.seek(0, os.SEEK_END)
-        if size == 0:
-            return
-        handle.seek(max(0, size - 1))
-        if handle.read(1) == b"\n":
-            return
-        # find the start of the last line, reading back in blocks (the file may be large)
-        start, block = size, 1 << 16
-        while start > 0:
-            begin = max(0, start - block)
-            handle.seek(begin)
-            newline = handle.read(start - begin).rfind(b"\n")
-            if newline >= 0:
-                start = begin + newline + 1
-                break
-            start = begin
-        handle.seek(start)
-        try:
-            json.loads(handle.read().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            handle.truncate(start)
-        else:
-            handle.write(b"\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+
+class ScoreStore(JsonlStore[str, tuple[str, dict[str, Any]]]):
+    """The results file as a `JsonlStore`: held by one run (a second `spanjudge score` on the
+    same --out is refused), a last line cut short by a kill repaired, and the rows already
+    there in `found` by id, with where each is ("file:line")."""
+
+    def __init__(self, out: Path, command: str | None = None) -> None:
+        super().__init__(out, _score_entry, command=command)
 
 
 def finished_rows(out: Path) -> Finished:
     """The rows already in the results file by id, with where each is ("file:line"), after
-    repairing a last line cut short by a kill."""
+    repairing a last line cut short by a kill (see `ScoreStore`, which a run holds instead)."""
     if not out.is_file():
         return {}
-    _repair_tail(out)
-    return {str(row["id"]): (where, row) for where, row in _results(out)}
+    with ScoreStore(out) as store:
+        return dict(store.found)
 
 
 def finished_ids(out: Path) -> set[str]:
@@ -353,12 +402,7 @@ def _difference(row: Mapping[str, Any], key: Mapping[str, Any]) -> str | None:
 
 def append_results(out: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """Append whole lines and flush them to disk, so a kill loses at most the row in flight."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("a", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    append_jsonl(out, rows)
 
 
 def run_info_path(out: Path) -> Path:
@@ -376,14 +420,14 @@ def write_run_info(out: Path, info: Mapping[str, Any]) -> Path:
     return path
 
 
-def _results(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    for where, row in iter_jsonl(path):
-        yield where, _checked_row(row, where)
-
-
 def read_results(path: Path) -> list[dict[str, Any]]:
     """The rows of a results file; InputError naming the line of one that is not a result."""
-    return [row for _, row in _results(path)]
+    return [_checked_row(row, where) for where, row in iter_jsonl(path)]
+
+
+def read_score_rows(path: Path) -> list[ScoreRow]:
+    """The rows of a results file, typed; InputError naming the line of one that is not a result."""
+    return [_checked(row, where) for where, row in iter_jsonl(path)]
 
 
 # -- shards (`--shard K/N`) ----------------------------------------------------------------

@@ -2,10 +2,11 @@
 the foreign formats `spanjudge score` reads: lm-evaluation-harness samples and plain text
 files line by line.
 
-Every stage reads user data through these, so a malformed line gets the same one-line
-message, naming the file and the line, wherever it is read. Files are UTF-8; a byte order
-mark (Excel writes one at the start of "CSV UTF-8") is dropped, not read as part of the first
-header or value, and bytes that are not UTF-8 are reported with their line.
+Every stage reads user data through these (JSONL through `jsonl.iter_jsonl`, re-exported
+here), so a malformed line gets the same one-line message, naming the file and the line,
+wherever it is read. Files are UTF-8; a byte order mark (Excel writes one at the start of
+"CSV UTF-8") is dropped, not read as part of the first header or value, and bytes that are not
+UTF-8 are reported with their line.
 """
 
 from __future__ import annotations
@@ -19,25 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-
-Located = tuple[str, dict[str, Any]]  # (where, row)
-
-
-def _object(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InputError(f"{where}: expected a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _not_utf8(path: Path, line: int, column: int, byte: int) -> InputError:
-    return InputError(f"{path}:{line}: not UTF-8 text (byte 0x{byte:02x} at column {column}); save the file as UTF-8")
-
-
-def _decode_line(raw: bytes, path: Path, number: int) -> str:
-    try:
-        return raw.decode("utf-8-sig" if number == 1 else "utf-8")
-    except UnicodeDecodeError as exc:
-        raise _not_utf8(path, number, exc.start + 1, raw[exc.start]) from None
+from .jsonl import Located, iter_jsonl, json_object, not_utf8  # the JSONL reader (also imported from here)
 
 
 def read_text(path: Path) -> str:
@@ -49,22 +32,7 @@ def read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         start = exc.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
         line_start = data.rfind(b"\n", 0, start) + 1
-        raise _not_utf8(path, data.count(b"\n", 0, start) + 1, start - line_start + 1, data[start]) from None
-
-
-def iter_jsonl(path: Path) -> Iterator[Located]:
-    """One object per non-blank line."""
-    with path.open("rb") as lines:  # bytes: a line that is not UTF-8 is reported, not a traceback
-        for number, raw in enumerate(lines, start=1):
-            line = _decode_line(raw, path, number)
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            yield where, _object(value, where)
+        raise not_utf8(path, data.count(b"\n", 0, start) + 1, start - line_start + 1, data[start]) from None
 
 
 def iter_json_list(path: Path) -> Iterator[Located]:
@@ -76,7 +44,7 @@ def iter_json_list(path: Path) -> Iterator[Located]:
     if not isinstance(value, list):
         raise InputError(f"{path}: expected a JSON list of objects")
     for index, item in enumerate(value):
-        yield f"{path}[{index}]", _object(item, f"{path}[{index}]")
+        yield f"{path}[{index}]", json_object(item, f"{path}[{index}]")
 
 
 def iter_csv(path: Path) -> Iterator[Located]:

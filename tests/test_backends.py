@@ -406,3 +406,52 @@ def test_a_killed_run_keeps_what_it_finished(serve, tmp_path: Path) -> None:
         results = backend.generate([ChatRequest.user(f"question {i}", SamplingParams(max_tokens=8)) for i in range(5)])
     assert (backend.cache_hits, backend.model_calls, fresh.hits) == (3, 2, 2)
     assert [r.text for r in results if isinstance(r, Completion)] == ["done"] * 3 + ["rest"] * 2
+
+
+# -- the registry: every list of kinds and engines derives from its records ----------------
+
+
+def test_registry_records_agree_with_the_kind_literals_and_the_modules() -> None:
+    import importlib.util
+    from typing import get_args
+
+    from spanjudge.inference.backends import registry
+    from spanjudge.inference.judge import Engine
+
+    names = tuple(record.name for record in registry.BACKENDS)
+    assert get_args(registry.BackendKind) == names == registry.KINDS
+    assert get_args(BackendSpec.model_fields["kind"].annotation) == names  # what YAML files are checked against
+    judges = tuple(record.name for record in registry.BACKENDS if record.judge)
+    assert get_args(registry.JudgeEngine) == judges == registry.JUDGE_ENGINES == get_args(Engine)
+    assert set(registry.ENGINE_ARG_KINDS) <= set(judges)  # engine arguments reach the judge's engine too
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    for record in registry.BACKENDS:
+        module, class_name = record.target.split(":")
+        spec = importlib.util.find_spec(f"spanjudge.inference.backends.{module}")
+        assert spec is not None and f"class {class_name}(" in Path(spec.origin or "").read_text(), record
+        assert record.extra is None or f"\n{record.extra} = [" in pyproject, record  # an optional-dependencies key
+        assert record.extra is None or f"spanjudge[{record.extra}]" in record.install, record
+
+
+def test_a_kind_outside_the_registry_is_one_config_error(tmp_path: Path) -> None:
+    from spanjudge.inference.configio import load_yaml_model
+    from spanjudge.inference.errors import ConfigError
+
+    path = tmp_path / "model.yaml"
+    path.write_text("kind: sglang\nmodel: m\n")
+    with pytest.raises(ConfigError, match="kind") as caught:
+        load_yaml_model(BackendSpec, path)
+    assert "openai" in str(caught.value) and "transformers" in str(caught.value)
+    assert len(str(caught.value).splitlines()) == 1
+
+
+def test_score_engine_choices_and_engine_arg_kinds_come_from_the_registry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spanjudge.inference.cli import main as cli_main
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"id": "a", "output": "x", "task_id": "qags_xsum"}\n')
+    code = cli_main(["score", "--model", "m", "--engine", "ollama", "--data", str(data), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--engine must be openai, vllm or transformers, not 'ollama'" in err

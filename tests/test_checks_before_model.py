@@ -22,7 +22,7 @@ from spanjudge.inference.cli import main as cli_main
 from spanjudge.inference.errors import SpanjudgeError
 from spanjudge.inference.hf_models import resolve_model_source
 from spanjudge.inference.overlap import input_digest
-from spanjudge.inference.progress_log import progress_bars
+from spanjudge.inference.progress import progress_bars
 from spanjudge.inference.score_cli import _summary
 from spanjudge.training.config import load_train_config
 from spanjudge.training.run import TrainingRun
@@ -111,8 +111,9 @@ def test_progress_writes_lines_when_not_a_terminal() -> None:
     # annotate's per-model rows log the same way, with their cached / failed counts
     log = Console(file=io.StringIO(), force_terminal=False)
     with model_progress(log) as progress:
+        advance = progress("gemma3", 3, cached=0, failed=0)
         for done in range(0, 3):
-            progress("gemma3", done + 1, 3, 0, done)
+            advance(1, failed=int(done > 0))
     assert log.file.getvalue().splitlines()[-1].startswith("gemma3: 3/3 (0 s, cached 0, failed 2)")
 
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from standin import Reply
 
 from spanjudge.eval.judge_files import DistilledJudge
-from spanjudge.eval.perturb.span_judging import QUINTD_ASPECT, QUINTD_TASK, quintd_tables
+from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK, quintd_tables
 from spanjudge.inference.backends import BackendSpec
 from spanjudge.inference.backends.base import BackendError, ChatRequest, SamplingParams
 from spanjudge.inference.cli import main as cli_main

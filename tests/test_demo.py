@@ -131,10 +131,10 @@ def _train(layout: DemoLayout) -> None:
 def _score(layout: DemoLayout, shared_data: Path) -> None:
     from spanjudge.inference.contract import anchor_evaluation, parse_judge
     from spanjudge.inference.judge import JudgedEvaluation
-    from spanjudge.inference.score_cli import _result_row
     from spanjudge.inference.score_data import append_results
+    from spanjudge.inference.scoring import result_row
 
-    class Request:  # what _result_row reads of a JudgeRequest
+    class Request:  # what result_row reads of a JudgeRequest
         def __init__(self, id: str, output: str) -> None:
             self.id, self.output = id, output
             self.task = type("T", (), {"id": "summeval"})
@@ -147,30 +147,19 @@ def _score(layout: DemoLayout, shared_data: Path) -> None:
         reply += "Overall score: 55"
         evaluation = anchor_evaluation(parse_judge(reply), output)
         judged = JudgedEvaluation(errors=evaluation.errors, score=evaluation.score, raw_replies=[reply], attempts=1)
-        rows.append(_result_row(Request(f"held-{number}", output), judged))
+        rows.append(result_row(Request(f"held-{number}", output), judged))
     unscored = JudgedEvaluation(score=None, unscored_reason="no parseable reply in 4 tries (last: no score)")
-    rows.append(_result_row(Request("held-2", "A summary."), unscored))
+    rows.append(result_row(Request("held-2", "A summary."), unscored))
     append_results(layout.scores, rows)
 
 
 def _meta_eval(layout: DemoLayout, shared_data: Path) -> None:
-    from spanjudge.eval.judges import make_judge
-    from spanjudge.eval.plots import bar_plots, scatter_plots
-    from spanjudge.eval.reference import load_reference_tables
-    from spanjudge.eval.report import write_reports
-    from spanjudge.eval.runner import reference_path, run_meta_eval
-    from spanjudge.eval.suite import load_suite
+    from spanjudge.eval.meta_eval import load_suite_config, open_judges, run_suite
 
     suite_path = REPO / "configs/eval/thesis.yaml"
-    suite = load_suite(suite_path)
-    suite = suite.model_copy(update={"bootstrap": suite.bootstrap.model_copy(update={"resamples": 20})})
-    judge = make_judge("metric:bleu", out=layout.meta_eval)
-    result = run_meta_eval(suite, suite_path, [judge], layout.meta_eval, data_root=shared_data, max_items=12,
-                           datasets=["sfres"])  # fmt: skip
-    references = load_reference_tables(reference_path(suite, suite_path))
-    write_reports(result, references, layout.meta_eval)
-    bar_plots(result, references, layout.meta_eval)
-    scatter_plots(result, layout.meta_eval)
+    suite = load_suite_config(suite_path, resamples=20)
+    with open_judges(["metric:bleu"], layout.meta_eval) as judges:  # reports, bar and scatter plots
+        run_suite(suite, suite_path, judges, layout.meta_eval, data_root=shared_data, max_items=12, datasets=["sfres"])
 
 
 def test_report_shows_spans_tables_and_plots(tmp_path: Path, shared_data: Path) -> None:
@@ -181,9 +170,9 @@ def test_report_shows_spans_tables_and_plots(tmp_path: Path, shared_data: Path) 
     _meta_eval(layout, shared_data)
     layout.publish.mkdir()
     (layout.publish / "README.md").write_text("---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n---\n")
-    from spanjudge.eval.demo import _parse_row
-    from spanjudge.eval.perturb.span_agreement import span_agreement
-    from spanjudge.eval.perturb.span_judging import quintd_tables
+    from spanjudge.eval.demo_compare import parse_row
+    from spanjudge.eval.spans.agreement import span_agreement
+    from spanjudge.eval.spans.judging import quintd_tables
 
     docs = quintd_tables("human", (80, 81), root=shared_data)
     teacher = {d.id: d.gold_spans for d in quintd_tables("gpt-4", (80, 81), root=shared_data)}
@@ -191,7 +180,7 @@ def test_report_shows_spans_tables_and_plots(tmp_path: Path, shared_data: Path) 
     agreement["base"] = span_agreement(docs, {d.id: None for d in docs}, n_resamples=20)
     layout.spans.mkdir()
     (layout.spans / "agreement.json").write_text(json.dumps(agreement))
-    compare = [_parse_row("held-out outputs", {"scored": 0, "outputs": 4}, {"scored": 3, "outputs": 4})]
+    compare = [parse_row("held-out outputs", {"scored": 0, "outputs": 4}, {"scored": 3, "outputs": 4})]
     records = [
         StepRecord("annotate", "annotate", "done", 61.2, "3 records"),
         StepRecord("score", "score", "done", 5.0, "3 scored", {"compare": compare}),

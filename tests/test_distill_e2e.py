@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spanjudge.eval.perturb.span_agreement import span_agreement
-from spanjudge.eval.perturb.span_judging import quintd_tables
+from spanjudge.eval.spans.agreement import span_agreement
+from spanjudge.eval.spans.judging import quintd_tables
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -18,8 +18,10 @@ from test_publish_dataset import imported_folder
 from spanjudge.inference import hub_data
 from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.cli import main
-from spanjudge.inference.publish_dataset import DatasetCardOptions, read_dataset_folder, stage_dataset
 from spanjudge.inference.score_data import FieldMapping, read_requests
+from spanjudge.publish.dataset import read_dataset_folder
+from spanjudge.publish.dataset_card import DatasetCardOptions
+from spanjudge.publish.dataset_staging import stage_dataset
 from spanjudge.training.config import load_train_config, train_file, validation_file
 
 REPO_ID = "someone/tiny-spans"

@@ -16,15 +16,18 @@ from standin import Reply
 
 from spanjudge.eval.judges import Judgment
 from spanjudge.eval.perturb import metrics
-from spanjudge.eval.perturb.analysis import (
+from spanjudge.eval.perturb.build import Source, build_benchmark
+from spanjudge.eval.perturb.kinds.dhp import analyze_dhp, parse_weights
+from spanjudge.eval.perturb.kinds.dual import analyze_dual
+from spanjudge.eval.perturb.kinds.prompt import (
     ALPHA_003,
     ALPHA_MEAN,
-    analyze_dhp,
-    analyze_dual,
+    RATING_MEAN,
+    RATING_MODE,
     analyze_prompt,
-    parse_weights,
+    build_prompt,
+    expert_rating,
 )
-from spanjudge.eval.perturb.build import RATING_MEAN, RATING_MODE, Source, build_benchmark, build_prompt, expert_rating
 from spanjudge.eval.perturb.llm_perturb import LLMPerturber
 from spanjudge.eval.perturb.report import render_markdown
 from spanjudge.inference.backends import BackendSpec

@@ -7,6 +7,7 @@ import json
 import random
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -348,8 +349,19 @@ def test_llm_perturbation_is_validated_frozen_and_reused(serve, tmp_path: Path) 
     store = tmp_path / "frozen.jsonl"
     perturbation = get("dhp.fictional_entities.minor")
     seen: list[tuple[int, int]] = []
+
+    def track(label: str, total: int, *, done: int = 0) -> Callable[[int], None]:
+        """A progress Tracker that records (done, total) after each step."""
+        count = [done]
+
+        def advance(n: int) -> None:
+            count[0] += n
+            seen.append((count[0], total))
+
+        return advance
+
     with LLMPerturber(_spec(url), store) as perturber:
-        results = perturber.perturb(perturbation, items, seed=3, progress=lambda d, t: seen.append((d, t)))
+        results = perturber.perturb(perturbation, items, seed=3, progress=track)
     ok = results["ok"]
     assert isinstance(ok, Perturbed) and ok.text == "The dog sat on the mat."
     assert ok.spans == ((4, 7),) and ok.removed == ((4, 7),)

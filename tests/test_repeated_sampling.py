@@ -15,8 +15,8 @@ from standin import Reply
 
 from spanjudge.eval.baselines import MetricJudge
 from spanjudge.eval.judges import make_judge
-from spanjudge.eval.perturb.analysis import analyze_dual
 from spanjudge.eval.perturb.benchmark import BenchItem, Benchmark, write_benchmark
+from spanjudge.eval.perturb.kinds.dual import analyze_dual
 from spanjudge.eval.perturb.metrics import EqualWidthBinner
 from spanjudge.eval.perturb.scoring import score_benchmark
 from spanjudge.eval.runner import run_meta_eval

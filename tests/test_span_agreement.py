@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr
 
-from spanjudge.eval.perturb.span_agreement import (
+from spanjudge.eval.spans.agreement import (
     INTERVAL_METRICS,
     Pearson,
     _resampled,
@@ -21,16 +21,9 @@ from spanjudge.eval.perturb.span_agreement import (
     span_agreement,
     token_pearson,
 )
-from spanjudge.eval.perturb.spans import (
-    SPAN_INPUT_HEADER,
-    SPAN_TASK_ID,
-    GoldSpan,
-    Span,
-    SpanDocument,
-    evaluate_spans,
-    load_quintd1,
-    token_spans,
-)
+from spanjudge.eval.spans.documents import SPAN_INPUT_HEADER, SPAN_TASK_ID, GoldSpan, SpanDocument
+from spanjudge.eval.spans.metrics import Span, evaluate_spans, token_spans
+from spanjudge.eval.spans.quintd import load_quintd1
 
 
 def doc(doc_id: str, output: str, gold: Sequence[Span], input_id: str = "") -> SpanDocument:

@@ -11,23 +11,19 @@ from pathlib import Path
 import pytest
 
 from spanjudge.data_gen.quintd import QUINTD_CATEGORIES, quintd_input
-from spanjudge.eval.perturb.spans import (
+from spanjudge.eval.spans.documents import QUINTD_INPUT_HEADER, SPAN_INPUT_HEADER, SPAN_TASK_ID, GoldSpan, SpanDocument
+from spanjudge.eval.spans.metrics import (
     PRF,
-    QUINTD_INPUT_HEADER,
-    SPAN_INPUT_HEADER,
-    SPAN_TASK_ID,
-    GoldSpan,
-    SpanDocument,
     evaluate_spans,
     exact_span_prf,
-    load_quintd1,
-    load_rotowire,
     mark_numbers,
     micro_total,
     overlap_span_prf,
     token_prf,
     token_spans,
 )
+from spanjudge.eval.spans.quintd import load_quintd1
+from spanjudge.eval.spans.rotowire import load_rotowire
 from spanjudge.inference.catalog import load_catalog, validate_inputs
 from spanjudge.inference.errors import InputError
 

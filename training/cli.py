@@ -34,16 +34,7 @@ def train_command(
     final adapter in adapter/, metrics.json and the resolved config; re-running the same
     command resumes from the last checkpoint, and does nothing once the run has finished.
     """
-    from .config import load_train_config, parse_override
-    from .run import TrainingRun
+    from .config import parse_override
+    from .stage import train_judge
 
-    run = TrainingRun(load_train_config(config, [parse_override(item) for item in set_ or []]))
-    run.prepare()
-    if check:
-        run.log("config and data are valid")
-        return
-    metrics = run.train()
-    summary = ", ".join(
-        f"{key} {metrics[key]:.4g}" for key in ("train_loss", "eval_loss", "tokens_per_second") if metrics.get(key)
-    )
-    run.log(f"done: {run.adapter_dir} ({summary})")
+    train_judge(config, [parse_override(item) for item in set_ or []], check=check)

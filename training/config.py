@@ -14,9 +14,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from spanjudge.inference.configio import load_yaml_model, read_yaml, validate
+from spanjudge.inference.configio import configs_dir, load_yaml_model, read_yaml, validate
 from spanjudge.inference.errors import ConfigError, InputError
 from spanjudge.inference.hub_data import local_data
+from spanjudge.inference.keyvalue import parse_setting
 from spanjudge.inference.prompts import PromptTemplate
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -37,6 +38,12 @@ class ModelSection(_Strict):
     )
     attn_implementation: str | None = Field(default=None, description="e.g. sdpa, eager, flash_attention_2")
     trust_remote_code: bool = False
+    chat_template: str | None = Field(
+        default=None,
+        description="a chat template for a base model that has none (e.g. the Gemma 3 GGUF): a Jinja file, or the "
+        "name of one in configs/chat_templates/ (gemma3); saved with the adapter's tokenizer, so scoring renders "
+        "the same turns",
+    )
     unsloth: bool = Field(default=False, description="use Unsloth's fast path when installed (GPU only)")
 
 
@@ -159,10 +166,7 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any, path: Path) -> No
 
 def parse_override(text: str) -> tuple[str, Any]:
     """'training.max_steps=5' -> ('training.max_steps', 5); values are read as YAML."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(None, None, f"--set expects KEY=VALUE (e.g. training.max_steps=5), got '{text}'")
-    return key.strip(), yaml.safe_load(raw)
+    return parse_setting(text, "--set", "training.max_steps=5")
 
 
 def load_train_config(path: Path, overrides: list[tuple[str, Any]] = ()) -> TrainConfig:  # type: ignore[assignment]
@@ -286,6 +290,28 @@ def check_data_files(config: TrainConfig, path: Path) -> None:
             raise ConfigError(path, f"data.catalog[{index}]", f"not found: {catalog}")
     if config.data.prompt_template is not None:
         load_prompt_template(config, path)
+    if config.model.chat_template is not None:
+        load_chat_template(config, path)
+
+
+def load_chat_template(config: TrainConfig, path: Path | None) -> str | None:
+    """model.chat_template's text: a file, or a name of configs/chat_templates/; None when unset."""
+    name = config.model.chat_template
+    if name is None:
+        return None
+    shipped = configs_dir() / "chat_templates" / f"{name}.jinja"
+    file = shipped if "/" not in name and shipped.is_file() else Path(name)
+    if not file.is_file():
+        names = ", ".join(sorted(p.stem for p in (configs_dir() / "chat_templates").glob("*.jinja")))
+        raise ConfigError(path, "model.chat_template", f"no such file: {name} (shipped templates: {names})")
+    text = file.read_text(encoding="utf-8")
+    try:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        ImmutableSandboxedEnvironment().parse(text)  # transformers renders chat templates in this sandbox
+    except Exception as exc:  # jinja2's TemplateSyntaxError; named in the message
+        raise ConfigError(path, "model.chat_template", f"{file}: not a Jinja template ({exc})") from None
+    return text
 
 
 def load_prompt_template(config: TrainConfig, path: Path | None) -> PromptTemplate | None:

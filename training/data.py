@@ -21,10 +21,10 @@ from spanjudge.inference.catalog import Catalog
 from spanjudge.inference.chat import encode_prompt
 from spanjudge.inference.contract import Evaluation
 from spanjudge.inference.errors import InputError
+from spanjudge.inference.jsonl import Located, iter_jsonl
 from spanjudge.inference.judge_prompt import judge_training_texts, request_from_record
 from spanjudge.inference.overlap import input_digest
 from spanjudge.inference.prompts import PromptTemplate
-from spanjudge.inference.tabular import Located, iter_jsonl
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

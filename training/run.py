@@ -42,6 +42,7 @@ from .config import (
     TrainConfig,
     check_trackers,
     check_trainer_args,
+    load_chat_template,
     load_prompt_template,
     resolved_yaml,
     train_file,
@@ -187,6 +188,9 @@ class TrainingRun:
         self.source = resolve_model_source(config.model.base)
         self.folder = local_folder(self.source, self.log)
         self.tokenizer = load_tokenizer(self.folder, trust_remote_code=config.model.trust_remote_code)
+        chat_template = load_chat_template(config, None)
+        if chat_template is not None:  # saved with the adapter's tokenizer, which scoring loads
+            self.tokenizer.chat_template = chat_template
         self.check_trainer()  # seconds, before tokenizing everything
         catalog = load_catalog(config.data.catalog)
         self.template = load_prompt_template(config, None)

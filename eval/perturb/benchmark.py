@@ -20,18 +20,22 @@ kind needs (dual: `aspect`, `errors`, `gold`; prompt: `experts`, `injected`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from spanjudge.inference.catalog import Task
+from spanjudge.inference.configio import validation_to_config_error
 from spanjudge.inference.errors import InputError
 from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl
+from spanjudge.inference.jsonl import jsonl_lines
+
+from .kinds import KindName
 
 FORMAT = "spanjudge-benchmark/1"
-Kind = Literal["dhp", "dual", "attacks", "prompt"]
-KINDS: tuple[Kind, ...] = ("dhp", "dual", "attacks", "prompt")
 MANIFEST = "benchmark.json"
 ITEMS = "items.jsonl"
 FROZEN = "frozen.jsonl"
@@ -61,9 +65,65 @@ class BenchItem:
         }
 
 
+class PerturbationEntry(BaseModel):
+    """One perturbation of a benchmark as its manifest lists it (`build.Collector.describe`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    paper: str | None = None
+    level: str | None = None
+    method: str | None = None
+    degree: str | None = None
+    aspects: list[str] = Field(default_factory=list)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class BenchmarkManifest(BaseModel):
+    """benchmark.json: what `build` writes and analysis and reports read. The fields below are
+    every kind's; a kind adds its own (dual: scale, scales; prompt: scales, rating_rule), kept
+    as they are. Only format, kind and task are required (a hand-made benchmark is fine)."""
+
+    model_config = ConfigDict(extra="allow")
+    format: Literal["spanjudge-benchmark/1"]
+    kind: KindName
+    name: str | None = None  # default: the folder's name
+    dataset: str = ""
+    seed: int = 0
+    task: Task
+    perturbations: dict[str, PerturbationEntry] = Field(default_factory=dict)
+    items: int | None = None
+    source: str | None = None
+    sample: int | None = None
+    built_with: dict[str, Any] | None = None
+    made: dict[str, int] = Field(default_factory=dict)
+    rejected: dict[str, dict[str, int]] = Field(default_factory=dict)
+    note: str | None = None
+
+    def info(self) -> dict[str, Any]:
+        """The fields beyond a benchmark's identity, as given (build counts, the kind's own fields)."""
+        return self.model_dump(mode="json", exclude_unset=True, exclude=set(_IDENTITY))
+
+
+_IDENTITY = ("format", "kind", "name", "dataset", "seed", "task", "perturbations", "items")
+
+
+def read_manifest(path: Path) -> BenchmarkManifest:
+    """The validated manifest; any problem is one InputError naming the file and the field."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc.msg})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise InputError(f"{path}: not a {FORMAT} manifest")
+    try:
+        return BenchmarkManifest.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(str(validation_to_config_error(path, exc, BenchmarkManifest))) from None
+
+
 @dataclass
 class Benchmark:
-    kind: Kind
+    kind: str  # a name of kinds.KINDS
     name: str
     dataset: str
     task: Task
@@ -93,9 +153,11 @@ class Benchmark:
 
 def write_benchmark(benchmark: Benchmark, folder: Path) -> None:
     """Items first, manifest last: a folder with a manifest is a complete benchmark."""
+    manifest = benchmark.manifest()
+    BenchmarkManifest.model_validate(manifest)  # what is written can be read back
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_jsonl(folder / ITEMS, (item.to_json() for item in benchmark.items))
-    atomic_write_json(folder / MANIFEST, benchmark.manifest())
+    atomic_write_json(folder / MANIFEST, manifest)
     benchmark.folder = folder
 
 
@@ -151,42 +213,20 @@ def parse_item(row: Any, where: str, task: Task) -> BenchItem:
     )
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                yield number, line
-
-
 def load_benchmark(folder: Path) -> Benchmark:
     """A built benchmark; any damage is one message naming the file, line and field."""
     manifest_path = folder / MANIFEST
     if not manifest_path.is_file():
         raise InputError(f"{folder} is not a benchmark folder (no {MANIFEST}); build one with `spanjudge perturb`")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{manifest_path}: not valid JSON ({exc.msg})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise InputError(f"{manifest_path}: not a {FORMAT} manifest")
-    kind = manifest.get("kind")
-    if kind not in KINDS:
-        raise InputError(f"{manifest_path}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    try:
-        task = Task.model_validate(manifest.get("task"))
-    except Exception as exc:  # pydantic's message names the field
-        raise InputError(f"{manifest_path}: field 'task' is not a valid task ({str(exc).splitlines()[0]})") from None
+    manifest = read_manifest(manifest_path)
+    task = manifest.task
     items_path = folder / ITEMS
     if not items_path.is_file():
         raise InputError(f"{items_path} is missing")
     items: list[BenchItem] = []
     seen: set[str] = set()
-    for number, line in _lines(items_path):
+    for number, row in jsonl_lines(items_path):
         where = f"{items_path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
         item = parse_item(row, where, task)
         if item.id in seen:
             raise InputError(f"{where}: item id '{item.id}' appears twice")
@@ -194,24 +234,19 @@ def load_benchmark(folder: Path) -> Benchmark:
         items.append(item)
     if not items:
         raise InputError(f"{items_path} has no items")
-    known = set(manifest.get("perturbations") or {})
+    known = set(manifest.perturbations)
     stray = sorted({i.perturbation for i in items if i.perturbation and i.perturbation not in known})
     if stray:
         raise InputError(f"{items_path}: perturbation '{stray[0]}' is not listed in {MANIFEST}")
-    info = {
-        k: v
-        for k, v in manifest.items()
-        if k not in {"format", "kind", "name", "dataset", "seed", "task", "perturbations", "items"}
-    }
     return Benchmark(
-        kind=kind,
-        name=str(manifest.get("name") or folder.name),
-        dataset=str(manifest.get("dataset") or ""),
+        kind=manifest.kind,
+        name=manifest.name or folder.name,
+        dataset=manifest.dataset,
         task=task,
         items=items,
-        perturbations=dict(manifest.get("perturbations") or {}),
-        seed=int(manifest.get("seed") or 0),
-        info=info,
+        perturbations={k: v.model_dump(exclude_unset=True) for k, v in manifest.perturbations.items()},
+        seed=manifest.seed,
+        info=manifest.info(),
         folder=folder,
     )
 

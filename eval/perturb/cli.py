@@ -3,15 +3,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import BaseModel, ConfigDict
 
 from spanjudge.inference.backends import BackendSpec, SamplingParams
+from spanjudge.inference.progress import Tracker
+
+from .kinds import KINDS
+
+if TYPE_CHECKING:
+    from .benchmark import Benchmark
+    from .build import BuildRequest
 
 perturb = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -26,55 +33,54 @@ class PerturberConfig(BaseModel):
 
 
 def open_perturber(config_path: Path, store: Path, endpoints: Sequence[str] = ()) -> tuple[Any, dict[str, Any]]:
-    """The LLMPerturber a perturber YAML names (optionally on other servers) and its
-    description for the benchmark manifest."""
+    """The LLMPerturber a perturber YAML names (optionally on other servers: `--endpoint`
+    items, NAME=URL[,URL...] with NAME its backend's model) and its description for the
+    benchmark manifest."""
     from spanjudge.inference.configio import load_yaml_model
+    from spanjudge.inference.keyvalue import endpoint_urls
 
     from .llm_perturb import LLMPerturber
 
     config = load_yaml_model(PerturberConfig, config_path)
     spec = config.backend
     if endpoints:
-        spec = spec.model_copy(update={"endpoints": tuple(endpoints)})
+        spec = spec.model_copy(update={"endpoints": endpoint_urls(endpoints, spec.model)})
     info = {"model": spec.model, "kind": spec.kind, "config": config_path.name, **config.sampling.model_dump()}
     return LLMPerturber(spec, store, sampling=config.sampling), info
 
 
 @contextmanager
-def _bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
+def _bars() -> Iterator[Tracker]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-    from spanjudge.inference.progress_log import progress_bars
+    from spanjudge.inference.progress import tracker_bars
 
-    with progress_bars(  # rich bars on a terminal, log lines in a log file
+    with tracker_bars(  # rich bars on a terminal, log lines in a log file
         TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=Console(stderr=True), transient=True,
-    ) as bars:  # fmt: skip
-
-        def start(label: str, total: int) -> Callable[[int], None]:
-            task = bars.add_task(label, total=total)
-            return lambda done: bars.update(task, completed=done)
-
-        yield start
+    ) as tracker:  # fmt: skip
+        yield tracker
 
 
-def _counter(show: Callable[[int], None], done: int) -> Callable[[int], None]:
-    """Turn "n more done" callbacks into a bar's absolute position."""
-    count = [done]
-    show(done)
+def _command_help() -> str:
+    """The command's help: what it does, then each registered kind's one-line summary."""
+    from .kinds import all_kinds
 
-    def step(n: int) -> None:
-        count[0] += n
-        show(count[0])
+    kinds = "\n\n".join(f"{kind.name} ({', '.join(kind.sources)}): {kind.summary}." for kind in all_kinds())
+    return (
+        "Build a perturbation benchmark from our source data (BENCHMARKS.md; seeds 000-003).\n\n"
+        f"{kinds}\n\n"
+        "Rule-based perturbations run here; LLM-made ones need --perturber and are frozen in OUT/frozen.jsonl "
+        "with provenance, so a rebuild makes no model call. Rejected perturbations are counted by reason and "
+        "printed. Score a judge on the result with `spanjudge meta-eval --benchmark OUT --judge ... --out REPORT`."
+    )
 
-    return step
 
-
-@perturb.command()
+@perturb.command(help=_command_help())
 def perturb_command(
-    benchmark: Annotated[str, typer.Option("--benchmark", help="dhp | dual | attacks | prompt")],
-    source: Annotated[str, typer.Option("--source", help="summeval (all four) or topical_chat (dual, prompt).")],
+    benchmark: Annotated[str, typer.Option("--benchmark", help=" | ".join(KINDS))],
+    source: Annotated[str, typer.Option("--source", help="The dataset to build from (each kind lists its own).")],
     out: Annotated[Path, typer.Option("--out", help="Benchmark folder (created; re-running reuses frozen LLM texts).")],
     n: Annotated[
         int | None, typer.Option("--n", min=1, help="Sample this many source texts (seeded; default: all).")
@@ -92,7 +98,12 @@ def perturb_command(
         ),
     ] = None,
     endpoint: Annotated[
-        list[str] | None, typer.Option("--endpoint", help="Point the perturber at these servers instead (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--endpoint",
+            help="Point the perturber at other servers: NAME=URL[,URL...] with NAME the model its YAML names "
+            "(repeatable; a bare URL still works but is deprecated).",
+        ),
     ] = None,
     steps: Annotated[
         int | None, typer.Option("--steps", min=1, help="dual: errors injected per chain (default: scale size - 1).")
@@ -105,45 +116,50 @@ def perturb_command(
         Path | None, typer.Option("--data-dir", help="Shared data folder (default ../shared/data or $SPANJUDGE_DATA).")
     ] = None,
 ) -> None:
-    """Build a perturbation benchmark from our source data (BENCHMARKS.md; seeds 000-003).
+    from .build import BuildRequest
 
-    dhp: SummEval references (the one with most sentences per article) under the 12 DHP sets
-    (character / word / sentence × rule / LLM × minor / major). dual: error chains that inject
-    one error of an aspect per step (global ordinal targets + local sequences). attacks: the 18
-    aspect-targeted perturbations, judged on 11 aspects. prompt: rated outputs with and without
-    a misleading "human expert rating" in the prompt. Rule-based perturbations run here; LLM-made
-    ones need --perturber and are frozen in OUT/frozen.jsonl with provenance, so a rebuild makes
-    no model call. Rejected perturbations are counted by reason and printed. Score a judge on the
-    result with `spanjudge meta-eval --benchmark OUT --judge ... --out REPORT`.
-    """
-    from rich.console import Console
+    request = BuildRequest(source, data_dir, n, seed, perturbation, None, steps, aspect)
+    built, summary = build_folder(benchmark, request, out, perturber, endpoint or ())
+    _print_built(built, out, summary)
+
+
+def build_folder(
+    kind: str, request: BuildRequest, out: Path, perturber: Path | None = None, endpoints: Sequence[str] = ()
+) -> tuple[Benchmark, str | None]:
+    """Build the benchmark `kind` (a `build.BuildRequest` without llm and progress) into `out`;
+    LLM-made texts come from the model `perturber` names, frozen in out/frozen.jsonl. Returns
+    the benchmark and the perturber's summary (None without one)."""
+    from dataclasses import replace
 
     from spanjudge.inference.errors import InputError
 
-    from .benchmark import KINDS, write_benchmark
-    from .build import build_benchmark
+    from .benchmark import write_benchmark
+    from .build import build_request
 
-    console = Console(stderr=True, soft_wrap=True)  # counts stay on one line, for logs and greps
-    if benchmark not in KINDS:
-        raise InputError(f"--benchmark must be one of {', '.join(KINDS)}, got {benchmark!r}")
-    llm, info = open_perturber(perturber, out / "frozen.jsonl", endpoint or ()) if perturber else (None, {})
+    if kind not in KINDS:
+        raise InputError(f"--benchmark must be one of {', '.join(KINDS)}, got {kind!r}")
+    llm, info = open_perturber(perturber, out / "frozen.jsonl", endpoints) if perturber else (None, {})
     try:
         with _bars() as progress:
-            built = build_benchmark(
-                benchmark, source, data_root=data_dir, n=n, seed=seed, perturbations=perturbation,  # type: ignore[arg-type]
-                llm=llm, llm_info=info, steps=steps, aspects=aspect, progress=progress,
-            )  # fmt: skip
+            built = build_request(kind, replace(request, llm=llm, progress=progress), info)
     finally:
         if llm is not None:
             llm.close()
     write_benchmark(built, out)
+    return built, str(llm.summary) if llm is not None else None
+
+
+def _print_built(built: Benchmark, out: Path, summary: str | None) -> None:
+    from rich.console import Console
+
+    console = Console(stderr=True, soft_wrap=True)  # counts stay on one line, for logs and greps
     made = sum(built.info["made"].values())
     rejected = sum(sum(r.values()) for r in built.info["rejected"].values())
     console.print(f"{built.name}: {len(built.items)} texts in {out} ({made} perturbed, {rejected} rejected)")
     for key, reasons in built.info["rejected"].items():
         console.print(f"[yellow]  rejected {key}:[/yellow] " + ", ".join(f"{r} {c}" for r, c in reasons.items()))
-    if llm is not None:
-        console.print(f"LLM perturbations: {llm.summary}")
+    if summary is not None:
+        console.print(f"LLM perturbations: {summary}")
 
 
 def evaluate_benchmark(
@@ -157,32 +173,26 @@ def evaluate_benchmark(
     samples: int = 1,
 ) -> list[Path]:
     """Score every judge on the benchmark in `folder`; a report per judge in OUT/<judge>/.
-    `samples`: each text judged N times, aggregated as the benchmark's paper did (`AGGREGATION`)."""
-    from ..sampling import AGGREGATION, deterministic_warning
+    `samples`: each text judged N times, aggregated as the benchmark's paper did (its kind's `aggregation`)."""
+    from ..sampling import deterministic_warning
     from ..store import judge_slug
-    from .analysis import ANALYSES, analyze_spans
+    from .analysis import analyze_spans
     from .benchmark import load_benchmark
+    from .kinds import AnalysisOptions, get_kind
     from .report import write_report
     from .scoring import score_benchmark
 
     benchmark = load_benchmark(folder)
+    kind = get_kind(benchmark.kind)
+    options = AnalysisOptions(weights, normalised)
     written: list[Path] = []
-    with _bars() as bars:
-
-        def progress(label: str, done: int, total: int) -> Callable[[int], None]:
-            return _counter(bars(label, total), done)
-
+    with _bars() as progress:
         for judge in judges:
             scored = score_benchmark(benchmark, judge, out, progress, samples)
-            if benchmark.kind == "dhp":
-                body = ANALYSES["dhp"](benchmark, scored.scores, weights, normalised)  # type: ignore[operator]
-            elif benchmark.kind == "dual":
-                body = ANALYSES["dual"](benchmark, scored.scores, samples=scored.samples)  # type: ignore[operator]
-            else:
-                body = ANALYSES[benchmark.kind](benchmark, scored.scores)  # type: ignore[operator]
+            body = kind.analyse(benchmark, scored, options)
             result = {"metrics": body, "spans": analyze_spans(benchmark, scored.scores), "missing": scored.missing}
             if samples > 1:
-                result["samples"] = {"n": len(scored.samples), "aggregation": AGGREGATION[benchmark.kind],
+                result["samples"] = {"n": len(scored.samples), "aggregation": kind.aggregation,
                                      "note": deterministic_warning(judge, samples)}  # fmt: skip
             written += write_report(benchmark, judge.name, result, out / judge_slug(judge.name), plots)
     return written
@@ -205,11 +215,13 @@ def evaluate_span_set(
     from spanjudge.inference.fileio import atomic_write_text
 
     from ..datasets import MetaDataset, MetaItem
+    from ..spans.agreement import metric_interval, span_agreement
+    from ..spans.metrics import evaluate_spans, mark_numbers
+    from ..spans.quintd import load_quintd1
+    from ..spans.rotowire import load_rotowire
     from ..store import JudgmentStore, judgment_path
     from ..suite import AspectSpec, DatasetSpec
     from .scoring import judge_missing
-    from .span_agreement import metric_interval, span_agreement
-    from .spans import evaluate_spans, load_quintd1, load_rotowire, mark_numbers
 
     def with_agreement(predictions: dict[str, Any]) -> dict[str, Any]:
         result = evaluate_spans(docs, predictions)
@@ -235,7 +247,7 @@ def evaluate_span_set(
         store = JudgmentStore(judgment_path(out, judge))
         todo = [i for i in items if (spec.name, aspect.name, i.id) not in store.found]
         with _bars() as bars:
-            judge_missing(judge, store, dataset, aspect, todo, _counter(bars(f"{name}/{judge.name}", len(todo)), 0))
+            judge_missing(judge, store, dataset, aspect, todo, bars(f"{name}/{judge.name}", len(todo)))
         predictions: dict[str, Any] = {}
         for item in items:
             found = store.found.get((spec.name, aspect.name, item.id))

@@ -18,12 +18,11 @@ provenance says which); use another store or another seed to rebuild.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,6 +41,8 @@ from spanjudge.inference.backends import (
 )
 from spanjudge.inference.configio import configs_dir, read_yaml
 from spanjudge.inference.errors import InputError
+from spanjudge.inference.jsonl import JsonlStore
+from spanjudge.inference.progress import Advance, Tracker
 from spanjudge.inference.prompts import fence
 
 from .perturbations import INJECTION_ASPECTS, Outcome, Perturbation, Perturbed, Rejected, changed_spans, derive_seed
@@ -65,8 +66,6 @@ _PREAMBLE = re.compile(
     re.IGNORECASE,
 )
 _QUOTES = (('"', '"'), ("“", "”"), ("'", "'"))
-
-Progress = Callable[[int, int], None]
 
 
 def clean_reply(reply: str, original: str) -> str:
@@ -148,50 +147,28 @@ def _injection_fields(perturbation: Perturbation, rng: random.Random) -> dict[st
 # -- the frozen store -----------------------------------------------------------------------
 
 
-def _store_key(key: str, item_id: str, seed: int) -> tuple[str, str, int]:
-    return (key, item_id, seed)
+FrozenKey = tuple[str, str, int]  # perturbation key, item id, seed
+
+
+def _frozen_row(where: str, record: dict[str, Any]) -> tuple[FrozenKey, Outcome]:
+    try:
+        return (record["key"], record["item_id"], record["seed"]), _outcome(record)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{where}: damaged frozen perturbation ({exc})") from None
 
 
 class FrozenStore:
-    """JSONL of frozen outcomes, one line per (perturbation key, item id, seed).
-
-    A torn last line (a kill mid-write) is dropped and cut from the file before the next
-    append; a damaged line anywhere else is an InputError naming file:line."""
+    """JSONL of frozen outcomes, one line per (perturbation key, item id, seed): a `JsonlStore`
+    (one writer; a torn last line is cut before the next append; a damaged line anywhere else
+    is an InputError naming file:line)."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.entries: dict[tuple[str, str, int], Outcome] = {}
-        self._lock = threading.Lock()
-        self._load()
-
-    def _load(self) -> None:
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        lines = data.split(b"\n")
-        good_end = 0
-        for number, raw in enumerate(lines, start=1):
-            if not raw.strip():
-                good_end += len(raw) + 1
-                continue
-            last = number == len(lines)  # no newline after it: written only in part
-            try:
-                record = json.loads(raw)
-                self.entries[_store_key(record["key"], record["item_id"], record["seed"])] = _outcome(record)
-            except (ValueError, KeyError, TypeError) as exc:
-                if last:
-                    break
-                raise InputError(f"{self.path}:{number}: damaged frozen perturbation ({exc})") from None
-            good_end += len(raw) + 1
-        if good_end < len(data):  # cut the torn tail so the next append starts on a fresh line
-            with self.path.open("r+b") as handle:
-                handle.truncate(good_end)
-        elif data and not data.endswith(b"\n"):  # a whole last line that lost only its newline
-            with self.path.open("ab") as handle:
-                handle.write(b"\n")
+        self._store: JsonlStore[FrozenKey, Outcome] = JsonlStore(self.path, _frozen_row)
+        self.entries = self._store.found
 
     def get(self, key: str, item_id: str, seed: int) -> Outcome | None:
-        return self.entries.get(_store_key(key, item_id, seed))
+        return self._store.get((key, item_id, seed))
 
     def put(self, key: str, item_id: str, seed: int, outcome: Outcome) -> None:
         """Append and flush at once, so a crash loses at most the line being written."""
@@ -201,13 +178,10 @@ class FrozenStore:
             record["provenance"] = dict(outcome.provenance)
         else:
             record["rejected"] = outcome.reason
-        line = json.dumps(record, ensure_ascii=False) + "\n"
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as handle:
-                handle.write(line)
-                handle.flush()
-            self.entries[_store_key(key, item_id, seed)] = outcome
+        self._store.append([record])
+
+    def close(self) -> None:
+        self._store.close()
 
 
 def _outcome(record: Mapping[str, Any]) -> Outcome:
@@ -256,6 +230,7 @@ class LLMPerturber:
 
     def close(self) -> None:
         self.backend.close()
+        self.store.close()
 
     def __enter__(self) -> LLMPerturber:
         return self
@@ -268,9 +243,10 @@ class LLMPerturber:
         perturbation: Perturbation,
         items: Sequence[tuple[str, str]],
         seed: int,
-        progress: Progress | None = None,
+        progress: Tracker | None = None,
     ) -> dict[str, Outcome]:
-        """Outcomes per item id: frozen ones reused without a call, the rest asked for."""
+        """Outcomes per item id: frozen ones reused without a call, the rest asked for
+        (`progress` gets one row, labelled with the perturbation's key)."""
         if perturbation.template is None:
             raise InputError(f"perturbation {perturbation.key!r} is rule-based: use its apply()")
         results: dict[str, Outcome] = {}
@@ -286,17 +262,13 @@ class LLMPerturber:
                 continue
             prompt = self.templates.render(perturbation, text, random.Random(item_seed))
             pending.append((item_id, text, item_seed, prompt))
-        reused, total = len(results), len(items)
-        if progress:
-            progress(reused, total)
+        advance = progress(perturbation.key, len(items), done=len(results)) if progress else None
         if pending:
-            results |= self._ask(
-                perturbation, pending, lambda made: progress(reused + made, total) if progress else None
-            )
+            results |= self._ask(perturbation, pending, advance)
         return {item_id: results[item_id] for item_id, _ in items}
 
     def _ask(
-        self, perturbation: Perturbation, pending: list[tuple[str, str, int, str]], tick: Callable[[int], None]
+        self, perturbation: Perturbation, pending: list[tuple[str, str, int, str]], advance: Advance | None
     ) -> dict[str, Outcome]:
         requests = [
             ChatRequest.user(prompt, self.sampling.model_copy(update={"seed": s})) for _, _, s, prompt in pending
@@ -312,7 +284,8 @@ class LLMPerturber:
             with lock:
                 outcomes[item_id] = outcome
                 self._count(outcome)
-            tick(len(outcomes))
+            if advance:
+                advance(1)
 
         results = self.backend.generate(requests, on_result=on_result)
         for index, result in enumerate(results):  # a backend that skipped the callback

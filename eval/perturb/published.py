@@ -9,17 +9,15 @@ benchmark names, attack perturbations / aspects outside the paper's sets are con
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from spanjudge.inference.configio import configs_dir, load_yaml_model
 from spanjudge.inference.errors import ConfigError
 
+from .kinds import KINDS, KindName
 from .metrics import ATTACK_ASPECTS, ATTACK_PERTURBATIONS
-
-Benchmark = Literal["dhp", "dual", "attacks", "prompt"]
-BENCHMARKS: tuple[str, ...] = get_args(Benchmark)
 
 
 class PublishedRow(BaseModel):
@@ -27,7 +25,7 @@ class PublishedRow(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    benchmark: Benchmark
+    benchmark: KindName
     table: str = Field(min_length=1, description='table number as printed, e.g. "2"')
     judge: str = Field(min_length=1)
     dataset: str | None = None
@@ -60,7 +58,7 @@ class PublishedSource(BaseModel):
 class PublishedFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    sources: dict[Benchmark, PublishedSource]
+    sources: dict[KindName, PublishedSource]
     rows: list[PublishedRow]
 
 
@@ -96,8 +94,8 @@ def rows_for(rows: list[PublishedRow], benchmark: str, **filters: Any) -> list[P
 
     >>> rows_for(load_published(), "dual", judge="Themis-8B", perspective="global", aspect="coherence")
     """
-    if benchmark not in BENCHMARKS:
-        raise ValueError(f"unknown benchmark {benchmark!r}; expected one of {', '.join(BENCHMARKS)}")
+    if benchmark not in KINDS:
+        raise ValueError(f"unknown benchmark {benchmark!r}; expected one of {', '.join(KINDS)}")
     unknown = sorted(set(filters) - _FILTERABLE)
     if unknown:
         raise ValueError(

@@ -13,12 +13,14 @@ every sample for aggregations of another kind (dual's global mode).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from spanjudge.inference.progress import Advance, Tracker
+
 from ..datasets import MetaDataset, MetaItem
-from ..judges import Judgment, MetaJudge, Progress
+from ..judges import Judgment, MetaJudge
 from ..sampling import mean_judgment, sample_judges
 from ..store import JudgmentStore, judgment_path
 from ..suite import AspectSpec, DatasetSpec
@@ -70,7 +72,7 @@ def judge_missing(
     dataset: MetaDataset,
     aspect: AspectSpec,
     todo: Sequence[MetaItem],
-    step: Progress | None = None,
+    step: Advance | None = None,
 ) -> None:
     """Judge `todo` in chunks, each chunk stored as it comes (a kill loses at most one chunk)."""
     for start in range(0, len(todo), CHUNK):
@@ -82,7 +84,7 @@ def score_benchmark(
     benchmark: Benchmark,
     judge: MetaJudge,
     out: Path,
-    progress: Callable[[str, int, int], Progress] | None = None,
+    progress: Tracker | None = None,
     samples: int = 1,
 ) -> ScoringResult:
     """Every (item, aspect) judged once per sample; what the stores already hold is not asked again."""
@@ -103,7 +105,7 @@ def _score_sample(
     dataset: MetaDataset,
     judge: MetaJudge,
     out: Path,
-    progress: Callable[[str, int, int], Progress] | None,
+    progress: Tracker | None,
 ) -> tuple[Scores, int]:
     store = JudgmentStore(judgment_path(out, judge))
     by_id = {item.id: item for item in dataset.items}
@@ -111,7 +113,8 @@ def _score_sample(
     for aspect in dataset.spec.aspects:
         wanted = [by_id[i.id] for i in benchmark.items if aspect.name in i.aspects]
         todo = [m for m in wanted if (benchmark.name, aspect.name, m.id) not in store.found]
-        step = progress(f"{benchmark.name}/{aspect.name}", len(wanted) - len(todo), len(wanted)) if progress else None
+        label = f"{benchmark.name}/{aspect.name}"
+        step = progress(label, len(wanted), done=len(wanted) - len(todo)) if progress else None
         judge_missing(judge, store, dataset, aspect, todo, step)
         missing += sum((benchmark.name, aspect.name, m.id) not in store.found for m in wanted)
     scores = {

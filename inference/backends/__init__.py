@@ -6,6 +6,19 @@
 
 Each kind lives in its own module and is imported only when a spec asks for it, so a
 CPU machine never imports vLLM and a missing optional package is one clear error.
+The kinds are the records of `registry.BACKENDS`; the `kind` Literal, the distilled judge's
+engines (`score --engine`) and the kinds that take `--engine-arg` derive from them.
+
+How to add a backend (say `sglang`), three files:
+1. `inference/backends/sglang_native.py`: a `Backend` subclass whose `__init__(spec)` takes a
+   `BackendSpec` (a server: subclass `runner.ServerBackend`, as `ollama_native.py` does).
+2. `inference/backends/registry.py`: one `BackendRecord("sglang", "sglang_native:SGLangBackend",
+   ...)` in `BACKENDS` (its packages and install hint; `judge=True` if the distilled judge may
+   run on it, `engine_args=True` if it runs in this process), and its name in `BackendKind`
+   (and in `JudgeEngine` when `judge=True`); `tests/test_backends.py` fails until they agree.
+3. `pyproject.toml`, only if its packages are optional: an extra named in the record's `extra`.
+A judge engine also needs its case in `Judge.from_pretrained` (inference/judge.py) when it is
+neither a server (`openai`) nor an in-process engine taking `options`.
 """
 
 from __future__ import annotations
@@ -25,12 +38,16 @@ from .base import (
     SamplingParams,
 )
 from .cache import CachedBackend, LLMCache
+from .registry import BACKENDS, BY_NAME, JUDGE_ENGINES, BackendRecord, JudgeEngine
 from .spec import BackendKind, BackendSpec, parse_engine_args
 
 __all__ = [
+    "BACKENDS",
+    "JUDGE_ENGINES",
     "Backend",
     "BackendError",
     "BackendKind",
+    "BackendRecord",
     "BackendSpec",
     "CachedBackend",
     "CallFailure",
@@ -38,6 +55,7 @@ __all__ = [
     "ChatRequest",
     "Completion",
     "FailureKind",
+    "JudgeEngine",
     "LLMCache",
     "Message",
     "ResultCallback",
@@ -45,19 +63,6 @@ __all__ = [
     "make_backend",
     "parse_engine_args",
 ]
-
-# kind -> (module, class, the packages it imports, how to install them)
-_KINDS: dict[str, tuple[str, str, tuple[str, ...], str]] = {
-    "openai": ("openai_compat", "OpenAIBackend", ("openai",), "pip install openai"),
-    "ollama": ("ollama_native", "OllamaBackend", ("ollama", "httpx"), "pip install ollama"),
-    "vllm": ("vllm_offline", "VLLMBackend", ("vllm",), "pip install 'spanjudge[vllm]' (needs a CUDA GPU)"),
-    "transformers": (
-        "transformers_local",
-        "TransformersBackend",
-        ("transformers", "torch"),
-        "pip install transformers",
-    ),
-}
 
 
 def make_backend(spec: BackendSpec) -> Backend:
@@ -70,11 +75,13 @@ def make_backend(spec: BackendSpec) -> Backend:
         raise BackendError(f"model {spec.model!r}: extra_body is for kind 'openai' only, not {spec.kind!r}")
     if spec.api != "chat" and spec.kind != "openai":
         raise BackendError(f"model {spec.model!r}: api {spec.api!r} is for kind 'openai' only, not {spec.kind!r}")
-    module_name, class_name, packages, hint = _KINDS[spec.kind]
+    record = BY_NAME[spec.kind]
+    module_name, class_name = record.target.split(":")
     try:
         backend_class: type[Backend] = getattr(importlib.import_module(f"{__name__}.{module_name}"), class_name)
         return backend_class(spec)  # type: ignore[call-arg]
     except ImportError as error:
-        if error.name is None or error.name.split(".")[0] not in packages:
+        if error.name is None or error.name.split(".")[0] not in record.packages:
             raise  # something else is broken: a bug to see, not an install hint to give
-        raise BackendError(f"backend {spec.kind!r} needs the {error.name.split('.')[0]!r} package: {hint}") from None
+        package = error.name.split(".")[0]
+        raise BackendError(f"backend {spec.kind!r} needs the {package!r} package: {record.install}") from None

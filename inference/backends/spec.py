@@ -7,23 +7,16 @@ import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import InputError
-
-BackendKind = Literal["openai", "ollama", "vllm", "transformers"]
+from ..keyvalue import parse_settings
+from .registry import BackendKind
 
 
 class BackendSpec(BaseModel):
-    """Where and how to reach one model.
-
-    kind:
-      openai        any OpenAI-compatible server (vLLM serve, Ollama's /v1, llama.cpp, SGLang, TGI)
-      ollama        Ollama's native API (model options such as num_ctx)
-      vllm          vLLM's offline batch engine in this process (GPU)
-      transformers  Hugging Face transformers in this process (CPU or GPU)
-    """
+    """Where and how to reach one model; `kind` is a record of `registry.BACKENDS` (openai: any
+    OpenAI-compatible server, ollama: Ollama's native API, vllm: vLLM's offline engine,
+    transformers: transformers in this process)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -91,14 +84,4 @@ class BackendSpec(BaseModel):
 def parse_engine_args(values: Iterable[str], option: str = "--engine-arg") -> dict[str, Any]:
     """'KEY=VALUE' strings as engine arguments (vLLM `LLM(...)`, transformers `from_pretrained`),
     each value read as YAML: max_model_len=8192 is an int, enforce_eager=true a bool."""
-    found: dict[str, Any] = {}
-    for text in values:
-        key, sep, raw = text.partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"{option} expects KEY=VALUE (e.g. max_model_len=8192), got {text!r}")
-        try:
-            found[key.strip()] = yaml.safe_load(raw)
-        except yaml.YAMLError as error:
-            problem = " ".join(str(error).split())
-            raise InputError(f"{option} {text!r}: the value is not valid YAML: {problem}") from None
-    return found
+    return parse_settings(values, option, "max_model_len=8192")

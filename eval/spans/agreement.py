@@ -2,7 +2,7 @@
 
 Kasner & Dušek (2024) compare GPT-4's error spans with the crowd workers' by Pearson
 correlation at two grains: the number of errors per output, and per-token binary error
-labels pooled over all outputs. We compute both, next to the span P/R/F1 of `spans.py`,
+labels pooled over all outputs. We compute both, next to the span P/R/F1 of `metrics.py`,
 and give each a percentile interval from resampling *inputs* (`SpanDocument.input_id`)
 with replacement: the outputs generated from one input share its difficulty, so they
 move together (see `eval/bootstrap.py`).
@@ -26,15 +26,15 @@ from typing import Any
 import numpy as np
 
 from ..bootstrap import _interval, input_weights
-from .spans import (
+from .documents import SpanDocument
+from .metrics import (
     PRF,
     Span,
-    SpanDocument,
-    _check_spans,
-    _exact_matches,
-    _from_matches,
-    _overlap_matches,
+    check_spans,
+    exact_matches,
+    from_matches,
     micro_total,
+    overlap_matches,
     token_prf,
     token_spans,
 )
@@ -83,13 +83,13 @@ def _scored(docs: Sequence[SpanDocument], predictions: Mapping[str, Sequence[Spa
         predicted = predictions.get(doc.id)
         if predicted is None:
             continue
-        pred = _check_spans(predicted, f"{doc.id}: predicted")
+        pred = check_spans(predicted, f"{doc.id}: predicted")
         gold = doc.gold_spans
         stats.append(
             _DocStats(
                 input_id=doc.input_id,
-                exact=_from_matches(_exact_matches(pred, gold), len(pred)),
-                overlap=_from_matches(_overlap_matches(pred, gold), len(pred)),
+                exact=from_matches(exact_matches(pred, gold), len(pred)),
+                overlap=from_matches(overlap_matches(pred, gold), len(pred)),
                 token=token_prf(pred, gold, doc.output),
                 n_tokens=len(token_spans(doc.output)),
                 n_predicted=len(pred),

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spanjudge.data_gen.quintd import QUINTD_DOMAINS
 from spanjudge.inference.errors import SpanjudgeError
 from spanjudge.inference.fileio import atomic_write_json
+from spanjudge.inference.progress import Advance
 
-from .spans import QUINTD_DOMAINS, SpanDocument, load_quintd1
+from .documents import SpanDocument
+from .quintd import load_quintd1
 
 QUINTD_TASK = "quintd1"  # configs/tasks/data_to_text.yaml: quintd-1's own task and aspect
 QUINTD_ASPECT = "accuracy"
@@ -32,7 +35,7 @@ def quintd_tables(
 
 
 def judge_span_documents(
-    judge: Any, docs: Sequence[SpanDocument], path: Path, progress: Callable[[int], None] | None = None
+    judge: Any, docs: Sequence[SpanDocument], path: Path, progress: Advance | None = None
 ) -> dict[str, Any]:
     """The judge's spans per document (None when unscored), with its speed; cached in `path`.
 

@@ -1,15 +1,42 @@
-"""Progress that shows in logs too: rich bars on a terminal; elsewhere (a batch job, `nohup`,
-`2> log`) rich draws nothing until the end, so a plain line per task is printed instead, every
-`LINE_FRACTION` of its total or every `LINE_SECONDS` seconds (whichever comes first), and
-when it completes. Every long command builds its bars here, so they all log alike."""
+"""One progress protocol for every stage, and its display.
+
+The protocol (plain callables: a stage needs no rich, and a test passes a function):
+- `Tracker`: `tracker(label, total, done=N, **counts)` opens one progress row ("summeval/
+  coherence", "gemma3", "score") of `total` items, `done` of them already done (resumed), and
+  returns the row's `Advance`;
+- `Advance`: `advance(n, **counts)` says n more items are done; `counts` add to the row's other
+  tallies (annotate's `cached=1, failed=0`), which must be opened with the row.
+
+The display: `tracker_bars(...)` (a `RichTracker`) shows the rows as rich bars on a terminal;
+elsewhere (a batch job, `nohup`, `2> log`) rich draws nothing until the end, so a plain line per
+row is printed instead (`LoggedProgress`), every `LINE_FRACTION` of its total or every
+`LINE_SECONDS` seconds (whichever comes first), and when it completes. Every long command builds
+its display here, so they all log alike.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.progress import Progress, ProgressColumn, TaskID
+
+
+class Advance(Protocol):
+    """n more items of one progress row are done (a plain `def advance(n)` is one)."""
+
+    def __call__(self, n: int, /, **counts: int) -> None: ...
+
+
+class Tracker(Protocol):
+    """Opens a progress row of `total` items (`done` already done) and returns its Advance."""
+
+    def __call__(self, label: str, total: int, *, done: int = 0, **counts: int) -> Advance: ...
+
 
 LINE_FRACTION = 0.05  # a line per 5 % of a task ...
 LINE_SECONDS = 30.0  # ... or per 30 s with something done, whichever comes first
@@ -66,3 +93,30 @@ def progress_bars(*columns: str | ProgressColumn, console: Console, **options: A
     if console.is_terminal:
         return Progress(*columns, console=console, **options)
     return LoggedProgress(*columns, console=console, **options)
+
+
+class RichTracker:
+    """The `Tracker` of a rich `Progress`: one task per row; counts are task fields."""
+
+    def __init__(self, bars: Progress) -> None:
+        self.bars = bars
+
+    def __call__(self, label: str, total: int, *, done: int = 0, **counts: int) -> Advance:
+        task = self.bars.add_task(label, total=total, completed=done, **counts)
+        tallies = dict(counts)
+        lock = threading.Lock()  # rows advance from backends' worker threads
+
+        def advance(n: int, /, **more: int) -> None:
+            with lock:
+                for name, value in more.items():
+                    tallies[name] = tallies.get(name, 0) + value
+                self.bars.update(task, advance=n, **tallies)
+
+        return advance
+
+
+@contextlib.contextmanager
+def tracker_bars(*columns: str | ProgressColumn, console: Console, **options: Any) -> Iterator[RichTracker]:
+    """A Tracker drawing `progress_bars` (bars on a terminal, log lines elsewhere) for the block."""
+    with progress_bars(*columns, console=console, **options) as bars:
+        yield RichTracker(bars)

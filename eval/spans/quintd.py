@@ -1,0 +1,68 @@
+"""The quintd-1 span set (Kasner & Dušek 2024): `load_quintd1`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from spanjudge.data_gen.quintd import QUINTD_DOMAINS, QuintdOutput, read_quintd
+
+from .documents import QUINTD_INPUT_HEADER, QUINTD_TASK_ID, GoldSpan, SpanDocument, default_root
+
+
+def load_quintd1(
+    root: Path | str | None = None,
+    annotator: str = "human",
+    limit: int | None = None,
+    domains: Sequence[str] = QUINTD_DOMAINS,
+) -> list[SpanDocument]:
+    """quintd-1 outputs with the chosen annotator's spans (start + len(text) characters).
+
+    Read by `spanjudge.data_gen.quintd.read_quintd`, the importer's strict reader. A span that
+    cannot be placed — empty text (5 of 5500 human spans, all owid at offset 0; 2 GPT-4 "no
+    error" notes) or text not found at its offset (1 human span, 3 of 7012 GPT-4 spans) — is
+    dropped, never moved, and counted in `SpanDocument.dropped_gold`. The documents use
+    quintd-1's own catalog task (`quintd1`, aspect `accuracy`, input header `Data`). Ids are
+    "quintd1/<domain>/<model>/<table_idx>"; where the annotator folder holds several records
+    for one output (human_corr) each id gets "@<annotator_id>"; records repeated verbatim
+    (same output, annotator and spans: 20 of human_corr's 200) are kept once. Documents are
+    sorted by domain, model, table index and annotator; `limit` keeps the first ones.
+    """
+    base = default_root(root) / "spans" / "quintd1"
+    found = sorted(
+        read_quintd(base, annotator, domains=domains, on_mismatch="drop", empty_spans="drop"),
+        key=lambda o: (o.domain, o.model, o.index, o.annotator_id),
+    )
+
+    def content(o: QuintdOutput) -> tuple[Any, ...]:
+        return o.domain, o.model, o.index, o.annotator_id, o.spans, o.dropped
+
+    # human_corr repeats 20 records verbatim (same output, annotator and spans): keep one
+    found = [o for i, o in enumerate(found) if i == 0 or content(o) != content(found[i - 1])]
+    repeats = {key for key, n in _counts((o.domain, o.model, o.index) for o in found).items() if n > 1}
+    documents = []
+    for o in found[:limit] if limit is not None else found:
+        repeated = (o.domain, o.model, o.index) in repeats
+        documents.append(
+            SpanDocument(
+                id=f"quintd1/{o.domain}/{o.model}/{o.index}" + (f"@{o.annotator_id}" if repeated else ""),
+                dataset=f"quintd1-{annotator}",
+                task_id=QUINTD_TASK_ID,
+                inputs={QUINTD_INPUT_HEADER: o.data},
+                output=o.output,
+                gold=tuple(
+                    sorted((GoldSpan(s.start, s.end, s.category) for s in o.spans), key=lambda g: (g.start, g.end))
+                ),
+                dropped_gold=len(o.dropped),
+                input_id=o.input_id,
+            )
+        )
+    return documents
+
+
+def _counts(items: Iterable[Any]) -> dict[Any, int]:
+    counts: dict[Any, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return counts

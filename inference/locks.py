@@ -1,0 +1,117 @@
+"""One writer at a time: an output folder (`data_gen/folder_lock.py`) or an append-only store
+(`jsonl.JsonlStore`) is held by one run, and a second run is refused at once with one line
+naming the holder, rather than left racing the first (or waiting on a run that may take hours).
+
+The lock is an flock(2) on a lock file: the kernel releases it when the holder exits, however
+it exits, so a killed run never leaves a stale lock behind. The file holds the holder's command,
+pid, host and start time for the refusal message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import SpanjudgeError
+
+
+class Busy(SpanjudgeError):
+    """Another run holds the file or folder this run would write."""
+
+
+def this_command() -> str:
+    """How this process was started, as a refusal message names it (`spanjudge score`)."""
+    words = [Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"]
+    words += [word for word in sys.argv[1:2] if not word.startswith("-")]
+    return " ".join(words)
+
+
+def _holder(fd: int) -> str:
+    os.lseek(fd, 0, os.SEEK_SET)
+    text = os.read(fd, 4096).decode("utf-8", errors="replace").strip()
+    return text or "a run that is just starting"
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `path` still names the file open as `fd` (a releasing holder may have removed it)."""
+    try:
+        return os.path.samestat(os.fstat(fd), path.stat())
+    except FileNotFoundError:
+        return False
+
+
+def acquire(lock_file: Path, what: Path | str, command: str, error: type[Busy] = Busy) -> int:
+    """Lock `lock_file` for this process and return its descriptor; `error` (one line naming
+    the holder) when another holds it. `what` is the file or folder the lock guards."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(10):  # bounded: only a holder removing the file as we open it makes us retry
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)  # no O_TRUNC: the holder's line stays
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise error(f"{what} is in use by {holder}; wait for that run to end or choose another --out") from None
+        if _same_file(fd, lock_file):
+            started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"`{command}` (pid {os.getpid()} on {socket.gethostname()}, since {started})".encode(), 0)
+            return fd
+        os.close(fd)  # we locked a file its holder has just removed: lock the new one
+    raise error(f"{what}: could not take its lock file {lock_file}")
+
+
+def release(fd: int, lock_file: Path | None = None) -> None:
+    """Release a lock; `lock_file` given: remove it first, so no lock file is left beside the data."""
+    if lock_file is not None:
+        with contextlib.suppress(FileNotFoundError):
+            lock_file.unlink()
+    os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def exclusive(lock_file: Path, what: Path | str, command: str, error: type[Busy] = Busy) -> Iterator[None]:
+    """Hold `lock_file` until the block ends (the file stays, with the last holder's line)."""
+    fd = acquire(lock_file, what, command, error)
+    try:
+        yield
+    finally:
+        release(fd)
+
+
+# -- shared within a process -----------------------------------------------------------------
+#
+# A store is refused to a second *process*; inside one process, every opening of one store
+# shares the lock (a meta-eval step reopens its judge's store, threads append to one file), so
+# the lock is counted and released with the last opening.
+
+_HELD: dict[Path, tuple[int, int]] = {}  # lock file -> (descriptor, openings)
+_HELD_LOCK = threading.Lock()
+
+
+def hold(lock_file: Path, what: Path | str, command: str | None = None) -> None:
+    """Take (or share, within this process) the lock on `lock_file`; Busy if another process holds it."""
+    key = lock_file.resolve()
+    with _HELD_LOCK:
+        fd, count = _HELD.get(key) or (acquire(lock_file, what, command or this_command()), 0)
+        _HELD[key] = (fd, count + 1)
+
+
+def unhold(lock_file: Path) -> None:
+    """Give back one `hold`; the last one releases the lock and removes the lock file."""
+    key = lock_file.resolve()
+    with _HELD_LOCK:
+        if key not in _HELD:
+            return
+        fd, count = _HELD.pop(key)
+        if count > 1:
+            _HELD[key] = (fd, count - 1)
+        else:
+            release(fd, lock_file)

@@ -1,0 +1,247 @@
+"""The scoring stage as a function: `score_file(ScoreSettings(...)) -> ScoreRun`.
+
+`spanjudge score` parses its options into `ScoreSettings` and prints the `ScoreRun`; the
+demo calls `score_file` directly. Results are appended as soon as each is final, so a
+re-run with the same settings skips what is done (see `score_data`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from .backends.registry import ENGINE_ARG_KINDS, JUDGE_ENGINES, one_of
+from .keyvalue import parse_texts
+
+CHUNK = 32  # items handed to the judge at a time (each result is written as soon as it is final)
+FORMATS = ("jsonl", "html")
+
+
+@dataclass(frozen=True)
+class ScoreSettings:
+    """Everything one scoring run is given; the field names are `spanjudge score`'s option
+    names, and all of them are recorded in OUT.run.json (the results' provenance)."""
+
+    model: str
+    out: Path
+    data: str | None = None
+    data_format: str = "auto"
+    src: Path | None = None
+    hyp: Path | None = None
+    ref: Path | None = None
+    prompt_template: Path | None = None
+    task: str | None = None
+    aspect: str | None = None
+    aspect_definition: str | None = None
+    base: str | None = None
+    engine: str = "transformers"
+    engine_arg: list[str] | None = None
+    base_url: str | None = None
+    served_model: str | None = None
+    input_field: list[str] | None = None
+    output_field: str = "output"
+    id_field: str = "id"
+    split: str = "test"
+    limit: int | None = None
+    batch_size: int = 8
+    max_new_tokens: int = 1536
+    retries: int = 3
+    max_context: int | None = None
+    output_format: str = "jsonl"
+    constrained: bool = False
+    refresh_unscored: bool = False
+    shard: str | None = None
+
+
+@dataclass
+class ScoreRun:
+    """What a scoring run left in `out`: the rows of the requested items (earlier runs' included)."""
+
+    out: Path
+    rows: list[dict[str, Any]]
+    requested: int
+    already_done: int
+    failed: int = 0  # model calls that failed: not written, a re-run retries them
+    page: Path | None = None  # the HTML report, with output_format "html"
+    scored: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.scored = sum(1 for row in self.rows if row["evaluation"]["score"] is not None)
+
+
+def result_row(request: Any, evaluation: Any, key: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One line of the results file (a `score_data.ScoreRow`); `key` is its resume key (`score_data.resume_key`)."""
+    from .score_data import ScoreRow
+
+    return ScoreRow.of(request, evaluation, key).line()
+
+
+def model_identity(model: str, base: str | None, engine: str, served_model: str | None) -> str:
+    """The judge as the resume key records it: a local folder by its absolute path (the same
+    judge from another working directory), with the base and the served name when given."""
+    local = Path(model).expanduser()
+    name = str(local.resolve()) if local.exists() else model
+    if base:
+        name += f" (base {base})"
+    if engine == "openai" and served_model:
+        name += f" (served as {served_model})"
+    return name
+
+
+def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
+    """One-line errors before anything is read; returns the shard (or None) and the engine options."""
+    from .backends import parse_engine_args
+    from .errors import InputError
+    from .sharding import parse_shard
+
+    part = parse_shard(settings.shard)  # a bad K/N is one line before anything is read
+    if settings.output_format not in FORMATS:
+        raise InputError(f"--format must be jsonl or html, not '{settings.output_format}'")
+    if settings.engine not in JUDGE_ENGINES:
+        raise InputError(f"--engine must be {one_of(JUDGE_ENGINES)}, not '{settings.engine}'")
+    engine_options = parse_engine_args(settings.engine_arg or [])
+    if engine_options and settings.engine not in ENGINE_ARG_KINDS:
+        raise InputError(f"--engine-arg is for --engine {one_of(ENGINE_ARG_KINDS)}; a server takes its own flags")
+    return part, engine_options
+
+
+def _requests(settings: ScoreSettings, part: Any, catalog: Any) -> tuple[str, list[Any], Any]:
+    """(data name, the requests of this run, the prompt template) from the settings' data."""
+    from .errors import InputError
+    from .judge import resolve_prompt_template
+    from .score_data import FieldMapping, read_requests, score_source, shard_requests
+
+    s, out = settings, settings.out
+    inputs = parse_texts(s.input_field or [], "--input", '"Article=source"', "HEADER=FIELD")
+    mapping = FieldMapping(id_field=s.id_field, output_field=s.output_field, inputs=inputs)
+    texts = {"src": s.src, "hyp": s.hyp, "ref": s.ref}
+    data_name, rows, mapping = score_source(
+        s.data, s.data_format, texts, mapping, catalog.task(s.task) if s.task else None
+    )
+    for option, given in (("--data", s.data), *((f"--{key}", path) for key, path in texts.items())):
+        if given is not None and Path(given).exists() and out.exists() and out.resolve() == Path(given).resolve():
+            raise InputError(f"--out {out} is the {option} file; write the results to another file")
+    template = resolve_prompt_template(s.model, s.prompt_template)
+    requests = read_requests(
+        data_name, catalog, s.task, s.aspect, s.aspect_definition, mapping,
+        split=s.split, limit=s.limit, rows=rows, template=template,
+    )  # fmt: skip
+    return data_name, shard_requests(out, requests, part), template  # with --shard K/N, shard K's rows
+
+
+def _drop_unscored(out: Path, done: dict[str, Any], wanted: set[str]) -> dict[str, Any]:
+    """Remove the wanted rows that are unscored from the results file, so they are scored again."""
+    from .fileio import atomic_write_jsonl
+    from .score_data import read_results
+
+    again = {i for i in wanted & done.keys() if done[i][1]["evaluation"]["score"] is None}
+    if again:
+        atomic_write_jsonl(out, [row for row in read_results(out) if str(row["id"]) not in again])
+    return {i: found for i, found in done.items() if i not in again}
+
+
+def _judge_todo(
+    settings: ScoreSettings,
+    todo: list[Any],
+    keys: Mapping[str, Any],
+    catalog: Any,
+    template: Any,
+    engine_options: dict[str, Any],
+    console: Console,
+) -> int:
+    """Score `todo`, appending each final result to OUT; returns the number of failed model calls."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from .judge import Judge
+    from .progress import tracker_bars
+    from .score_data import append_results
+
+    s, failed = settings, 0
+    judge = Judge.from_pretrained(
+        s.model, s.base, s.engine,  # type: ignore[arg-type]
+        base_url=s.base_url, served_model=s.served_model, batch_size=s.batch_size, max_new_tokens=s.max_new_tokens,
+        retries=s.retries, max_context=s.max_context, catalog=catalog, constrained=s.constrained,
+        engine_options=engine_options, prompt_template=template,
+    )  # fmt: skip
+    columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with tracker_bars(*columns, console=console) as progress:  # log lines when not a terminal
+        advance = progress("score", len(todo))
+        lock = threading.Lock()  # results may arrive from a backend's worker thread
+        for start in range(0, len(todo), CHUNK):
+            chunk = todo[start : start + CHUNK]
+
+            def write(index: int, evaluation: Any, chunk: list[Any] = chunk) -> None:
+                # each result is on disk as soon as it is final: a kill loses only those in flight;
+                # model calls that failed are not written: the next run retries them
+                if not evaluation.call_failure:
+                    request = chunk[index]
+                    with lock:
+                        append_results(s.out, [result_row(request, evaluation, keys[str(request.id)])])
+
+            results = judge.score(chunk, progress=advance, on_result=write)
+            failed += sum(1 for e in results if e.call_failure)
+    judge.close()
+    return failed
+
+
+def score_file(settings: ScoreSettings, console: Console | None = None) -> ScoreRun:
+    """Score the settings' rows into `settings.out` (resuming), and return what it holds for them.
+
+    `console` receives the progress (default: standard error)."""
+    from .catalog import load_catalog
+    from .run_info import run_info
+    from .score_data import ScoreStore, check_resume, read_results, resume_key, run_info_path, write_run_info
+
+    s, out = settings, settings.out
+    part, engine_options = _check(s)
+    console = console or Console(stderr=True, soft_wrap=True)  # log lines stay whole (greppable)
+    catalog = load_catalog()
+    data_name, requests, template = _requests(s, part, catalog)
+    decoding = {"max_new_tokens": s.max_new_tokens, "retries": s.retries, "constrained": s.constrained}
+    identity = model_identity(s.model, s.base, s.engine, s.served_model)
+    keys = {str(r.id): resume_key(r, identity, decoding) for r in requests}
+    store = ScoreStore(out, "spanjudge score")  # held for the run: a second run on the same --out is refused
+    done = dict(store.found)
+    check_resume(out, done, keys)
+    if s.refresh_unscored:
+        done = _drop_unscored(out, done, set(keys))
+    todo = [r for r in requests if r.id not in done]
+    if todo or not run_info_path(out).exists():
+        template_used = {"path": str(template.path), "sha256": template.sha256} if template else None
+        write_run_info(out, run_info("score", {**asdict(s), "prompt_template": template_used}, seed=None))
+    console.print(f"{len(requests)} rows; {len(requests) - len(todo)} already scored in {out}; {len(todo)} to go")
+    failed = _judge_todo(s, todo, keys, catalog, template, engine_options, console) if todo else 0
+    wanted = {r.id for r in requests}
+    rows = [row for row in read_results(out) if row["id"] in wanted]
+    run = ScoreRun(out, rows, len(requests), len(requests) - len(todo), failed)
+    if s.output_format == "html":
+        from .fileio import atomic_write_text
+        from .html_report import render_html
+
+        run.page = out.with_suffix(".html")
+        atomic_write_text(run.page, render_html(run.rows, title=f"spanjudge: {Path(data_name).name}"))
+    store.close()  # (on an error, the lock goes with the store object, and always with the process)
+    return run
+
+
+def summary_lines(rows: Sequence[Mapping[str, Any]], failed: int) -> list[str]:
+    """The run's summary: scored, unscored (by reason), truncated, failed calls, spans."""
+    scored = [row for row in rows if row["evaluation"]["score"] is not None]
+    unscored = Counter(row["unscored_reason"].split(" (")[0] for row in rows if row["evaluation"]["score"] is None)
+    truncated = sum(1 for row in rows if row.get("truncated"))
+    errors = [e for row in scored for e in row["evaluation"]["errors"]]
+    unanchored = sum(1 for e in errors if e.get("location") is not None and e.get("start") is None)
+    # no made-up mean (nor "nan") when nothing was scored
+    mean = f"{sum(row['evaluation']['score'] for row in scored) / len(scored):.1f}" if scored else "- (nothing scored)"
+    first = (
+        f"scored {len(scored)}, unscored {len(rows) - len(scored)}, truncated inputs {truncated}"
+        + (f", failed calls {failed}" if failed else "")
+        + f"; mean score {mean}; {len(errors)} error spans ({unanchored} not found in their output)"
+    )
+    return [first, *(f"  unscored ×{count}: {reason}" for reason, count in unscored.most_common())]

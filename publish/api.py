@@ -1,0 +1,162 @@
+"""`publish(PublishOptions) -> Published`: the one function behind `spanjudge publish`.
+
+It checks the options together (a judge or a dataset, never both; the token before any work),
+stages into `--dry-run DIR` (and stops) or into a temporary folder that is uploaded as one
+commit, and returns what was staged and where it went; printing is the caller's.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from spanjudge.inference.errors import InputError, SpanjudgeError
+from spanjudge.inference.keyvalue import parse_texts
+
+from .card import CardOptions
+from .dataset import read_dataset_folder, staged_entry
+from .dataset_card import DatasetCardOptions
+from .dataset_staging import stage_dataset
+from .hub import check_repo_id, hub_token, upload
+from .model_staging import stage
+from .results import read_eval_results
+from .run import card_base_model, read_run
+from .staging import check_dry_run_target
+
+Say = Callable[[str], None]
+# stages into a folder with a token (None for a dry run); returns the staged file names
+StageInto = Callable[[Path, str | None], list[str]]
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    """What `spanjudge publish` was asked for (see its --help)."""
+
+    repo_id: str
+    model: Path | None = None
+    dataset_dir: Path | None = None
+    private: bool = False
+    merged: bool = False
+    dry_run: Path | None = None
+    base_model: str | None = None
+    license: str = "other"
+    datasets: tuple[str, ...] = ()
+    eval_results: Path | None = None
+    judge_name: str | None = None
+    source_licenses: tuple[str, ...] = ()  # SOURCE=LICENSE
+
+
+@dataclass(frozen=True)
+class Published:
+    target: str  # the repo, as a message names it
+    files: list[tuple[str, int]]  # staged file names (relative to the staged folder) and sizes
+    dry_run: Path | None  # where the files were left, for a dry run
+    url: str | None  # the commit, after an upload
+
+
+def _check_options(options: PublishOptions) -> None:
+    """Options that contradict each other, before anything is read."""
+    if (options.model is None) == (options.dataset_dir is None):
+        raise InputError(
+            "give --model RUN_FOLDER (a judge) or --dataset-dir FOLDER (an annotated dataset), one of them"
+        )
+    if options.dataset_dir is not None:
+        given = {"--merged": options.merged, "--base-model": options.base_model, "--dataset": options.datasets,
+                 "--eval-results": options.eval_results, "--judge-name": options.judge_name}  # fmt: skip
+        if stray := [name for name, value in given.items() if value]:
+            raise InputError(f"{stray[0]} describes a judge; it does not go with --dataset-dir")
+    elif options.source_licenses:
+        raise InputError("--source-license describes a dataset's sources; it goes with --dataset-dir")
+    if options.judge_name is not None and options.eval_results is None:
+        raise InputError("--judge-name selects rows of --eval-results; give --eval-results FILE too")
+
+
+def _token_or_target(options: PublishOptions) -> str | None:
+    """The Hub token for an upload (checked before any work), or the dry-run folder checked."""
+    if options.dry_run is None:
+        token = hub_token()
+        if not token:
+            raise SpanjudgeError(
+                "no Hugging Face token: set HF_TOKEN or run `hf auth login` (or stage without uploading: --dry-run DIR)"
+            )
+        return token
+    check_dry_run_target(options.dry_run, *([staged_entry] if options.dataset_dir is not None else []))
+    return None
+
+
+def _license(value: str) -> str:
+    license_ = value.strip()
+    if not license_ or any(c.isspace() for c in license_):
+        raise InputError(f"--license must be a license id such as apache-2.0 or other, got '{value}'")
+    return license_
+
+
+def source_licenses(values: tuple[str, ...]) -> dict[str, str]:
+    """--source-license SOURCE=LICENSE options, by source."""
+    found = parse_texts(values, "--source-license", "xsum=mit", "SOURCE=LICENSE")
+    spaced = [name for name, license_ in found.items() if any(c.isspace() for c in license_)]
+    if spaced:
+        raise InputError(f"--source-license {spaced[0]}: a license id has no spaces (e.g. cc-by-4.0)")
+    return found
+
+
+def _judge_stager(options: PublishOptions, license_: str, say: Say) -> StageInto:
+    assert options.model is not None
+    run = read_run(options.model)
+    card = CardOptions(
+        repo_id=options.repo_id,
+        base_model=card_base_model(run.recorded_base, options.base_model),
+        merged=options.merged,
+        license=license_,
+        datasets=options.datasets,
+        eval_results=read_eval_results(options.eval_results, options.judge_name) if options.eval_results else None,
+    )
+    return lambda out, token: stage(run, out, card, say=say, token=token)
+
+
+def _dataset_stager(options: PublishOptions, license_: str) -> StageInto:
+    assert options.dataset_dir is not None
+    card = DatasetCardOptions(
+        repo_id=options.repo_id, license=license_, source_licenses=source_licenses(options.source_licenses)
+    )
+    data = read_dataset_folder(options.dataset_dir)
+    return lambda out, token: stage_dataset(data, out, card, token=token)
+
+
+def _sizes(folder: Path, names: list[str]) -> list[tuple[str, int]]:
+    return [(name, (folder / name).stat().st_size) for name in names]
+
+
+def publish(options: PublishOptions, say: Say = print) -> Published:
+    """Stage a judge (--model) or an annotated dataset (--dataset-dir) and upload it, or leave
+    it in the dry-run folder."""
+    check_repo_id(options.repo_id)
+    _check_options(options)
+    token = _token_or_target(options)
+    license_ = _license(options.license)
+    is_dataset = options.dataset_dir is not None
+    stage_into = _dataset_stager(options, license_) if is_dataset else _judge_stager(options, license_, say)
+    target = f"the dataset {options.repo_id}" if is_dataset else options.repo_id
+    if options.dry_run is not None:
+        names = stage_into(options.dry_run, None)
+        return Published(target, _sizes(options.dry_run, names), options.dry_run, None)
+    assert token is not None
+    if is_dataset:
+        message = "spanjudge publish: annotated dataset and dataset card"
+    else:
+        message = f"spanjudge publish: {'merged model' if options.merged else 'LoRA adapter'} and model card"
+    with tempfile.TemporaryDirectory(prefix="spanjudge-publish-") as tmp:
+        staged = Path(tmp) / "staged"
+        files = _sizes(staged, stage_into(staged, token))
+        say(f"uploading {len(files)} files to {target}{' (private)' if options.private else ''}")
+        url = upload(
+            staged,
+            options.repo_id,
+            private=options.private,
+            token=token,
+            message=message,
+            repo_type="dataset" if is_dataset else "model",
+        )
+    return Published(target, files, None, url)
