@@ -408,36 +408,17 @@ def publish_step(ctx: DemoContext) -> StepOutput:
     from spanjudge.publish.staging import check_dry_run_target
 
     section, layout = ctx.config.publish, ctx.layout
-    eval_rows = _card_rows(layout.meta_eval / "results.json")
-    atomic_write_json(layout.card_rows, eval_rows)
+    results = layout.meta_eval / "results.json"  # the distilled judge's measured correlations
+    eval_results = read_eval_results(results, judge_name=DISTILLED) if results.is_file() else None
+    rows = eval_results.rows if eval_results else []
+    atomic_write_json(layout.card_rows, [row.model_dump(exclude_none=True) for row in rows])
     check_dry_run_target(layout.publish)
     run = read_run(layout.train)
     options = CardOptions(
         repo_id=section.repo_id,
         base_model=card_base_model(run.recorded_base, None),
         license=section.license,
-        eval_results=read_eval_results(layout.card_rows) if eval_rows else None,
+        eval_results=eval_results if rows else None,
     )
     names = stage(run, layout.publish, options, say=ctx.console.print)
     return f"{len(names)} files staged for {section.repo_id}; nothing uploaded", {"files": names}
-
-
-def _card_rows(results_path: Path) -> list[dict[str, Any]]:
-    """The distilled judge's measured correlations, as `publish --eval-results` reads them."""
-    if not results_path.is_file():
-        return []
-    results = json.loads(results_path.read_text(encoding="utf-8"))
-    return [
-        {
-            "dataset": c["dataset"],
-            "aspect": c["aspect"],
-            "level": c["level"],
-            "coefficient": c["coefficient"],
-            "value": c["value"],
-            "ci_low": c["low"],
-            "ci_high": c["high"],
-            "n": c["scored"] or None,
-        }
-        for c in results["cells"]
-        if c["judge"] == DISTILLED and c["value"] is not None
-    ]

@@ -101,9 +101,7 @@ def run_suite(
     """Judge every item of the suite's sets (stored under OUT/judgments/: a re-run only does
     what is missing), correlate with the human scores, write OUT/report.md, OUT/results.json
     and, with `plots`, the PNG plots. Progress goes to `console` (default: standard error)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-    from spanjudge.inference.progress import tracker_bars
+    from spanjudge.inference.progress import labelled_bars
 
     from .plots import bar_plots, scatter_plots
     from .reference import load_reference_tables
@@ -114,9 +112,7 @@ def run_suite(
     if len(set(names)) != len(names):
         raise InputError(f"the same judge is given twice: {names}")
     out.mkdir(parents=True, exist_ok=True)
-    columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    # rich bars on a terminal, log lines in a log file
-    with tracker_bars(*columns, console=console or Console(stderr=True), transient=True) as progress:
+    with labelled_bars(28, console) as progress:  # rich bars on a terminal, log lines in a log file
         result = run_meta_eval(
             config, suite_path, judges, out, data_root=data_root, max_items=max_items, datasets=datasets,
             progress=progress, trained_on=trained, samples=samples,
@@ -142,7 +138,7 @@ def run_benchmark(
     """Score the judges on the perturbation benchmark in `benchmark`; returns each judge's
     report.md (OUT/<judge>/). `weights`: DHP expert weights, perturbation -> aspect -> w
     (`perturb.analysis.parse_weights`), for the expert-weighted variant."""
-    from .perturb.cli import evaluate_benchmark
+    from .perturb.evaluate import evaluate_benchmark
 
     if not judges:
         raise InputError("give at least one --judge (e.g. --judge distilled:runs/judge/adapter)")
@@ -159,7 +155,7 @@ def run_spans(
 ) -> Path:
     """Error-span P/R/F1 of the judges (and of the mark-every-number baseline) on span set
     `name` (rotowire or quintd1); returns the report."""
-    from .perturb.cli import evaluate_span_set
+    from .spans.evaluate import evaluate_span_set
 
     out.mkdir(parents=True, exist_ok=True)
     return evaluate_span_set(name, judges, out, data_dir, max_items)

@@ -3,7 +3,7 @@
 
 Typing rule: a *setting* (`parse_settings(...)`: `--set`, `--engine-arg`, a judge option) reads its
 value as YAML, as config files are read (8192 an int, 0.8 and 1e-3 floats, true a bool, fp8 a
-string, [a, b] a list); a *name* (`parse_texts(...)`: a header, a field, a license, a URL) keeps its
+string, [a, b] a list, @smollm2 a string although YAML reserves @); a *name* (`parse_texts(...)`: a header, a field, a license, a URL) keeps its
 value as text, stripped and non-empty, since `--input Article=2024` names a field, not a number.
 A malformed item is one `InputError`: "<option> expects <FORM> (e.g. <example>), got '<item>'".
 
@@ -42,6 +42,8 @@ def yaml_value(raw: str, option: str, item: str) -> Any:
     """A setting's value, typed as YAML (plus exponent floats, see _EXPONENT_FLOAT)."""
     if _EXPONENT_FLOAT.fullmatch(raw.strip()):
         return float(raw)
+    if raw.strip().startswith(("@", "`")):  # YAML reserves these; `@smollm2` is a model name, text
+        return raw.strip()
     try:
         return yaml.safe_load(raw)
     except yaml.YAMLError as error:

@@ -120,3 +120,14 @@ def tracker_bars(*columns: str | ProgressColumn, console: Console, **options: An
     """A Tracker drawing `progress_bars` (bars on a terminal, log lines elsewhere) for the block."""
     with progress_bars(*columns, console=console, **options) as bars:
         yield RichTracker(bars)
+
+
+@contextlib.contextmanager
+def labelled_bars(width: int = 34, console: Console | None = None) -> Iterator[RichTracker]:
+    """`tracker_bars` with the usual columns (label, bar, done/total, time), on standard error by
+    default; the bars vanish when done (log lines stay)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn(f"{{task.description:<{width}}}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with tracker_bars(*columns, console=console or Console(stderr=True), transient=True) as tracker:
+        yield tracker

@@ -418,14 +418,14 @@ def test_a_run_saved_before_trainer_args_existed_still_resumes(tmp_path: Path, r
 
 WORLD_SCRIPT = """
 import json
-from spanjudge.training.run import World
+from spanjudge.training.world import World
 world = World.from_accelerate(use_cpu=True)
 print(json.dumps([world.size, world.rank, world.local_rank]), flush=True)
 """
 
 
 def test_world_comes_from_accelerate_in_one_and_in_two_cpu_processes(tmp_path: Path) -> None:
-    from spanjudge.training.run import World
+    from spanjudge.training.world import World
 
     assert World.from_accelerate(use_cpu=True) == World(size=1, rank=0, local_rank=0)  # launched plainly
     script = tmp_path / "world.py"

@@ -26,6 +26,8 @@ def test_settings_are_typed_as_yaml_scalars() -> None:
     }  # fmt: skip
     assert parse_settings([" k = v=w "], "--x", "k=1") == {"k": "v=w"}  # only the first "=" splits
     assert parse_override("training.max_steps=5") == ("training.max_steps", 5)
+    # YAML reserves '@', but `@smollm2` is a documented model.base: it stays text
+    assert parse_override("model.base=@gemma3") == ("model.base", "@gemma3")
 
 
 def test_texts_stay_text() -> None:

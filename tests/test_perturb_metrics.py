@@ -204,6 +204,10 @@ def test_to_likert_and_equal_width_binner() -> None:
     )
     with pytest.raises(ValueError, match="outside"):
         binner(101)
+    with pytest.raises(ValueError, match="outside"):
+        binner(100.001)
+    # sacrebleu's BLEU of an unchanged text is 100.00000000000004: round-off, not a scale mix-up
+    assert binner(100.00000000000004) == 5 and binner(-1e-12) == 1
     assert EqualWidthBinner(0, 100, (1, 2, 3))(50) == 2
 
 

@@ -11,7 +11,8 @@
     analysis        what every kind's analysis shares, and the judge's spans vs the changed ones
     report          results.json and report.md around the kind's own tables and plots
     metrics         the pure statistics; published: the seeds' published numbers
-    cli             `spanjudge perturb`, `evaluate_benchmark` (`meta-eval --benchmark`)
+    cli             `spanjudge perturb` (`build_folder`)
+    evaluate        `evaluate_benchmark` (`meta-eval --benchmark`)
 
 How to add a benchmark (two files):
 1. Write `kinds/<name>.py` ending in `KIND = BenchmarkKind(name="<name>", ...)`: the datasets

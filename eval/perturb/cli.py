@@ -1,10 +1,9 @@
-"""`spanjudge perturb` builds a perturbation benchmark; `spanjudge meta-eval --benchmark DIR`
-(or `--spans rotowire|quintd1`) scores a judge on it (see `evaluate_benchmark`, `evaluate_span_set`)."""
+"""`spanjudge perturb` builds a perturbation benchmark (`build_folder`); `spanjudge meta-eval
+--benchmark DIR` scores judges on it (`evaluate.evaluate_benchmark`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -12,7 +11,7 @@ import typer
 from pydantic import BaseModel, ConfigDict
 
 from spanjudge.inference.backends import BackendSpec, SamplingParams
-from spanjudge.inference.progress import Tracker
+from spanjudge.inference.progress import labelled_bars
 
 from .kinds import KINDS
 
@@ -47,20 +46,6 @@ def open_perturber(config_path: Path, store: Path, endpoints: Sequence[str] = ()
         spec = spec.model_copy(update={"endpoints": endpoint_urls(endpoints, spec.model)})
     info = {"model": spec.model, "kind": spec.kind, "config": config_path.name, **config.sampling.model_dump()}
     return LLMPerturber(spec, store, sampling=config.sampling), info
-
-
-@contextmanager
-def _bars() -> Iterator[Tracker]:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-    from spanjudge.inference.progress import tracker_bars
-
-    with tracker_bars(  # rich bars on a terminal, log lines in a log file
-        TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=True,
-    ) as tracker:  # fmt: skip
-        yield tracker
 
 
 def _command_help() -> str:
@@ -140,7 +125,7 @@ def build_folder(
         raise InputError(f"--benchmark must be one of {', '.join(KINDS)}, got {kind!r}")
     llm, info = open_perturber(perturber, out / "frozen.jsonl", endpoints) if perturber else (None, {})
     try:
-        with _bars() as progress:
+        with labelled_bars() as progress:
             built = build_request(kind, replace(request, llm=llm, progress=progress), info)
     finally:
         if llm is not None:
@@ -160,126 +145,3 @@ def _print_built(built: Benchmark, out: Path, summary: str | None) -> None:
         console.print(f"[yellow]  rejected {key}:[/yellow] " + ", ".join(f"{r} {c}" for r, c in reasons.items()))
     if summary is not None:
         console.print(f"LLM perturbations: {summary}")
-
-
-def evaluate_benchmark(
-    folder: Path,
-    judges: Sequence[Any],
-    out: Path,
-    *,
-    weights: dict[str, dict[str, float]] | None = None,
-    normalised: bool = False,
-    plots: bool = True,
-    samples: int = 1,
-) -> list[Path]:
-    """Score every judge on the benchmark in `folder`; a report per judge in OUT/<judge>/.
-    `samples`: each text judged N times, aggregated as the benchmark's paper did (its kind's `aggregation`)."""
-    from ..sampling import deterministic_warning
-    from ..store import judge_slug
-    from .analysis import analyze_spans
-    from .benchmark import load_benchmark
-    from .kinds import AnalysisOptions, get_kind
-    from .report import write_report
-    from .scoring import score_benchmark
-
-    benchmark = load_benchmark(folder)
-    kind = get_kind(benchmark.kind)
-    options = AnalysisOptions(weights, normalised)
-    written: list[Path] = []
-    with _bars() as progress:
-        for judge in judges:
-            scored = score_benchmark(benchmark, judge, out, progress, samples)
-            body = kind.analyse(benchmark, scored, options)
-            result = {"metrics": body, "spans": analyze_spans(benchmark, scored.scores), "missing": scored.missing}
-            if samples > 1:
-                result["samples"] = {"n": len(scored.samples), "aggregation": kind.aggregation,
-                                     "note": deterministic_warning(judge, samples)}  # fmt: skip
-            written += write_report(benchmark, judge.name, result, out / judge_slug(judge.name), plots)
-    return written
-
-
-def evaluate_span_set(
-    name: str, judges: Sequence[Any], out: Path, data_root: Path | None, max_items: int | None
-) -> Path:
-    """Error-span P/R/F1 of each judge, and of the mark-every-number baseline, on a span set.
-
-    Each system also gets the quintd-1 paper's agreement (Pearson r of per-output error
-    counts and of per-token error labels) with input-bootstrap intervals: `count_pearson` and
-    `token_pearson` as {value, low, high, undefined_resamples, reason}, and the whole
-    `span_agreement` row under `agreement`.
-    """
-    import json
-
-    from spanjudge.inference.catalog import load_catalog
-    from spanjudge.inference.errors import InputError
-    from spanjudge.inference.fileio import atomic_write_text
-
-    from ..datasets import MetaDataset, MetaItem
-    from ..spans.agreement import metric_interval, span_agreement
-    from ..spans.metrics import evaluate_spans, mark_numbers
-    from ..spans.quintd import load_quintd1
-    from ..spans.rotowire import load_rotowire
-    from ..store import JudgmentStore, judgment_path
-    from ..suite import AspectSpec, DatasetSpec
-    from .scoring import judge_missing
-
-    def with_agreement(predictions: dict[str, Any]) -> dict[str, Any]:
-        result = evaluate_spans(docs, predictions)
-        row = span_agreement(docs, predictions)
-        return result | {
-            "count_pearson": metric_interval(row, "count_pearson"),
-            "token_pearson": metric_interval(row, "token_pearson"),
-            "agreement": row,
-        }
-
-    loaders = {"rotowire": load_rotowire, "quintd1": load_quintd1}
-    if name not in loaders:
-        raise InputError(f"--spans must be one of {', '.join(loaders)}, got {name!r}")
-    docs = loaders[name](data_root, limit=max_items)  # type: ignore[operator]
-    task = load_catalog().task(docs[0].task_id)
-    aspect = AspectSpec(name=next(iter(task.aspects)), human="-")  # faithfulness (RotoWire), accuracy (quintd-1)
-    spec = DatasetSpec(name=f"spans-{name}", level="global", aspects=(aspect,))
-    items = [MetaItem(d.id, spec.name, d.id, "output", task.id, d.inputs, d.output, {}) for d in docs]
-    dataset = MetaDataset(spec, task, items, Path(name))
-    baseline = with_agreement({d.id: mark_numbers(d.output) for d in docs})
-    results: dict[str, Any] = {"baseline: mark every number": baseline}
-    for judge in judges:
-        store = JudgmentStore(judgment_path(out, judge))
-        todo = [i for i in items if (spec.name, aspect.name, i.id) not in store.found]
-        with _bars() as bars:
-            judge_missing(judge, store, dataset, aspect, todo, bars(f"{name}/{judge.name}", len(todo)))
-        predictions: dict[str, Any] = {}
-        for item in items:
-            found = store.found.get((spec.name, aspect.name, item.id))
-            if found is None:
-                continue
-            spans = (found.detail or {}).get("spans") if found.score is not None else None
-            predictions[item.id] = None if spans is None else [tuple(s) for s in spans]
-        results[judge.name] = with_agreement(predictions)
-    out.mkdir(parents=True, exist_ok=True)
-    lines = [
-        f"# Error-span precision / recall on {name} ({len(docs)} documents)",
-        "",
-        "Count r / token r: Pearson r with the gold spans of the number of errors per output and of the"
-        " per-token error labels (the quintd-1 paper's agreement), with 95% input-bootstrap intervals.",
-        "",
-        "| system | variant | precision | recall | F1 | scored | unscored | count r | token r |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-
-    def shown(interval: dict[str, Any]) -> str:
-        if interval["value"] is None:
-            return f"n/a ({interval['reason']})"
-        if interval["low"] is None:
-            return f"{interval['value']:.3f}"
-        return f"{interval['value']:.3f} [{interval['low']:.3f}, {interval['high']:.3f}]"
-
-    for system, r in results.items():
-        for variant in ("exact", "overlap", "token"):
-            v = r[variant]
-            lines.append(f"| {system} | {variant} | {v['precision']:.3f} | {v['recall']:.3f} | {v['f1']:.3f} | "
-                         f"{r['scored']} | {r['unscored'] + r['missing']} | {shown(r['count_pearson'])} | "
-                         f"{shown(r['token_pearson'])} |")  # fmt: skip
-    atomic_write_text(out / "spans.json", json.dumps(results, indent=2) + "\n")
-    atomic_write_text(out / "spans.md", "\n".join(lines) + "\n")
-    return out / "spans.md"

@@ -354,7 +354,8 @@ class EqualWidthBinner:
 
     Bins are half-open on the right, [edge_i, edge_i+1), except the last, which is closed so
     that `high` itself lands in the top class: for 0–100 into 1..5, 20 → 2, 100 → 5. Scores
-    outside [low, high] are an error, not clipped, so a scale mix-up shows.
+    outside [low, high] are an error, not clipped, so a scale mix-up shows (only float round-off
+    within 1e-9 of the range is snapped to it).
     """
 
     low: float
@@ -375,6 +376,10 @@ class EqualWidthBinner:
         return [self.low + i * width for i in range(len(self.classes))] + [self.high]
 
     def __call__(self, score: float) -> int:
+        # a metric's float round-off (BLEU of an unchanged text: 100.00000000000004) is no scale mix-up
+        slack = 1e-9 * (self.high - self.low)
+        if self.low - slack <= score <= self.high + slack:
+            score = min(max(score, self.low), self.high)
         if not self.low <= score <= self.high:
             raise ValueError(f"score {score} is outside the binner's range [{self.low}, {self.high}]")
         width = (self.high - self.low) / len(self.classes)

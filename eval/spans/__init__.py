@@ -8,5 +8,5 @@
     agreement.py  the quintd-1 paper's Pearson agreement, with input-bootstrap intervals
     judging.py    a judge's spans on held-out quintd-1 outputs, kept on disk (demo, bench)
 
-`meta-eval --spans rotowire|quintd1` runs them (`perturb.cli.evaluate_span_set`).
+`meta-eval --spans rotowire|quintd1` runs them (`evaluate.evaluate_span_set`).
 """

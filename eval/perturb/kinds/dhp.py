@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from spanjudge.inference.errors import InputError
+from spanjudge.inference.keyvalue import split_item, yaml_value
 
 from .. import metrics
 from ..analysis import Scores, paired_scores
@@ -122,15 +123,13 @@ def parse_weights(values: Sequence[str]) -> dict[str, dict[str, float]]:
             for key, per_aspect in _weights_file(Path(value)).items():
                 out.setdefault(key, {}).update(per_aspect)
             continue
-        target, sep, weight = value.partition("=")
-        key, colon, aspect = target.rpartition(":")
-        try:
-            number = float(weight)
-        except ValueError:
-            sep = ""
-        if not sep or not colon or not key or not aspect:
-            raise InputError(f"--dhp-weight expects PERTURBATION:ASPECT=NUMBER or a weights file, got {value!r}")
-        out.setdefault(key.strip(), {})[aspect.strip()] = number
+        form, example = "PERTURBATION:ASPECT=NUMBER or a weights file", "dhp.typos.minor:fluency=0.6"
+        target, weight = split_item(value, "--dhp-weight", example, form, text=True)
+        key, _, aspect = target.rpartition(":")
+        number = yaml_value(weight, "--dhp-weight", value)
+        if not key.strip() or not aspect.strip() or isinstance(number, bool) or not isinstance(number, int | float):
+            raise InputError(f"--dhp-weight expects {form} (e.g. {example}), got {value!r}")
+        out.setdefault(key.strip(), {})[aspect.strip()] = float(number)
     return out
 
 
