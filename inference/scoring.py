@@ -207,26 +207,28 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
     identity = model_identity(s.model, s.base, s.engine, s.served_model)
     keys = {str(r.id): resume_key(r, identity, decoding) for r in requests}
     store = ScoreStore(out, "spanjudge score")  # held for the run: a second run on the same --out is refused
-    done = dict(store.found)
-    check_resume(out, done, keys)
-    if s.refresh_unscored:
-        done = _drop_unscored(out, done, set(keys))
-    todo = [r for r in requests if r.id not in done]
-    if todo or not run_info_path(out).exists():
-        template_used = {"path": str(template.path), "sha256": template.sha256} if template else None
-        write_run_info(out, run_info("score", {**asdict(s), "prompt_template": template_used}, seed=None))
-    console.print(f"{len(requests)} rows; {len(requests) - len(todo)} already scored in {out}; {len(todo)} to go")
-    failed = _judge_todo(s, todo, keys, catalog, template, engine_options, console) if todo else 0
-    wanted = {r.id for r in requests}
-    rows = [row for row in read_results(out) if row["id"] in wanted]
-    run = ScoreRun(out, rows, len(requests), len(requests) - len(todo), failed)
-    if s.output_format == "html":
-        from .fileio import atomic_write_text
-        from .html_report import render_html
+    try:
+        done = dict(store.found)
+        check_resume(out, done, keys)
+        if s.refresh_unscored:
+            done = _drop_unscored(out, done, set(keys))
+        todo = [r for r in requests if r.id not in done]
+        if todo or not run_info_path(out).exists():
+            template_used = {"path": str(template.path), "sha256": template.sha256} if template else None
+            write_run_info(out, run_info("score", {**asdict(s), "prompt_template": template_used}, seed=None))
+        console.print(f"{len(requests)} rows; {len(requests) - len(todo)} already scored in {out}; {len(todo)} to go")
+        failed = _judge_todo(s, todo, keys, catalog, template, engine_options, console) if todo else 0
+        wanted = {r.id for r in requests}
+        rows = [row for row in read_results(out) if row["id"] in wanted]
+        run = ScoreRun(out, rows, len(requests), len(requests) - len(todo), failed)
+        if s.output_format == "html":
+            from .fileio import atomic_write_text
+            from .html_report import render_html
 
-        run.page = out.with_suffix(".html")
-        atomic_write_text(run.page, render_html(run.rows, title=f"spanjudge: {Path(data_name).name}"))
-    store.close()  # (on an error, the lock goes with the store object, and always with the process)
+            run.page = out.with_suffix(".html")
+            atomic_write_text(run.page, render_html(run.rows, title=f"spanjudge: {Path(data_name).name}"))
+    finally:
+        store.close()
     return run
 
 
