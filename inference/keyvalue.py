@@ -3,8 +3,9 @@
 
 Typing rule: a *setting* (`parse_settings(...)`: `--set`, `--engine-arg`, a judge option) reads its
 value as YAML, as config files are read (8192 an int, 0.8 and 1e-3 floats, true a bool, fp8 a
-string, [a, b] a list, @smollm2 a string although YAML reserves @); a *name* (`parse_texts(...)`: a header, a field, a license, a URL) keeps its
-value as text, stripped and non-empty, since `--input Article=2024` names a field, not a number.
+string, [a, b] a list, @smollm2 a string although YAML reserves @); a *name* (`parse_texts(...)`:
+a header, a field, a license, a URL) keeps its value as text, stripped and non-empty, since
+`--input Article=2024` names a field, not a number.
 A malformed item is one `InputError`: "<option> expects <FORM> (e.g. <example>), got '<item>'".
 
 `--endpoint NAME=URL[,URL...]` (`parse_endpoints(...)`) is the one endpoint syntax; commands with a

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from spanjudge.inference.catalog import load_catalog
+from spanjudge.inference.configio import configs_dir
 from spanjudge.inference.contract import Evaluation
 from spanjudge.inference.errors import ConfigError
 from spanjudge.inference.judge_prompt import judge_training_texts, request_from_record
@@ -55,13 +57,20 @@ def test_a_broken_template_file_is_refused(tmp_path: Path) -> None:
         load_train_config(_config(tmp_path, str(broken)))
 
 
-def test_gemma3_turns_split_into_prompt_and_completion(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def gemma_tokenizer() -> Any:
     from transformers import AutoTokenizer
 
     gguf = gemma3_gguf()
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     assert not tokenizer.chat_template  # why the option exists
-    tokenizer.chat_template = load_chat_template(load_train_config(_config(tmp_path, "gemma3")), None)
+    tokenizer.chat_template = (configs_dir() / "chat_templates" / "gemma3.jinja").read_text()
+    return tokenizer
+
+
+def test_gemma3_turns_split_into_prompt_and_completion(tmp_path: Path, gemma_tokenizer: Any) -> None:
+    tokenizer = gemma_tokenizer
+    assert tokenizer.chat_template == load_chat_template(load_train_config(_config(tmp_path, "gemma3")), None)
     request = request_from_record(RECORD, load_catalog(), "train.jsonl:1")
     prompt, completion = judge_training_texts(tokenizer, request, Evaluation(score=100))
     assert prompt.startswith("<bos><start_of_turn>user\n") and prompt.endswith("<end_of_turn>\n<start_of_turn>model\n")
@@ -70,3 +79,18 @@ def test_gemma3_turns_split_into_prompt_and_completion(tmp_path: Path) -> None:
     assert (
         tokenizer.convert_tokens_to_ids("<end_of_turn>") in tokenizer(completion, add_special_tokens=False)["input_ids"]
     )
+
+
+def test_a_reply_ends_at_the_turn_end_the_template_writes(gemma_tokenizer: Any) -> None:
+    """Gemma's GGUF names <eos> as its end, but a judge trained on Gemma's turns closes its reply
+    with <end_of_turn>: the transformers engine must stop there too. SmolLM2's turn end is its eos."""
+    from transformers import AutoTokenizer
+
+    from spanjudge.inference.backends.transformers_local import turn_end_ids
+    from spanjudge.inference.hf_models import convert_gguf
+    from spanjudge.inference.llamacpp import smollm2_gguf
+
+    assert turn_end_ids(gemma_tokenizer) == {gemma_tokenizer.convert_tokens_to_ids("<end_of_turn>")}
+    assert gemma_tokenizer.eos_token != "<end_of_turn>"
+    smollm2 = AutoTokenizer.from_pretrained(str(convert_gguf(smollm2_gguf())))
+    assert turn_end_ids(smollm2) == {smollm2.eos_token_id}

@@ -97,7 +97,9 @@ class TransformersBackend(Backend):
         if "device_map" not in options and torch.cuda.is_available():
             self.model.to("cuda")
         self._torch = torch
-        self._end_ids = _end_token_ids(self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id)
+        self._end_ids = _end_token_ids(
+            self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id, *turn_end_ids(self.tokenizer)
+        )
         self._grammar: Any = self._compile_grammar(grammar) if grammar else None
 
     def _compile_grammar(self, grammar: str) -> Any:
@@ -165,6 +167,7 @@ class TransformersBackend(Backend):
                 **encoded,
                 max_new_tokens=params.max_tokens,
                 pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=sorted(self._end_ids),  # a turn's end (Gemma's <end_of_turn>) ends it too
                 **_decoding(params),
                 **extra,
             )
@@ -226,6 +229,21 @@ def _batches(requests: Sequence[ChatRequest], size: int) -> list[list[int]]:
         key = (params.temperature, params.top_p, params.max_tokens, params.seed, params.stop)
         groups.setdefault(key, []).append(index)
     return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]
+
+
+def turn_end_ids(tokenizer: Any) -> set[int]:
+    """The special token the chat template closes an assistant turn with, when it is one (Gemma's
+    `<end_of_turn>`, which its GGUF does not name as eos): a trained judge ends its reply there."""
+    marker = "\u00a7reply\u00a7"
+    conversation = [{"role": "user", "content": "?"}, {"role": "assistant", "content": marker}]
+    try:
+        text = render_chat(tokenizer, conversation, add_generation_prompt=False)
+    except Exception:  # a template that renders no assistant turn (jinja raises its own errors)
+        return set()
+    after = text.partition(marker)[2]
+    ids = tokenizer(after, add_special_tokens=False)["input_ids"] if after else []
+    special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    return {ids[0]} if ids and ids[0] in special else set()
 
 
 def _end_token_ids(*ids: int | list[int] | None) -> frozenset[int]:
