@@ -55,7 +55,6 @@ class JudgeRequest:
 
 
 TEMPLATE_FILE = "prompt_template.jinja"  # the copy of data.prompt_template in a trained adapter folder
-METADATA_FILE = ADAPTER_METADATA
 
 
 def stored_template(adapter: Path | str) -> PromptTemplate | None:
@@ -65,7 +64,7 @@ def stored_template(adapter: Path | str) -> PromptTemplate | None:
     name = metadata.prompt_template if metadata is not None else None
     if not name:
         return None
-    meta = Path(adapter).expanduser() / METADATA_FILE
+    meta = Path(adapter).expanduser() / ADAPTER_METADATA
     path = meta.parent / str(name)
     if not path.is_file():
         raise InputError(f"{meta} names the prompt template '{name}', which is not in {meta.parent}")

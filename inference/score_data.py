@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from .catalog import Aspect, Catalog, Task, validate_inputs
 from .errors import InputError
 from .hub_data import iter_rows, parse_dataset_id
-from .jsonl import JsonlStore, append_jsonl
+from .jsonl import JsonlStore
 from .judge_prompt import JudgeRequest
 from .prompts import PromptTemplate
 from .sharding import Shard
@@ -398,11 +398,6 @@ def _difference(row: Mapping[str, Any], key: Mapping[str, Any]) -> str | None:
         if row[name] != key[name]:
             return f"{_KEY_NAMES[name]} {row[name]!r}, not {key[name]!r} as now"
     return None
-
-
-def append_results(out: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Append whole lines and flush them to disk, so a kill loses at most the row in flight."""
-    append_jsonl(out, rows)
 
 
 def run_info_path(out: Path) -> Path:

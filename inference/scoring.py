@@ -7,7 +7,6 @@ re-run with the same settings skips what is done (see `score_data`).
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -148,6 +147,7 @@ def _drop_unscored(out: Path, done: dict[str, Any], wanted: set[str]) -> dict[st
 
 def _judge_todo(
     settings: ScoreSettings,
+    store: Any,
     todo: list[Any],
     keys: Mapping[str, Any],
     catalog: Any,
@@ -155,12 +155,12 @@ def _judge_todo(
     engine_options: dict[str, Any],
     console: Console,
 ) -> int:
-    """Score `todo`, appending each final result to OUT; returns the number of failed model calls."""
+    """Score `todo`, appending each final result to the run's `ScoreStore`; returns the number of
+    failed model calls."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     from .judge import Judge
     from .progress import tracker_bars
-    from .score_data import append_results
 
     s, failed = settings, 0
     judge = Judge.from_pretrained(
@@ -170,23 +170,24 @@ def _judge_todo(
         engine_options=engine_options, prompt_template=template,
     )  # fmt: skip
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with tracker_bars(*columns, console=console) as progress:  # log lines when not a terminal
-        advance = progress("score", len(todo))
-        lock = threading.Lock()  # results may arrive from a backend's worker thread
-        for start in range(0, len(todo), CHUNK):
-            chunk = todo[start : start + CHUNK]
+    try:
+        with tracker_bars(*columns, console=console) as progress:  # log lines when not a terminal
+            advance = progress("score", len(todo))
+            for start in range(0, len(todo), CHUNK):
+                chunk = todo[start : start + CHUNK]
 
-            def write(index: int, evaluation: Any, chunk: list[Any] = chunk) -> None:
-                # each result is on disk as soon as it is final: a kill loses only those in flight;
-                # model calls that failed are not written: the next run retries them
-                if not evaluation.call_failure:
-                    request = chunk[index]
-                    with lock:
-                        append_results(s.out, [result_row(request, evaluation, keys[str(request.id)])])
+                def write(index: int, evaluation: Any, chunk: list[Any] = chunk) -> None:
+                    # each result is on disk as soon as it is final: a kill loses only those in flight;
+                    # model calls that failed are not written: the next run retries them (the store
+                    # serialises appends from a backend's worker threads)
+                    if not evaluation.call_failure:
+                        request = chunk[index]
+                        store.append([result_row(request, evaluation, keys[str(request.id)])])
 
-            results = judge.score(chunk, progress=advance, on_result=write)
-            failed += sum(1 for e in results if e.call_failure)
-    judge.close()
+                results = judge.score(chunk, progress=advance, on_result=write)
+                failed += sum(1 for e in results if e.call_failure)
+    finally:
+        judge.close()
     return failed
 
 
@@ -217,7 +218,7 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
             template_used = {"path": str(template.path), "sha256": template.sha256} if template else None
             write_run_info(out, run_info("score", {**asdict(s), "prompt_template": template_used}, seed=None))
         console.print(f"{len(requests)} rows; {len(requests) - len(todo)} already scored in {out}; {len(todo)} to go")
-        failed = _judge_todo(s, todo, keys, catalog, template, engine_options, console) if todo else 0
+        failed = _judge_todo(s, store, todo, keys, catalog, template, engine_options, console) if todo else 0
         wanted = {r.id for r in requests}
         rows = [row for row in read_results(out) if row["id"] in wanted]
         run = ScoreRun(out, rows, len(requests), len(requests) - len(todo), failed)

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from spanjudge.inference.artifacts import AdapterMetadata
+from spanjudge.inference.artifacts import ADAPTER_METADATA, AdapterMetadata
 from spanjudge.inference.errors import SpanjudgeError
 from spanjudge.inference.fileio import atomic_directory
 
@@ -27,7 +27,6 @@ from .staging import (
     CARD_FILE,
     CONFIG_FILE,
     MERGED_FILES,
-    METADATA_FILE,
     TEMPLATE_FILES,
     TOKENIZER_FILES,
     allowed,
@@ -82,7 +81,7 @@ def stage(
             source = run.adapter / name
             if (source.is_symlink() or source.is_file()) and not (scratch / name).exists():
                 _copy_source(source, run.root, scratch / name)
-        (scratch / METADATA_FILE).write_text(
+        (scratch / ADAPTER_METADATA).write_text(
             staged_metadata(run.metadata, options.base_model, options.merged), encoding="utf-8"
         )
         if run.config_text is not None:

@@ -12,14 +12,13 @@ from typing import Any
 
 import yaml
 
-from spanjudge.inference.artifacts import AdapterMetadata, read_adapter_metadata
+from spanjudge.inference.artifacts import ADAPTER_METADATA, AdapterMetadata, read_adapter_metadata
 from spanjudge.inference.errors import InputError
 
 from .hub import REPO_ID
 from .staging import (
     ADAPTER_FILES,
     CONFIG_FILE,
-    METADATA_FILE,
     TEMPLATE_FILES,
     TOKENIZER_FILES,
     check_inside,
@@ -118,7 +117,7 @@ def read_run(model: Path) -> RunFolder:
 
 def _check_sources(adapter: Path, run_dir: Path | None, root: Path) -> None:
     """Every file publish reads from the run folder, present or a dangling link, is checked."""
-    names = sorted(ADAPTER_FILES | TOKENIZER_FILES | TEMPLATE_FILES | {METADATA_FILE})
+    names = sorted(ADAPTER_FILES | TOKENIZER_FILES | TEMPLATE_FILES | {ADAPTER_METADATA})
     paths = [adapter / name for name in names]
     if run_dir is not None:
         paths += [run_dir / CONFIG_FILE, run_dir / "metrics.json"]

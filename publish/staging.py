@@ -39,7 +39,6 @@ TOKENIZER_FILES = frozenset(
 )
 MERGED_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json"})
 _SHARD = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
-METADATA_FILE = ADAPTER_METADATA
 TEMPLATE_FILES = frozenset({TEMPLATE_FILE})  # the judge's own prompt template, when training used one
 CONFIG_FILE = "train_config.yaml"
 CARD_FILE = "README.md"
@@ -59,7 +58,7 @@ def is_shard(name: str) -> bool:
 def allowed(name: str, merged: bool) -> bool:
     """Whether a staged file name is on the model repo's allow-list (the only files ever uploaded)."""
     weights = (name in MERGED_FILES or is_shard(name)) if merged else name in ADAPTER_FILES
-    return weights or name in TOKENIZER_FILES | TEMPLATE_FILES or name in (METADATA_FILE, CONFIG_FILE, CARD_FILE)
+    return weights or name in TOKENIZER_FILES | TEMPLATE_FILES or name in (ADAPTER_METADATA, CONFIG_FILE, CARD_FILE)
 
 
 def regular(path: Path) -> bool:

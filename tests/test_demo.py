@@ -131,7 +131,7 @@ def _train(layout: DemoLayout) -> None:
 def _score(layout: DemoLayout, shared_data: Path) -> None:
     from spanjudge.inference.contract import anchor_evaluation, parse_judge
     from spanjudge.inference.judge import JudgedEvaluation
-    from spanjudge.inference.score_data import append_results
+    from spanjudge.inference.score_data import ScoreStore
     from spanjudge.inference.scoring import result_row
 
     class Request:  # what result_row reads of a JudgeRequest
@@ -150,7 +150,8 @@ def _score(layout: DemoLayout, shared_data: Path) -> None:
         rows.append(result_row(Request(f"held-{number}", output), judged))
     unscored = JudgedEvaluation(score=None, unscored_reason="no parseable reply in 4 tries (last: no score)")
     rows.append(result_row(Request("held-2", "A summary."), unscored))
-    append_results(layout.scores, rows)
+    with ScoreStore(layout.scores) as store:
+        store.append(rows)
 
 
 def _meta_eval(layout: DemoLayout, shared_data: Path) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from spanjudge.inference.artifacts import ADAPTER_METADATA
 from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.errors import ConfigError, SpanjudgeError
 from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
@@ -51,7 +52,6 @@ from .data import TokenizedSplit, describe, tokenize_split
 from .world import World, gradient_accumulation
 
 ADAPTER_DIR = "adapter"
-JUDGE_METADATA = "spanjudge.json"
 METADATA_FORMAT = "spanjudge-judge/1"
 
 
@@ -137,7 +137,7 @@ class TrainingRun:
 
     @property
     def finished(self) -> bool:
-        return (self.adapter_dir / JUDGE_METADATA).is_file()
+        return (self.adapter_dir / ADAPTER_METADATA).is_file()
 
     def prepare(self) -> None:
         """Everything that can fail because of the user's config or data, before any model loads."""
@@ -369,7 +369,7 @@ class TrainingRun:
         atomic_write_jsonl(self.output_dir / "log_history.jsonl", history)
         atomic_write_json(self.output_dir / "metrics.json", metrics)
         # written last: its presence marks the run as finished
-        atomic_write_json(self.adapter_dir / JUDGE_METADATA, self._metadata())
+        atomic_write_json(self.adapter_dir / ADAPTER_METADATA, self._metadata())
         self.log(f"adapter saved to {self.adapter_dir}")
 
     def _metadata(self) -> dict[str, Any]:
