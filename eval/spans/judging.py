@@ -1,21 +1,25 @@
 """A judge's error spans on a span set: held-out quintd-1 outputs, judged and kept on disk.
 
 Shared by `spanjudge demo` (base vs trained judge on a few held-out tables) and
-bench/distill_quintd.py (the full held-out comparison). Judgments are written once all are
-in, to one JSON file per judge; a file that exists is reused, so a re-run makes no model call.
+bench/distill_quintd.py (the full held-out comparison). Each finished judgment is appended at
+once to `<name>.partial.jsonl`, so a killed run loses only what was in flight and a re-run asks
+only for the rest; once all are in they are written to one JSON file per judge, and a file that
+exists is reused, so a re-run makes no model call.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from spanjudge.data_gen.quintd import QUINTD_DOMAINS
-from spanjudge.inference.errors import SpanjudgeError
+from spanjudge.inference.errors import InputError, SpanjudgeError
 from spanjudge.inference.fileio import atomic_write_json
+from spanjudge.inference.jsonl import JsonlStore
 from spanjudge.inference.progress import Advance
 
 from .documents import SpanDocument
@@ -34,43 +38,96 @@ def quintd_tables(
     return [d for d in docs if first <= int(d.input_id.split("/")[1]) < stop]
 
 
+def partial_path(path: Path) -> Path:
+    """Where the judgments of `path` collect while they come in: spans/trained.json ->
+    spans/trained.partial.jsonl."""
+    return path.with_name(f"{path.stem}.partial.jsonl")
+
+
+def _judgment_row(result: Any) -> dict[str, Any]:
+    scored = result.scored
+    return {
+        "spans": [[e.start, e.end] for e in result.errors if e.start is not None] if scored else None,
+        "errors": len(result.errors) if scored else None,
+        "unanchored": result.unanchored_count if scored else None,
+        "score": result.score,
+        "attempts": result.attempts,
+        "reply": result.raw_replies[-1] if result.raw_replies else None,
+        "unscored_reason": result.unscored_reason,
+    }
+
+
+def _parser(judge_name: str) -> Any:
+    def parse(where: str, row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if row.get("judge") != judge_name:  # another judge's judgments are never mixed in
+            raise InputError(
+                f"{where}: judged by {row.get('judge')!r}, not {judge_name!r}; delete the file to judge again"
+            )
+        if not isinstance(row.get("id"), str) or not isinstance(row.get("row"), dict):
+            raise InputError(f"{where}: not a judgment row (needs 'id' and 'row')")
+        return row["id"], row
+
+    return parse
+
+
 def judge_span_documents(
     judge: Any, docs: Sequence[SpanDocument], path: Path, progress: Advance | None = None
 ) -> dict[str, Any]:
     """The judge's spans per document (None when unscored), with its speed; cached in `path`.
 
-    `judge` is a `spanjudge.inference.judge.Judge`. A model call that failed is an error (the
-    file is not written, so a re-run asks again), never an unscored item.
+    `judge` is a `spanjudge.inference.judge.Judge`. Every finished judgment is kept at once in
+    `partial_path(path)` until all are in `path`; a re-run judges only the documents not there yet (speed counts the
+    wall time of every run that judged). A model call that failed is an error, never an
+    unscored item, and is not kept, so a re-run asks again.
     """
     if path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))
+    store: JsonlStore[str, dict[str, Any]] = JsonlStore(partial_path(path), _parser(judge.name))
+    try:
+        payload = _judge_rest(judge, docs, path, store, progress)
+    finally:
+        store.close()
+    partial_path(path).unlink()  # all of it is in `path` now
+    return payload
+
+
+def _judge_rest(
+    judge: Any,
+    docs: Sequence[SpanDocument],
+    path: Path,
+    store: JsonlStore[str, dict[str, Any]],
+    progress: Advance | None,
+) -> dict[str, Any]:
     task = judge.catalog.task(QUINTD_TASK)
     header = task.inputs[0].header
+    todo = [d for d in docs if d.id not in store]
+    if progress is not None and len(todo) < len(docs):
+        progress(len(docs) - len(todo))
     requests = [
         judge.request(QUINTD_TASK, QUINTD_ASPECT, {header: next(iter(d.inputs.values()))}, d.output, id=d.id)
-        for d in docs
+        for d in todo
     ]
-    started = time.perf_counter()
-    results = judge.score(requests, progress)
-    wall = time.perf_counter() - started
+    session, started = uuid.uuid4().hex, time.perf_counter()
+
+    def keep(index: int, result: Any) -> None:
+        if result.call_failure is None:
+            wall = round(time.perf_counter() - started, 3)
+            store.append([{"id": todo[index].id, "judge": judge.name, "session": session, "wall_s": wall,
+                           "row": _judgment_row(result)}])  # fmt: skip
+
+    results = judge.score(requests, progress, on_result=keep) if requests else []
     failed = [r.call_failure for r in results if r.call_failure]
     if failed:
         raise SpanjudgeError(f"{len(failed)} model calls failed (first: {failed[0]}); run again to retry them")
-    rows = {
-        r.id: {
-            "spans": [[e.start, e.end] for e in r.errors if e.start is not None] if r.scored else None,
-            "errors": len(r.errors) if r.scored else None,
-            "unanchored": r.unanchored_count if r.scored else None,
-            "score": r.score,
-            "attempts": r.attempts,
-            "reply": r.raw_replies[-1] if r.raw_replies else None,
-            "unscored_reason": r.unscored_reason,
-        }
-        for r in results
-    }
+    kept = [store.found[d.id] for d in docs]
+    sessions: dict[str, float] = {}
+    for row in kept:  # each run's wall time lasts until its last kept judgment
+        sessions[row["session"]] = max(sessions.get(row["session"], 0.0), row["wall_s"])
+    wall = sum(sessions.values())
+    rows = {row["id"]: row["row"] for row in kept}
     payload = {
         "wall_s": round(wall, 1),
-        "evaluations_per_s": round(len(requests) / wall, 3) if wall > 0 else None,
+        "evaluations_per_s": round(len(rows) / wall, 3) if wall > 0 else None,
         "retries": sum(row["attempts"] - 1 for row in rows.values() if row["attempts"]),
         "rows": rows,
     }
