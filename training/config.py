@@ -97,6 +97,12 @@ class TrainingSection(_Strict):
     gradient_checkpointing: bool = True
     packing: bool = Field(default=False, description="pack examples into max_length blocks (padding-free)")
     padding_free: bool = Field(default=False, description="flatten each batch into one sequence without padding")
+    decision_weight: float = Field(
+        default=1.0,
+        gt=0,
+        description="count the first completion token (the judge's decision: 'No Error' or 'Error 1:') this many "
+        "times in the training loss (1: the plain completion loss; training/decision.py)",
+    )
     mixed_precision: Literal["bf16", "fp16", "no"] = "bf16"
     eval_steps: int | None = Field(default=None, gt=0, description="evaluate every N steps (always at the end)")
     eval_on_start: bool = False
@@ -147,6 +153,11 @@ class TrainConfig(_Strict):
             raise ValueError(
                 f"training.effective_batch_size ({self.training.effective_batch_size}) is not a multiple of "
                 f"training.per_device_batch_size ({self.training.per_device_batch_size})"
+            )
+        if self.training.decision_weight != 1.0 and (self.training.packing or self.training.padding_free):
+            raise ValueError(
+                "training.decision_weight weighs the first completion token of each row, and packing or "
+                "padding_free put several examples in one row: turn them off, or leave decision_weight at 1"
             )
         if self.model.unsloth and self.model.quantization == "8bit":
             raise ValueError("model.unsloth supports quantization none or 4bit")

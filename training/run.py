@@ -49,6 +49,7 @@ from .config import (
     validation_file,
 )
 from .data import TokenizedSplit, describe, tokenize_split
+from .decision import decision_weighted_trainer
 from .world import World, gradient_accumulation
 
 ADAPTER_DIR = "adapter"
@@ -315,7 +316,9 @@ class TrainingRun:
             _configure_wandb(config)
         model, peft_config = self._model()
         args = SFTConfig(**self.trainer_arguments(self.validation_split is not None))
-        return SFTTrainer(
+        weight = config.training.decision_weight
+        trainer_class = SFTTrainer if weight == 1.0 else decision_weighted_trainer(weight)
+        return trainer_class(
             model=model,
             args=args,
             train_dataset=self.train_split.to_dataset(),
