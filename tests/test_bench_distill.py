@@ -1,5 +1,6 @@
 """bench/distill_quintd.py: a finished phase is reused only for the same settings, and recipes are
-compared by their mean over training seeds (no model runs: the guards and the report's arithmetic)."""
+compared by their mean over training seeds; bench/count_decisions.py's expected count (no model
+runs: the guards and the reports' arithmetic)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,17 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("distill_quintd", REPO / "bench" / "distill_quintd.py")
+def _bench_module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return _bench_module("distill_quintd")
 
 
 def test_a_finished_import_is_reused_only_for_the_same_settings(bench: ModuleType, tmp_path: Path) -> None:
@@ -69,3 +74,11 @@ def test_recipes_are_compared_by_their_mean_over_seeds(bench: ModuleType) -> Non
     assert cells[6] == "0.200 [0.100, 0.300]"  # the mean 0.2 stays under half of 0.5: not bold
     # with a single draw per recipe there is no table at all
     assert bench.seeds_table({"default": runs["default"]}) == []
+
+
+def test_the_expected_count_goes_on_with_each_decisions_probability() -> None:
+    expected_count = _bench_module("count_decisions").expected_count
+    assert expected_count([]) == 0.0
+    assert expected_count([0.0]) == 0.0  # 'No Error' for sure
+    assert expected_count([1.0, 1.0, 0.0]) == 2.0  # two errors for sure, then the score
+    assert expected_count([0.5, 0.5]) == pytest.approx(0.5 + 0.25)
