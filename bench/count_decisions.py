@@ -11,12 +11,18 @@ P(stop)). The expected count along the greedy path is Σ_k Π_{j≤k} c_j (the d
 greedy path's last one are not read). Compared with the human counts on the same 80 held-out
 outputs: Pearson r of the greedy count (the reply's errors) and of the expected count, and their
 means (humans: 1.23). A diagnostic of the decoding, not a scoring option: the judge's replies are
-used as written everywhere else. Results: bench/results/count_decisions.{json,md}.
+used as written everywhere else. A SmolLM2 student's replies came from llama.cpp (Q4_1 base + GGUF
+LoRA); its probabilities here come from the unquantized base + adapter on transformers.
+
+Results: bench/results/count_decisions.{json,md}, one row per label. Each label's row is written as
+soon as it is measured, so a killed run keeps what it finished; a re-run measures again only the
+labels whose judgments changed (their sha256 is recorded).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -28,13 +34,29 @@ RUNS = REPO / "runs" / "bench" / "distill_quintd"
 RESULTS = REPO / "bench" / "results" / "count_decisions"
 
 
-def student_judgments(folder: Path) -> dict[str, Any]:
-    """The student's unconstrained held-out judgments of a run (the default judging setting)."""
-    named = sorted((folder / "judgments").glob("student_*_320tok_1retry.json"))
-    path = named[0] if named else folder / "judgments" / "student.json"  # runs made before judgments were keyed
+def run_settings(label: str) -> dict[str, Any]:
+    """The settings bench/distill_quintd.py recorded for run `label`."""
+    from distill_quintd import RESULTS as DISTILL  # the sibling benchmark (bench/ is the script's path)
+
+    path = DISTILL.with_suffix(".json")
+    runs = json.loads(path.read_text())["runs"] if path.is_file() else {}
+    if label not in runs:
+        raise SystemExit(f"no run {label!r} in {path.relative_to(REPO)}; runs: {', '.join(runs) or 'none'}")
+    return runs[label]["settings"]
+
+
+def student_judgments(folder: Path, settings: dict[str, Any]) -> Path:
+    """The student's held-out judgments of a run, for the judging setting the run recorded."""
+    from distill_quintd import judging_key
+
+    name = "student+grammar" if settings.get("constrained") else "student"
+    key = judging_key(settings["domains"], settings["test_tables"], settings["max_new_tokens"], settings["retries"])
+    path = folder / "judgments" / f"{name}_{key}.json"
+    if not path.is_file():  # runs made before judgments were named by their setting
+        path = folder / "judgments" / f"{name}.json"
     if not path.is_file():
-        raise SystemExit(f"{folder} has no student judgments; run bench/distill_quintd.py --label {folder.name}")
-    return json.loads(path.read_text())["rows"]
+        raise SystemExit(f"{folder} has no {name} judgments; run bench/distill_quintd.py --label {folder.name}")
+    return path
 
 
 def expected_count(continue_probabilities: list[float]) -> float:
@@ -68,7 +90,7 @@ def decisions(model: Any, tokenizer: Any, prompt_ids: list[int], reply: str, fir
     return going_on
 
 
-def measure(label: str) -> dict[str, Any]:
+def measure(label: str, settings: dict[str, Any], judgments: Path) -> dict[str, Any]:
     from scipy.stats import pearsonr
 
     from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK, quintd_tables
@@ -77,14 +99,14 @@ def measure(label: str) -> dict[str, Any]:
     from spanjudge.inference.judge_prompt import judge_chat_prompt
 
     folder = RUNS / label
-    rows = student_judgments(folder)
+    rows = json.loads(judgments.read_text())["rows"]
     judge = Judge.from_pretrained(folder / "student" / "adapter", engine="transformers", max_context=4096)
     tokenizer, model = judge.tokenizer, judge.backend.model
     first = {word: tokenizer(word, add_special_tokens=False)["input_ids"][0] for word in ("No", "Error", "Overall")}
     header = judge.catalog.task(QUINTD_TASK).inputs[0].header
     human, greedy, expected = [], [], []
     try:
-        for doc in quintd_tables("human", (80, 100), ["wikidata"]):
+        for doc in quintd_tables("human", tuple(settings["test_tables"]), settings["domains"]):
             row = rows[doc.id]
             if row["spans"] is None:  # unscored: no count to compare
                 continue
@@ -97,6 +119,8 @@ def measure(label: str) -> dict[str, Any]:
         judge.close()
     return {
         "label": label,
+        "judgments": str(judgments.relative_to(REPO)),
+        "judgments_sha256": _sha256(judgments),
         "outputs": len(human),
         "greedy_pearson": round(float(pearsonr(greedy, human)[0]), 3),
         "expected_pearson": round(float(pearsonr(expected, human)[0]), 3),
@@ -104,6 +128,10 @@ def measure(label: str) -> dict[str, Any]:
         "expected_mean": round(sum(expected) / len(expected), 2),
         "human_mean": round(sum(human) / len(human), 2),
     }
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
@@ -114,7 +142,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
         "count = errors per output; humans: the human spans. Greedy: the reply's own count (every error it "
         "wrote, anchored or not, so r differs from distill_quintd's count Pearson, which counts "
         "anchored spans). Expected: Σ_k Π_{j≤k} P(go on at decision j), read from the student along its "
-        "greedy reply.",
+        "greedy reply (SmolLM2 students: replies from llama.cpp's Q4_1 + GGUF LoRA, probabilities from the "
+        "unquantized model on transformers).",
         "",
         "| run | outputs | count r, greedy | count r, expected | mean, greedy | mean, expected | mean, humans |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -131,13 +160,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("labels", nargs="+", help="run labels of bench/distill_quintd.py with their folders")
     args = parser.parse_args()
-    results = []
+    path = RESULTS.with_suffix(".json")
+    results = {r["label"]: r for r in json.loads(path.read_text())} if path.is_file() else {}
     for label in args.labels:
-        results.append(measure(label))
-        print(json.dumps(results[-1]), flush=True)
-    RESULTS.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
-    RESULTS.with_suffix(".md").write_text(markdown(results))
-    print(markdown(results))
+        settings = run_settings(label)
+        judgments = student_judgments(RUNS / label, settings)
+        if results.get(label, {}).get("judgments_sha256") == _sha256(judgments):
+            print(f"{label}: measured before on the same judgments", flush=True)
+            continue
+        results[label] = measure(label, settings, judgments)
+        print(json.dumps(results[label]), flush=True)
+        path.write_text(json.dumps(list(results.values()), indent=2) + "\n")  # kept at once: a kill loses no label
+        RESULTS.with_suffix(".md").write_text(markdown(list(results.values())))
+    print(markdown(list(results.values())))
 
 
 if __name__ == "__main__":

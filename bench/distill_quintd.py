@@ -240,6 +240,12 @@ def served_judge(folder: Path, gguf: Path, lora: Path | None, args: argparse.Nam
     return make
 
 
+def judging_key(domains: list[str], tables: tuple[int, int] | list[int], max_new_tokens: int, retries: int) -> str:
+    """The judging setting in a judgments file's name: another --max-new-tokens or --retries judges again."""
+    first, stop = tables
+    return f"{'-'.join(domains)}_{first}-{stop}_{max_new_tokens}tok_{retries}retry"
+
+
 def write_results(rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
     path = RESULTS.with_suffix(".json")
     previous = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
@@ -299,10 +305,22 @@ def _change(settings: dict[str, Any], default: dict[str, Any], keys: tuple[str, 
     return ", ".join(changed) or "—"
 
 
-def experiments_table(runs: dict[str, Any]) -> list[str]:
-    """One line per run and judge that learned (student rows), beside half of the teacher's value."""
+def _reference(runs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The settings every run is compared with (the `default` run's) and that run's teacher row."""
     default = runs.get("default", next(iter(runs.values())))["settings"]
     teacher = next((r for r in runs.get("default", {}).get("rows", []) if r["judge"] == "teacher"), None)
+    return default, teacher
+
+
+def _bold_if_half(text: str, value: Any, teacher: dict[str, Any] | None, key: str) -> str:
+    """`text` in bold when `value` is at least half of the teacher's `key`."""
+    half = None if teacher is None or teacher.get(key) is None else teacher[key] / 2
+    return f"**{text}**" if value is not None and half is not None and value >= half else text
+
+
+def experiments_table(runs: dict[str, Any]) -> list[str]:
+    """One line per run and judge that learned (student rows), beside half of the teacher's value."""
+    default, teacher = _reference(runs)
     lines = [
         "",
         "## Experiments",
@@ -318,12 +336,7 @@ def experiments_table(runs: dict[str, Any]) -> list[str]:
         for row in run["rows"]:
             if not row["judge"].startswith("student"):
                 continue
-            cells = []
-            for key in AGREEMENT:
-                text = _cell(row, key)
-                half = None if teacher is None or teacher.get(key) is None else teacher[key] / 2
-                value = row.get(key)
-                cells.append(f"**{text}**" if value is not None and half is not None and value >= half else text)
+            cells = [_bold_if_half(_cell(row, key), row.get(key), teacher, key) for key in AGREEMENT]
             lines.append(
                 f"| `{label}` | {_change(run['settings'], default)} | {row['judge']} | "
                 f"{row['scored']}/{row['asked']} | {row.get('no_error_outputs', '–')} | {' | '.join(cells)} | "
@@ -341,23 +354,14 @@ def seeds_table(runs: dict[str, Any]) -> list[str]:
 
     One seed is one draw: the same recipe with another training seed moved count r from 0.03 to 0.31 and the
     'No Error' replies from 0 to 50 of 80, so recipes are compared by their mean over seeds."""
-    default = runs.get("default", next(iter(runs.values())))["settings"]
-    teacher = next((r for r in runs.get("default", {}).get("rows", []) if r["judge"] == "teacher"), None)
+    default, teacher = _reference(runs)
     recipes: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
     for run in runs.values():
         student = next((r for r in run["rows"] if r["judge"] == "student"), None)
         if student is not None:
             recipe = _change(run["settings"], default, RECIPE)
             recipes.setdefault(recipe, []).append((_setting(run["settings"], "train_seed"), student))
-    lines = [
-        "",
-        "## Recipes over training seeds",
-        "",
-        "Mean over the seeds [lowest, highest]; **bold**: the mean is at least half of the teacher's value.",
-        "",
-        "| recipe | seeds | says 'No Error' | overlap F1 | token F1 | count Pearson | token Pearson |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
+    rows = []
     for recipe, draws in recipes.items():
         if len(draws) < 2:
             continue
@@ -368,14 +372,24 @@ def seeds_table(runs: dict[str, Any]) -> list[str]:
                 cells.append("–")
                 continue
             mean = sum(values) / len(values)
-            text = f"{mean:.3f} [{min(values):.3f}, {max(values):.3f}]" if key != "no_error_outputs" else (
-                f"{mean:.0f} [{min(values)}, {max(values)}]"
-            )  # fmt: skip
-            half = None if teacher is None or key not in AGREEMENT else teacher.get(key, 0) / 2
-            cells.append(f"**{text}**" if half is not None and mean >= half else text)
+            if key == "no_error_outputs":
+                cells.append(f"{mean:.0f} [{min(values)}, {max(values)}]")
+            else:
+                cells.append(_bold_if_half(f"{mean:.3f} [{min(values):.3f}, {max(values):.3f}]", mean, teacher, key))
         seeds = ", ".join(str(seed) for seed, _ in draws)
-        lines.append(f"| {'default' if recipe == '—' else recipe} | {seeds} | {' | '.join(cells)} |")
-    return lines if len(lines) > 7 else []
+        rows.append(f"| {'default' if recipe == '—' else recipe} | {seeds} | {' | '.join(cells)} |")
+    if not rows:
+        return []
+    return [
+        "",
+        "## Recipes over training seeds",
+        "",
+        "Mean over the seeds [lowest, highest]; **bold**: the mean is at least half of the teacher's value.",
+        "",
+        "| recipe | seeds | says 'No Error' | overlap F1 | token F1 | count Pearson | token Pearson |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *rows,
+    ]
 
 
 def markdown(runs: dict[str, Any]) -> str:
@@ -524,9 +538,7 @@ def main() -> None:
     # the base is served without the LoRA; its prompt is rendered by the tokenizer of a folder with a chat
     # template: Gemma's GGUF has none, so its base renders through the student's (Gemma's turns, as trained)
     base_turns = adapter if args.student == "gemma3" else base_folder
-    first, stop = args.test_tables
-    # judgments are kept per judging setting: another --max-new-tokens or --retries judges again
-    key = f"{'-'.join(args.domains)}_{first}-{stop}_{args.max_new_tokens}tok_{args.retries}retry"
+    key = judging_key(args.domains, args.test_tables, args.max_new_tokens, args.retries)
     for name, folder, adapter_gguf in (("base", base_turns, None), ("student", adapter, lora)):
         name += suffix
         path = work / "judgments" / f"{name}_{key}.json"
