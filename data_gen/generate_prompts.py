@@ -17,14 +17,17 @@ from pathlib import Path
 
 import jinja2
 import jinja2.meta
+from jinja2.sandbox import SecurityError
 
 from spanjudge.inference.backends.base import ChatRequest, Message, SamplingParams
 from spanjudge.inference.catalog import Task
 from spanjudge.inference.errors import ConfigError
+from spanjudge.inference.prompts import sandboxed_environment
 
 from .generate_config import GenerateConfig, SystemSpec, TemplateSpec, load_template_file, template_paths
 
-_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+# the systems' templates are the user's: rendered in the judge prompt's sandbox
+_ENV = sandboxed_environment(keep_trailing_newline=False)
 
 
 _SPEAKER = re.compile(r"^\s*([A-Za-z][\w ]{0,30}?)\s*:", re.MULTILINE)
@@ -164,7 +167,12 @@ def templates_for(
 
 def render_prompt(template: Template, task: Task, inputs: Mapping[str, str], style: str) -> str:
     source = template.text(style, task.output)
-    return _ENV.from_string(source).render(**template_values(inputs)).strip()
+    try:
+        return _ENV.from_string(source).render(**template_values(inputs)).strip()
+    except SecurityError as exc:
+        raise ConfigError(
+            template.path, f"templates.{template.name}", f"the template is refused by the sandbox: {exc}"
+        ) from None
 
 
 def build_request(prompt: str, style: str, system: SystemSpec, params: SamplingParams) -> ChatRequest:

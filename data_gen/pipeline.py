@@ -30,6 +30,7 @@ from spanjudge.inference.contract import (
     parse_annotator,
     parse_supervisor,
 )
+from spanjudge.inference.errors import InputError
 from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl
 from spanjudge.inference.progress import Tracker
 from spanjudge.inference.prompts import render_annotator_prompt, render_supervisor_prompt
@@ -98,7 +99,14 @@ def build_requests(
         aspects = list(spec.aspects) or list(task.aspects)
         for name in aspects:
             task.aspect(name)  # unknown aspect: one clear error before any model call
-        report = read_source(spec, resolve_source_path(spec, sources_path, data_root), task)
+        path = resolve_source_path(spec, sources_path, data_root)
+        report = read_source(spec, path, task)
+        if not report.items:  # an empty file, or every row skipped: surely not what was meant
+            skipped = len(report.oversized) + len(report.empty_outputs) + len(report.duplicates)
+            raise InputError(
+                f"{path}: source '{spec.name}' has no rows to annotate"
+                + (f" ({skipped} skipped: oversized, empty output or duplicate)" if skipped else "")
+            )
         summary.skipped += [f"oversized: {w}" for w in report.oversized]
         summary.skipped += [f"empty output: {w}" for w in report.empty_outputs]
         summary.skipped += [f"duplicate: {w}" for w in report.duplicates]

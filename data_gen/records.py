@@ -89,7 +89,8 @@ def write_split(out_dir: Path, train: Sequence[Record], validation: Sequence[Rec
     parts = {name: rows for name, rows in (("train", train), ("validation", validation)) if rows}
     if not parts:
         return
-    with atomic_directory(out_dir / "hf_dataset") as scratch:
+    # a folder from before markers is known by its DatasetDict index
+    with atomic_directory(out_dir / "hf_dataset", "dataset", recognised_by=("dataset_dict.json",)) as scratch:
         dataset = datasets.DatasetDict(
             {name: datasets.Dataset.from_list([to_hf_row(r) for r in rows]) for name, rows in parts.items()}
         )

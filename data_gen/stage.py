@@ -124,7 +124,7 @@ def import_records(
     decontamination = prepare(decontaminate_against, allow_overlap, optional_data_dir(data_dir), catalog)
     if allow_overlap and warn is not None:
         warn(decontamination.lines()[-1])
-    summary = import_annotations(import_config, config.parent, out, catalog, decontamination)
+    summary = import_annotations(import_config, config.parent, out, catalog, decontamination, data_dir)
     return StageRun(out, summary, decontamination)
 
 

@@ -34,6 +34,8 @@ from spanjudge.inference.errors import InputError
 from spanjudge.inference.fileio import atomic_write_json
 from spanjudge.inference.tabular import iter_json_list
 
+from .annotate import limit_errors
+from .config import FieldLimits
 from .decontaminate import Decontamination
 from .quintd import QUINTD_CATEGORIES, QUINTD_DOMAINS, Mismatch, QuintdOutput, read_quintd
 from .records import Record, cap_errors, split_by_input, task_fields, write_split
@@ -118,6 +120,10 @@ class OpenlgaugeImport(_Strict):
     format: Literal["openlgauge"]
     path: Path = Field(description="the released JSON array (relative paths: from the config's folder)")
     task_map: dict[str, str] = Field(default_factory=dict, description="task_name -> catalog task id")
+    field_limits: FieldLimits = Field(
+        default_factory=FieldLimits,
+        description="the longest Location / Explanation, as for annotate: reject (an error naming the record) or cap",
+    )
 
 
 class ImportConfig(_Strict):
@@ -197,7 +203,10 @@ def quintd_record(item: QuintdOutput, source: QuintdImport, task: Task, summary:
     }
 
 
-def _quintd_records(source: QuintdImport, catalog: Catalog, summary: ImportSummary) -> list[Record]:
+def _quintd_records(
+    source: QuintdImport, catalog: Catalog, summary: ImportSummary, data_root: Path | None = None
+) -> list[Record]:
+    """`data_root`: --data-dir, which wins over the config's data_root."""
     from spanjudge.inference.paths import data_dir
 
     task = catalog.task(source.task)
@@ -205,7 +214,7 @@ def _quintd_records(source: QuintdImport, catalog: Catalog, summary: ImportSumma
     if len(task.inputs) != 1:
         raise InputError(f"task '{task.id}' has {len(task.inputs)} inputs; quintd-1 gives one (the data)")
     summary.rule = source.rule.describe()
-    root = data_dir(source.data_root) / "spans" / "quintd1"
+    root = data_dir(data_root or source.data_root) / "spans" / "quintd1"
     records = []
     for item in read_quintd(
         root, source.annotator, domains=source.domains, on_mismatch=source.on_mismatch, empty_spans=source.empty_spans
@@ -285,8 +294,22 @@ def openlgauge_evaluation(value: Any, where: str) -> Evaluation:
     return evaluation
 
 
+def _limited(errors: list[ErrorAnnotation], limits: FieldLimits, where: str) -> list[ErrorAnnotation]:
+    """The annotate field limits on imported errors: an over-long field stops the import naming
+    the record (too_long: reject), or is cut (too_long: cap)."""
+    limited = limit_errors(errors, limits)
+    if limited.value is None:
+        raise InputError(f"{where}: {limited.reason}; shorten it, or set source.field_limits.too_long: cap")
+    return limited.value
+
+
 def openlgauge_record(
-    record: Mapping[str, Any], where: str, catalog: Catalog, task_map: Mapping[str, str], number: int
+    record: Mapping[str, Any],
+    where: str,
+    catalog: Catalog,
+    task_map: Mapping[str, str],
+    number: int,
+    limits: FieldLimits | None = None,
 ) -> Record:
     missing = [k for k in OPENLGAUGE_FIELDS if k not in record]
     if missing:
@@ -301,7 +324,8 @@ def openlgauge_record(
     if not output.strip():
         raise InputError(f"{where}: missing output (the evaluated text is empty)")
     evaluation = openlgauge_evaluation(record["evaluation"], where)
-    anchored = Evaluation(errors=cap_errors(anchor_errors(evaluation.errors, output)), score=evaluation.score)
+    errors = _limited(evaluation.errors, limits or FieldLimits(), where)
+    anchored = Evaluation(errors=cap_errors(anchor_errors(errors, output)), score=evaluation.score)
     aspect = str(record["aspect_name"])
     definition = record.get("aspect_definition")
     if aspect not in task.aspects and not definition:
@@ -329,24 +353,29 @@ def openlgauge_record(
     }
 
 
-def iter_openlgauge(path: Path, catalog: Catalog, task_map: Mapping[str, str] | None = None) -> Iterator[Record]:
+def iter_openlgauge(
+    path: Path, catalog: Catalog, task_map: Mapping[str, str] | None = None, limits: FieldLimits | None = None
+) -> Iterator[Record]:
     """OpeNLGauge's JSON array as records; `train` reads such a file directly through this."""
     if not path.is_file():
         raise InputError(f"{path}: file not found")
     for number, (where, record) in enumerate(iter_json_list(path)):
-        yield openlgauge_record(record, where, catalog, task_map or {}, number)
+        yield openlgauge_record(record, where, catalog, task_map or {}, number, limits)
 
 
 # --- both ---------------------------------------------------------------------------------------
 
 
-def build_records(config: ImportConfig, config_dir: Path, catalog: Catalog, summary: ImportSummary) -> list[Record]:
+def build_records(
+    config: ImportConfig, config_dir: Path, catalog: Catalog, summary: ImportSummary, data_root: Path | None = None
+) -> list[Record]:
     source = config.source
     if isinstance(source, QuintdImport):
-        records = _quintd_records(source, catalog, summary)
+        records = _quintd_records(source, catalog, summary, data_root)
     else:
         path = source.path if source.path.is_absolute() else config_dir / source.path
-        records = list(iter_openlgauge(path, catalog, source.task_map))
+        records = list(iter_openlgauge(path, catalog, source.task_map, source.field_limits))
+        summary.spans = sum(len(r["evaluation"]["errors"]) for r in records)  # each imported error is a span
     ids = Counter(r["id"] for r in records)
     repeated = [i for i, n in ids.items() if n > 1]
     if repeated:
@@ -380,11 +409,13 @@ def import_annotations(
     out_dir: Path,
     catalog: Catalog,
     decontamination: Decontamination | None = None,
+    data_root: Path | None = None,
 ) -> ImportSummary:
     """Read and check every record first, then write the dataset folder. With
-    `decontamination`, records whose inputs occur in a meta-evaluation set are left out."""
+    `decontamination`, records whose inputs occur in a meta-evaluation set are left out;
+    `data_root` (--data-dir) is the shared data folder of a quintd-1 source."""
     summary = ImportSummary(out_dir=out_dir, name=config.name, format=config.source.format)
-    records = build_records(config, config_dir, catalog, summary)
+    records = build_records(config, config_dir, catalog, summary, data_root)
     if decontamination is not None:
         records = [
             r

@@ -30,6 +30,7 @@ from spanjudge.inference.errors import InputError, SpanjudgeError
 from spanjudge.inference.jsonl import iter_jsonl
 from spanjudge.inference.judge_prompt import JudgeRequest
 from spanjudge.inference.progress import Advance
+from spanjudge.inference.prompts import template_sha256
 
 from .datasets import MetaDataset, MetaItem
 from .judges import Judgment
@@ -113,7 +114,8 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-_MODEL_FILES = (".safetensors", ".bin", ".gguf", ".pt", ".json")
+# weights, configs, and the templates that shape the prompt (the judge's own and the chat template)
+_MODEL_FILES = (".safetensors", ".bin", ".gguf", ".pt", ".json", ".jinja")
 _HASHED_MAX_BYTES = 256 << 20  # an adapter, its metadata, a small model: hashed; bigger: size and time
 
 
@@ -212,10 +214,12 @@ class DistilledJudge:
                 ) from None
             raise
         self.name = f"distilled:{Path(location).name or location}"
-        # options (engine, sampling ...) change the judgments too; see model_fingerprint for the rest
-        settings = ",".join(f"{k}={v}" for k, v in sorted(options.items()))
-        self.store_key = f"distilled:{model_fingerprint(location)}|{settings}"
         self._judge = module.Judge.from_pretrained(location, **_judge_options(options))
+        # options (engine, sampling ...) change the judgments too, and so does the prompt template's
+        # content (an edited --judge-option prompt_template=FILE keeps its name); see model_fingerprint
+        settings = ",".join(f"{k}={v}" for k, v in sorted(options.items()))
+        template = template_sha256(self._judge.prompt_template)
+        self.store_key = f"distilled:{model_fingerprint(location)}|{settings}|template={template}"
 
     def judge(
         self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Advance | None = None

@@ -9,8 +9,11 @@ them all, since each command's line of help is its own docstring's first line.
 
 from __future__ import annotations
 
+import errno
 import json
+import signal
 import sys
+import threading
 from importlib.metadata import EntryPoint, distributions
 from pathlib import Path
 from typing import Annotated
@@ -252,26 +255,70 @@ except ImportError:  # typer that uses click itself
     _TYPER_EXIT = _TYPER_ABORT = _TYPER_CLICK = ()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's stop, `kill`), raised like Ctrl-C so every `finally` runs."""
+
+
+_SIGNALLED: list[int] = []  # the signal that stopped the command (a library may re-raise it as plain Ctrl-C)
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    _SIGNALLED.append(signum)
+    raise Terminated()
+
+
+# write failures a user can fix (a read-only folder, a full disk): one line, never a traceback
+_STORAGE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_RESUME = "what was finished is kept: re-run the same command to resume"
+
+
+def _storage_error(exc: OSError) -> str:
+    where = exc.filename or "a file"
+    fix = "free some space" if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else "choose a writable place"
+    return f"cannot write {where}: {exc.strerror or exc}; {fix}; {_RESUME}"
+
+
+def _interrupted(exc: BaseException | None) -> int:
+    terminated = isinstance(exc, Terminated) or signal.SIGTERM in _SIGNALLED
+    click.echo(f"interrupted ({'SIGTERM' if terminated else 'Ctrl-C'}); {_RESUME}", err=True)
+    return 143 if terminated else 130
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry: user mistakes print one line and exit 2, never a traceback."""
+    """Console-script entry: user mistakes print one line and exit 2, never a traceback; SIGTERM
+    and Ctrl-C say what was kept and exit 143 and 130."""
     command = typer.main.get_command(app)
+    _SIGNALLED.clear()
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
     try:
         returned = command.main(args=argv, prog_name="spanjudge", standalone_mode=False)
     except (click.exceptions.Exit, *_TYPER_EXIT) as done:
         return int(done.exit_code)
-    except (click.exceptions.Abort, *_TYPER_ABORT):
-        click.echo("Aborted.", err=True)
-        return 130
+    except (click.exceptions.Abort, *_TYPER_ABORT) as abort:  # click's wrapper of Ctrl-C (and of SIGTERM here)
+        return _interrupted(abort.__cause__ or abort.__context__)
     except (click.ClickException, *_TYPER_CLICK) as exc:  # usage errors: one message, no traceback
         exc.show()
         return int(exc.exit_code)
     except SpanjudgeError as exc:
-        click.echo(f"{click.style('error:', fg='red', bold=True)} {exc}", err=True)
-        return 2
-    except KeyboardInterrupt:
-        click.echo("Interrupted.", err=True)
-        return 130
+        return _error(str(exc))
+    except OSError as exc:
+        if exc.errno not in _STORAGE_ERRNOS:
+            raise
+        return _error(_storage_error(exc))
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if returned == 130:  # typer's own answer to Ctrl-C (and so to SIGTERM here) when it does not exit itself
+        return _interrupted(None)
     return returned if isinstance(returned, int) else 0
+
+
+def _error(message: str) -> int:
+    click.echo(f"{click.style('error:', fg='red', bold=True)} {message}", err=True)
+    return 2
 
 
 if __name__ == "__main__":

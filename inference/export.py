@@ -20,8 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import ADAPTER_METADATA, read_adapter_metadata
-from .errors import SpanjudgeError
-from .fileio import atomic_directory
+from .errors import InputError, SpanjudgeError
+from .fileio import atomic_directory, check_replaceable
+
+MERGED_EXPORT = "merged export"  # the marker of a folder `merge_adapter` wrote (fileio.OUTPUT_MARKER)
+GGUF_EXPORT_KEY = "spanjudge.export"  # a GGUF key naming the file an adapter export of ours
 
 # PEFT module path -> llama.cpp tensor name, for Llama-architecture models
 _LLAMA_NAMES = {
@@ -45,7 +48,7 @@ def merge_adapter(adapter: Path, base_folder: str, out: Path, say: Callable[[str
     base = AutoModelForCausalLM.from_pretrained(base_folder, dtype="auto", use_safetensors=True)
     merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
     tokenizer = AutoTokenizer.from_pretrained(str(adapter))
-    with atomic_directory(out) as scratch:
+    with atomic_directory(out, MERGED_EXPORT) as scratch:
         merged.save_pretrained(scratch, safe_serialization=True)
         tokenizer.save_pretrained(scratch)
         metadata = read_adapter_metadata(adapter)
@@ -54,6 +57,34 @@ def merge_adapter(adapter: Path, base_folder: str, out: Path, say: Callable[[str
             (scratch / ADAPTER_METADATA).write_text(json.dumps(record, indent=2))
     say(f"merged model written to {out}")
     return out
+
+
+def check_merge_target(out: Path) -> None:
+    """Refuse, before any weights load, an --out that is not new, empty or an earlier merged export."""
+    check_replaceable(out, MERGED_EXPORT)
+
+
+def check_gguf_target(out: Path) -> None:
+    """Refuse, before any work, an --out that is a folder or a file other than an earlier GGUF
+    LoRA export of spanjudge's (its GGUF key says so): nothing else is ever overwritten."""
+    if out.is_dir():
+        raise InputError(f"--out {out}: is a folder; --gguf-lora writes one file, e.g. --out judge-lora.gguf")
+    if not (out.exists() or out.is_symlink()):
+        return
+    if out.is_symlink() or not _our_gguf(out):
+        raise InputError(
+            f"--out {out}: the file exists and is not a GGUF LoRA that spanjudge exported; it is never "
+            "overwritten: name a new file"
+        )
+
+
+def _our_gguf(path: Path) -> bool:
+    import gguf
+
+    try:
+        return GGUF_EXPORT_KEY in gguf.GGUFReader(str(path)).fields
+    except Exception:  # not a GGUF file at all (gguf raises ValueError, OSError, struct errors)
+        return False
 
 
 def _permute(weights: Any, n_head: int, n_head_kv: int | None) -> Any:
@@ -67,7 +98,6 @@ def _permute(weights: Any, n_head: int, n_head_kv: int | None) -> Any:
 def adapter_to_gguf(adapter: Path, base_config: dict[str, Any], out: Path) -> Path:
     """Write the LoRA adapter as a llama.cpp GGUF adapter (float32 tensors)."""
     import gguf
-    import numpy as np
     from safetensors.numpy import load_file
 
     if base_config.get("model_type") != "llama":
@@ -80,9 +110,26 @@ def adapter_to_gguf(adapter: Path, base_config: dict[str, Any], out: Path) -> Pa
         raise SpanjudgeError("GGUF LoRA export supports plain LoRA (no rsLoRA, no DoRA)")
     tensors = load_file(str(adapter / "adapter_model.safetensors"))
     n_head, n_head_kv = base_config["num_attention_heads"], base_config.get("num_key_value_heads")
+    check_gguf_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
+    try:
+        _write_gguf(gguf, partial, config, tensors, adapter, n_head, n_head_kv)
+        check_gguf_target(out)  # again, right before the rename: nothing else appeared there meanwhile
+        partial.replace(out)
+    finally:
+        partial.unlink(missing_ok=True)
+    return out
+
+
+def _write_gguf(
+    gguf: Any, partial: Path, config: dict[str, Any], tensors: dict[str, Any], adapter: Path, n_head: int,
+    n_head_kv: int | None,
+) -> None:  # fmt: skip
+    import numpy as np
+
     writer = gguf.GGUFWriter(str(partial), "llama")
+    writer.add_string(GGUF_EXPORT_KEY, "lora")
     writer.add_string(gguf.Keys.General.TYPE, "adapter")
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
     writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(config["lora_alpha"]))
@@ -101,8 +148,6 @@ def adapter_to_gguf(adapter: Path, base_config: dict[str, Any], out: Path) -> Pa
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    partial.replace(out)
-    return out
 
 
 def _natural(key: str) -> tuple[Any, ...]:

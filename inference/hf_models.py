@@ -113,7 +113,7 @@ def convert_gguf(gguf: Path, progress: Any = print) -> Path:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         strip_gguf_quantizer(model)
-        with atomic_directory(target) as scratch:
+        with atomic_directory(target, "GGUF conversion") as scratch:
             model.save_pretrained(scratch, safe_serialization=True)
             tokenizer.save_pretrained(scratch)
     return target

@@ -169,7 +169,9 @@ class JsonlStore(Generic[K, V]):
         self._parse = parse
         self._lines = 0  # lines in the file: where the next row lands
         self._write = threading.Lock()
-        self._lock_file = lock_path(self.path)
+        # the lock beside the file itself, not beside a link to it: two runs given two names of one
+        # file (a symbolic link as --out) must meet at one lock
+        self._lock_file = lock_path(self.path.resolve())
         hold(self._lock_file, self.path, command)
         self._release = weakref.finalize(self, unhold, self._lock_file)  # also when never closed
         try:

@@ -45,6 +45,7 @@ from pydantic import Field
 
 from .artifacts import read_adapter_metadata
 from .backends import BackendSpec, JudgeEngine, make_backend
+from .backends.adapters import check_safetensors_adapter
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
 from .catalog import Aspect, Catalog, load_catalog
 from .chat import encode_prompt
@@ -161,6 +162,7 @@ class Judge:
         by default the one a spanjudge adapter folder stores (trained with `data.prompt_template`),
         else the built-in prompt."""
         location = str(model_or_adapter)
+        check_safetensors_adapter(Path(location).expanduser())  # a pickled adapter: one line, before anything loads
         template = resolve_prompt_template(location, prompt_template)
         adapter, model = _adapter_and_model(location, base)
         tokenizer_folder = adapter or (model if Path(model).is_dir() else None)

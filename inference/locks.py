@@ -61,8 +61,9 @@ def acquire(lock_file: Path, what: Path | str, command: str, error: type[Busy] =
             raise error(f"{what} is in use by {holder}; wait for that run to end or choose another --out") from None
         if _same_file(fd, lock_file):
             started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"`{command}` (pid {os.getpid()} on {socket.gethostname()}, since {started})".encode(), 0)
+            with contextlib.suppress(OSError):  # who holds it is for messages only: a full disk must not leak the lock
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"`{command}` (pid {os.getpid()} on {socket.gethostname()}, since {started})".encode(), 0)
             return fd
         os.close(fd)  # we locked a file its holder has just removed: lock the new one
     raise error(f"{what}: could not take its lock file {lock_file}")

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import jinja2
 import jinja2.meta
@@ -39,15 +40,18 @@ def fence(text: str) -> str:
     return f"{bar}\n{text}\n{bar}"
 
 
+def sandboxed_environment(**options: Any) -> SandboxedEnvironment:
+    """The one Jinja environment for templates a user may supply (prompt templates, the
+    systems of `generate`): Jinja's sandbox, so a template can read its variables but never
+    reach Python internals (`''.__class__.__mro__`) to run code; undefined variables are
+    errors; plain text, not HTML. Rendering past the sandbox raises `SecurityError`."""
+    return SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, **options)
+
+
 @lru_cache(maxsize=8)
 def _environment(templates_dir: Path) -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(templates_dir),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=False,
-        autoescape=False,  # plain-text prompts, not HTML
+    return sandboxed_environment(
+        loader=jinja2.FileSystemLoader(templates_dir), trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False
     )
 
 
@@ -169,10 +173,8 @@ class PromptTemplate:
 
     @classmethod
     def from_source(cls, source: str, path: Path) -> PromptTemplate:
-        environment = SandboxedEnvironment(
-            loader=jinja2.FunctionLoader(lambda _name: (source, str(path), lambda: True)),
-            undefined=jinja2.StrictUndefined,
-            autoescape=False,  # plain-text prompts, not HTML
+        environment = sandboxed_environment(
+            loader=jinja2.FunctionLoader(lambda _name: (source, str(path), lambda: True))
         )
         environment.filters["fence"] = fence
         try:
@@ -217,6 +219,8 @@ class PromptTemplate:
             )
         except (jinja2.UndefinedError, SecurityError) as exc:
             raise InputError(f"{self.path}:{_template_line(exc, self.path)}: {exc.message}") from None
+        except TypeError as exc:  # a filter given the wrong kind of value, e.g. `outputs | fence` (a mapping)
+            raise InputError(f"{self.path}:{_template_line(exc, self.path)}: {exc}") from None
 
 
 def _template_line(exc: BaseException, path: Path) -> int | str:
@@ -224,3 +228,11 @@ def _template_line(exc: BaseException, path: Path) -> int | str:
     template's own frames carry its file name and line)."""
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(path)]
     return lines[-1] if lines and lines[-1] is not None else "?"
+
+
+def template_sha256(template: PromptTemplate | None) -> str:
+    """The hash of the judge prompt template's text: a user's template, else the built-in one
+    (a spanjudge upgrade that edits it changes the hash too). Keys stored results."""
+    if template is not None:
+        return template.sha256
+    return hashlib.sha256(template_source("judge.jinja").encode("utf-8")).hexdigest()[:16]

@@ -199,12 +199,14 @@ def render_command(
     from .fileio import atomic_write_text
     from .html_report import render_html
     from .score_data import read_results
+    from .scoring import check_page_path, page_path
 
     if not results.is_file():
         from .errors import InputError
 
         raise InputError(f"results file not found: {results}")
-    page = out or results.with_suffix(".html")
+    page = out or page_path(results)
+    check_page_path(results, page, "--out" if out else "RESULTS")
     atomic_write_text(page, render_html(read_results(results), title=f"spanjudge: {results.stem}"))
     typer.echo(str(page))
 
@@ -228,8 +230,9 @@ def export_command(
     """
     import json
 
+    from .backends.adapters import check_safetensors_adapter
     from .errors import InputError
-    from .export import adapter_to_gguf, merge_adapter
+    from .export import adapter_to_gguf, check_gguf_target, check_merge_target, merge_adapter
     from .hf_models import local_folder, resolve_model_source
     from .judge import recorded_base
 
@@ -237,6 +240,11 @@ def export_command(
         raise InputError("choose one of --merge or --gguf-lora")
     if not (model / "adapter_config.json").is_file():
         raise InputError(f"{model} is not an adapter folder (no adapter_config.json)")
+    check_safetensors_adapter(model)
+    if merge:  # the target is checked before any weights load
+        check_merge_target(out)
+    else:
+        check_gguf_target(out)
     base_folder = local_folder(resolve_model_source(base or recorded_base(model)))
     if merge:
         merge_adapter(model, base_folder, out, say=typer.echo)

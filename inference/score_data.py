@@ -28,7 +28,7 @@ from .errors import InputError
 from .hub_data import iter_rows, parse_dataset_id
 from .jsonl import JsonlStore
 from .judge_prompt import JudgeRequest
-from .prompts import PromptTemplate
+from .prompts import PromptTemplate, template_sha256
 from .sharding import Shard
 from .tabular import (
     PARALLEL_FIELDS,
@@ -235,10 +235,14 @@ def _parallel_source(
 # One JSON object per line (`ScoreRow`), appended (and fsynced) as each item finishes, in a
 # `JsonlStore` (`ScoreStore`) that one run holds at a time. Every row carries
 # its resume key: the item (id, and a hash of the exact prompt, which holds the inputs, the
-# output, the task and the aspect definition), the model and the decoding. A re-run skips the
-# ids already there, and refuses a file whose row for an id was scored under another key.
+# output, the task and the aspect definition), the model, the decoding and the prompt template's
+# hash. The key fields also mark the file as a results file: nothing else writes them all.
+# Before anything is appended, every row already there is checked (`check_results_file`): a
+# row of another file, or one scored with another judge, decoding, template, task or aspect,
+# stops the run; ids already there are skipped.
 
 KEY_FIELDS = ("task", "aspect", "model", "decoding", "prompt_sha256")
+TEMPLATE_FIELD = "prompt_template_sha256"  # added after KEY_FIELDS: older rows lack it and are not refused for it
 _KEY_NAMES = {"task": "--task", "aspect": "--aspect", "model": "judge"}
 
 Finished = dict[str, tuple[str, dict[str, Any]]]  # id -> (where, row)
@@ -256,6 +260,7 @@ def resume_key(request: JudgeRequest, model: str, decoding: Mapping[str, Any]) -
         "model": model,
         "decoding": dict(decoding),
         "prompt_sha256": prompt_sha256(request),
+        TEMPLATE_FIELD: template_sha256(request.template),
     }
 
 
@@ -288,9 +293,11 @@ class ScoreRow(BaseModel):
     model: str | None = None
     decoding: dict[str, Any] | None = None
     prompt_sha256: str | None = None
+    prompt_template_sha256: str | None = None
     output: str | None = None
     evaluation: ScoreEvaluation
     unscored_reason: str | None = None
+    call_failure: str | None = None  # the model could not be reached: shown, and scored again by the next run
     truncated: str | bool | None = None
     attempts: int | None = None
     raw_replies: list[str] | None = None
@@ -309,6 +316,7 @@ class ScoreRow(BaseModel):
             output=request.output,
             evaluation=ScoreEvaluation(errors=[e.model_dump() for e in evaluation.errors], score=evaluation.score),
             unscored_reason=evaluation.unscored_reason,
+            **({"call_failure": evaluation.call_failure} if getattr(evaluation, "call_failure", None) else {}),
             truncated=evaluation.truncated,
             attempts=evaluation.attempts,
             raw_replies=evaluation.raw_replies,
@@ -369,15 +377,30 @@ def finished_ids(out: Path) -> set[str]:
     return set(finished_rows(out))
 
 
-def check_resume(out: Path, done: Finished, keys: Mapping[str, Mapping[str, Any]]) -> None:
-    """InputError, naming the line and what differs, when an id to score is already in `out`
-    under another task, aspect, model, decoding or prompt: skipping it would report the old
-    result as this run's."""
-    for item_id, key in keys.items():
-        if item_id not in done:
-            continue
-        where, row = done[item_id]
-        difference = _difference(row, key)
+def check_results_file(out: Path, done: Finished, keys: Mapping[str, Mapping[str, Any]]) -> None:
+    """InputError, naming the line and what differs, before anything is appended to `out`:
+    - a row without the resume key: `out` is not a results file of `spanjudge score` (training
+      records, a data file), and appending would mix score rows into it;
+    - a row of an id to score, under another task, aspect, model, decoding or prompt: skipping
+      it would report the old result as this run's;
+    - a row of any other id, under another judge, decoding or prompt template, or a task and
+      aspect this run does not score: appending would mix two runs' results in one file."""
+    if not keys:
+        return
+    pairs = {(key["task"], key["aspect"]) for key in keys.values()}
+    run_key = {name: value for name, value in next(iter(keys.values())).items() if name != "prompt_sha256"}
+    for item_id, (where, row) in done.items():
+        missing = [name for name in KEY_FIELDS if name not in row]
+        if missing:
+            raise _not_a_result(where, f"no resume key '{missing[0]}'")
+        if item_id in keys:
+            difference = _difference(row, keys[item_id])
+        elif (row["task"], row["aspect"]) in pairs or len(pairs) > 1:
+            difference = _difference(row, {**run_key, "task": row["task"], "aspect": row["aspect"]})
+            if difference is None and (row["task"], row["aspect"]) not in pairs:
+                difference = f"--task {row['task']!r} and --aspect {row['aspect']!r}, which this run does not score"
+        else:
+            difference = _difference(row, run_key)
         if difference:
             raise InputError(
                 f"{where}: id '{item_id}' was scored with {difference}; "
@@ -386,11 +409,13 @@ def check_resume(out: Path, done: Finished, keys: Mapping[str, Mapping[str, Any]
 
 
 def _difference(row: Mapping[str, Any], key: Mapping[str, Any]) -> str | None:
-    for name in KEY_FIELDS:
-        if name not in row:  # a row from before resume keys: check what it has
+    for name in (*KEY_FIELDS, TEMPLATE_FIELD):
+        if name not in row or name not in key:  # a row from before this key field: check what it has
             continue
         if name == "prompt_sha256" and row[name] != key[name]:
             return "another prompt (its inputs, output or aspect definition differ)"
+        if name == TEMPLATE_FIELD and row[name] != key[name]:
+            return f"prompt template {row[name]}, not {key[name]} as now (the template file differs)"
         if name == "decoding" and row[name] != key[name]:
             old, new = row[name] or {}, key[name]
             changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))

@@ -66,7 +66,7 @@ class ScoreRun:
     rows: list[dict[str, Any]]
     requested: int
     already_done: int
-    failed: int = 0  # model calls that failed: not written, a re-run retries them
+    failed: int = 0  # model calls that failed: written unscored with their reason; a re-run scores them again
     page: Path | None = None  # the HTML report, with output_format "html"
     scored: int = field(init=False)
 
@@ -79,6 +79,22 @@ def result_row(request: Any, evaluation: Any, key: Mapping[str, Any] | None = No
     from .score_data import ScoreRow
 
     return ScoreRow.of(request, evaluation, key).line()
+
+
+def page_path(results: Path) -> Path:
+    """The HTML page of a results file, beside it: scores.jsonl -> scores.html."""
+    return results.with_suffix(".html")
+
+
+def check_page_path(results: Path, page: Path, option: str) -> None:
+    """The results file and its page are never one file (the page would overwrite the rows)."""
+    from .errors import InputError
+
+    if page.resolve() == results.resolve():
+        raise InputError(
+            f"{option} {results}: the HTML page would be written over the results; the results file is "
+            f"JSONL (e.g. {results.with_suffix('.jsonl')}) and its page goes beside it with .html"
+        )
 
 
 def model_identity(model: str, base: str | None, engine: str, served_model: str | None) -> str:
@@ -102,6 +118,8 @@ def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
     part = parse_shard(settings.shard)  # a bad K/N is one line before anything is read
     if settings.output_format not in FORMATS:
         raise InputError(f"--format must be jsonl or html, not '{settings.output_format}'")
+    if settings.output_format == "html":
+        check_page_path(settings.out, page_path(settings.out), "--out")
     if settings.engine not in JUDGE_ENGINES:
         raise InputError(f"--engine must be {one_of(JUDGE_ENGINES)}, not '{settings.engine}'")
     engine_options = parse_engine_args(settings.engine_arg or [])
@@ -134,12 +152,17 @@ def _requests(settings: ScoreSettings, part: Any, catalog: Any) -> tuple[str, li
     return data_name, shard_requests(out, requests, part), template  # with --shard K/N, shard K's rows
 
 
-def _drop_unscored(out: Path, done: dict[str, Any], wanted: set[str]) -> dict[str, Any]:
-    """Remove the wanted rows that are unscored from the results file, so they are scored again."""
+def _drop_to_score_again(out: Path, done: dict[str, Any], wanted: set[str], unscored: bool) -> dict[str, Any]:
+    """Remove from the results file the wanted rows whose model call failed (always) or that are
+    unscored (`unscored`: --refresh-unscored), so that they are scored again."""
     from .fileio import atomic_write_jsonl
     from .score_data import read_results
 
-    again = {i for i in wanted & done.keys() if done[i][1]["evaluation"]["score"] is None}
+    again = {
+        i
+        for i in wanted & done.keys()
+        if done[i][1].get("call_failure") or (unscored and done[i][1]["evaluation"]["score"] is None)
+    }
     if again:
         atomic_write_jsonl(out, [row for row in read_results(out) if str(row["id"]) not in again])
     return {i: found for i, found in done.items() if i not in again}
@@ -178,11 +201,11 @@ def _judge_todo(
 
                 def write(index: int, evaluation: Any, chunk: list[Any] = chunk) -> None:
                     # each result is on disk as soon as it is final: a kill loses only those in flight;
-                    # model calls that failed are not written: the next run retries them (the store
-                    # serialises appends from a backend's worker threads)
-                    if not evaluation.call_failure:
-                        request = chunk[index]
-                        store.append([result_row(request, evaluation, keys[str(request.id)])])
+                    # a model call that failed is written as an unscored row with its `call_failure`,
+                    # which the next run scores again (the store serialises appends from a backend's
+                    # worker threads)
+                    request = chunk[index]
+                    store.append([result_row(request, evaluation, keys[str(request.id)])])
 
                 results = judge.score(chunk, progress=advance, on_result=write)
                 failed += sum(1 for e in results if e.call_failure)
@@ -197,7 +220,7 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
     `console` receives the progress (default: standard error)."""
     from .catalog import load_catalog
     from .run_info import run_info
-    from .score_data import ScoreStore, check_resume, read_results, resume_key, run_info_path, write_run_info
+    from .score_data import ScoreStore, check_results_file, read_results, resume_key, run_info_path, write_run_info
 
     s, out = settings, settings.out
     part, engine_options = _check(s)
@@ -210,9 +233,8 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
     store = ScoreStore(out, "spanjudge score")  # held for the run: a second run on the same --out is refused
     try:
         done = dict(store.found)
-        check_resume(out, done, keys)
-        if s.refresh_unscored:
-            done = _drop_unscored(out, done, set(keys))
+        check_results_file(out, done, keys)
+        done = _drop_to_score_again(out, done, set(keys), unscored=s.refresh_unscored)
         todo = [r for r in requests if r.id not in done]
         if todo or not run_info_path(out).exists():
             template_used = {"path": str(template.path), "sha256": template.sha256} if template else None
@@ -226,7 +248,7 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
             from .fileio import atomic_write_text
             from .html_report import render_html
 
-            run.page = out.with_suffix(".html")
+            run.page = page_path(out)
             atomic_write_text(run.page, render_html(run.rows, title=f"spanjudge: {Path(data_name).name}"))
     finally:
         store.close()

@@ -16,18 +16,20 @@ from spanjudge.inference.errors import InputError, SpanjudgeError
 from spanjudge.inference.keyvalue import parse_texts
 
 from .card import CardOptions
-from .dataset import read_dataset_folder, staged_entry
+from .dataset import read_dataset_folder
 from .dataset_card import DatasetCardOptions
 from .dataset_staging import stage_dataset
 from .hub import check_repo_id, hub_token, upload
 from .model_staging import stage
 from .results import read_eval_results
 from .run import card_base_model, read_run
-from .staging import check_dry_run_target
+from .staging import DRY_RUN_DATASET, DRY_RUN_MODEL, check_dry_run_target
 
 Say = Callable[[str], None]
 # stages into a folder with a token (None for a dry run); returns the staged file names
 StageInto = Callable[[Path, str | None], list[str]]
+# a stager, and the folders it reads from (a dry run never writes into or over them)
+Stager = tuple[StageInto, list[Path]]
 
 
 @dataclass(frozen=True)
@@ -73,17 +75,16 @@ def _check_options(options: PublishOptions) -> None:
         raise InputError("--judge-name selects rows of --eval-results; give --eval-results FILE too")
 
 
-def _token_or_target(options: PublishOptions) -> str | None:
-    """The Hub token for an upload (checked before any work), or the dry-run folder checked."""
-    if options.dry_run is None:
-        token = hub_token()
-        if not token:
-            raise SpanjudgeError(
-                "no Hugging Face token: set HF_TOKEN or run `hf auth login` (or stage without uploading: --dry-run DIR)"
-            )
-        return token
-    check_dry_run_target(options.dry_run, *([staged_entry] if options.dataset_dir is not None else []))
-    return None
+def _token(options: PublishOptions) -> str | None:
+    """The Hub token for an upload (checked before any work); None for a dry run."""
+    if options.dry_run is not None:
+        return None
+    token = hub_token()
+    if not token:
+        raise SpanjudgeError(
+            "no Hugging Face token: set HF_TOKEN or run `hf auth login` (or stage without uploading: --dry-run DIR)"
+        )
+    return token
 
 
 def _license(value: str) -> str:
@@ -102,7 +103,7 @@ def source_licenses(values: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
-def _judge_stager(options: PublishOptions, license_: str, say: Say) -> StageInto:
+def _judge_stager(options: PublishOptions, license_: str, say: Say) -> Stager:
     assert options.model is not None
     run = read_run(options.model)
     card = CardOptions(
@@ -113,16 +114,17 @@ def _judge_stager(options: PublishOptions, license_: str, say: Say) -> StageInto
         datasets=options.datasets,
         eval_results=read_eval_results(options.eval_results, options.judge_name) if options.eval_results else None,
     )
-    return lambda out, token: stage(run, out, card, say=say, token=token)
+    sources = [run.adapter, *([run.run_dir] if run.run_dir is not None else [])]
+    return (lambda out, token: stage(run, out, card, say=say, token=token)), sources
 
 
-def _dataset_stager(options: PublishOptions, license_: str) -> StageInto:
+def _dataset_stager(options: PublishOptions, license_: str) -> Stager:
     assert options.dataset_dir is not None
     card = DatasetCardOptions(
         repo_id=options.repo_id, license=license_, source_licenses=source_licenses(options.source_licenses)
     )
     data = read_dataset_folder(options.dataset_dir)
-    return lambda out, token: stage_dataset(data, out, card, token=token)
+    return (lambda out, token: stage_dataset(data, out, card, token=token)), [data.folder]
 
 
 def _sizes(folder: Path, names: list[str]) -> list[tuple[str, int]]:
@@ -134,12 +136,13 @@ def publish(options: PublishOptions, say: Say = print) -> Published:
     it in the dry-run folder."""
     check_repo_id(options.repo_id)
     _check_options(options)
-    token = _token_or_target(options)
+    token = _token(options)
     license_ = _license(options.license)
     is_dataset = options.dataset_dir is not None
-    stage_into = _dataset_stager(options, license_) if is_dataset else _judge_stager(options, license_, say)
+    stage_into, sources = _dataset_stager(options, license_) if is_dataset else _judge_stager(options, license_, say)
     target = f"the dataset {options.repo_id}" if is_dataset else options.repo_id
     if options.dry_run is not None:
+        check_dry_run_target(options.dry_run, DRY_RUN_DATASET if is_dataset else DRY_RUN_MODEL, sources)
         names = stage_into(options.dry_run, None)
         return Published(target, _sizes(options.dry_run, names), options.dry_run, None)
     assert token is not None

@@ -45,13 +45,6 @@ def staged_name(name: str) -> bool:
     return name in RECORD_FILES or name in METADATA_FILES or name == CARD_FILE or bool(_HF_FILE.match(name))
 
 
-def staged_entry(path: Path) -> bool:
-    """An entry an earlier dataset dry run wrote (for `check_dry_run_target`)."""
-    if path.name == HF_FOLDER:
-        return path.is_dir() and not path.is_symlink()
-    return path.is_file() and staged_name(path.name)
-
-
 # ---------------------------------------------------------------------------------------
 # Reading the folder
 

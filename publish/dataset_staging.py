@@ -14,7 +14,14 @@ from spanjudge.inference.hub_data import to_hub_row
 
 from .dataset import HF_FOLDER, METADATA_FILES, DatasetFolder, staged_name
 from .dataset_card import DatasetCardOptions, render_dataset_card
-from .staging import CARD_FILE, holds_secret_file, local_path_pattern, refuse_secrets, refuse_strays
+from .staging import (
+    CARD_FILE,
+    DRY_RUN_DATASET,
+    holds_secret_file,
+    local_path_pattern,
+    refuse_secrets,
+    refuse_strays,
+)
 
 
 def _write_hf_dataset(scratch: Path, splits: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
@@ -52,7 +59,7 @@ def stage_dataset(
 ) -> list[str]:
     """Write exactly what will be uploaded into `out` (replaced as a whole); returns the file
     names, relative to `out`."""
-    with atomic_directory(out) as scratch:
+    with atomic_directory(out, DRY_RUN_DATASET, "--dry-run") as scratch:
         for split, records in data.splits.items():
             atomic_write_jsonl(scratch / f"{split}.jsonl", records)
         _write_hf_dataset(scratch, data.splits)

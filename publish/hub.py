@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from spanjudge.inference.errors import InputError, SpanjudgeError
+from spanjudge.inference.fileio import OUTPUT_MARKER
 
 # what the Hub accepts as owner/name (for a repo and for a base model)
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -32,7 +33,10 @@ def upload(folder: Path, repo_id: str, *, private: bool, token: str, message: st
     api = HfApi(token=token)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True, repo_type=repo_type)
-        info = api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type=repo_type, commit_message=message)
+        info = api.upload_folder(  # the staging marker stays here: it says what wrote the folder
+            repo_id=repo_id, folder_path=folder, repo_type=repo_type, commit_message=message,
+            ignore_patterns=[OUTPUT_MARKER],
+        )  # fmt: skip
     except Exception as exc:  # network, auth, offline mode: one line, never the token
         detail = (str(exc).splitlines() or [""])[0].replace(token, "***")
         raise SpanjudgeError(f"upload to {repo_id} failed: {exc.__class__.__name__}: {detail}") from None

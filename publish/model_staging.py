@@ -26,10 +26,12 @@ from .run import HUB_BASES, RunFolder
 from .staging import (
     CARD_FILE,
     CONFIG_FILE,
+    DRY_RUN_MODEL,
     MERGED_FILES,
     TEMPLATE_FILES,
     TOKENIZER_FILES,
     allowed,
+    check_formats,
     check_inside,
     check_no_local_paths,
     check_no_secrets,
@@ -69,7 +71,7 @@ def stage(
     run: RunFolder, out: Path, options: CardOptions, *, say: Callable[[str], None] = print, token: str | None = None
 ) -> list[str]:
     """Write exactly what will be uploaded into `out` (replaced as a whole); returns the file names."""
-    with atomic_directory(out) as scratch:
+    with atomic_directory(out, DRY_RUN_MODEL, "--dry-run") as scratch:
         if options.merged:
             _stage_merged(run, scratch, say)
         else:
@@ -89,6 +91,7 @@ def stage(
         (scratch / CARD_FILE).write_text(render_card(run, options), encoding="utf-8")
         names = sorted(p.name for p in scratch.iterdir())
         refuse_strays(names, lambda name: allowed(name, options.merged), scratch)
+        check_formats(scratch)
         check_no_secrets(scratch, token)
         check_no_local_paths(scratch, run.adapter.parent)
     return names

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import yaml
 
 from spanjudge.inference.artifacts import ADAPTER_METADATA
 from spanjudge.inference.errors import InputError, SpanjudgeError
+from spanjudge.inference.fileio import check_replaceable
 from spanjudge.inference.judge_prompt import TEMPLATE_FILE
 
 ADAPTER_FILES = frozenset({"adapter_model.safetensors", "adapter_config.json"})
@@ -78,7 +79,33 @@ def check_inside(path: Path, root: Path) -> Path:
         raise InputError(
             f"{path}: resolves to {resolved}, outside the run folder {inside}; publish reads only files inside it"
         )
+    if path.is_file() and path.stat().st_nlink > 1:  # a hard link shares its content with a file elsewhere
+        raise InputError(
+            f"{path}: has {path.stat().st_nlink} hard links; publish reads only files of their own "
+            "(replace it with a copy: cp --remove-destination)"
+        )
     return path
+
+
+_TEXT_SUFFIXES = (".json", ".jinja", ".txt", ".md", ".yaml")
+
+
+def check_formats(folder: Path) -> None:
+    """Every staged file is what its name says: JSON parses, safetensors opens, text is UTF-8
+    (a token file or a binary staged as `tokenizer.json` is refused before it leaves)."""
+    for path in sorted(folder.iterdir()):
+        if path.suffix == ".safetensors":
+            safetensors_header(path)
+        elif path.suffix in _TEXT_SUFFIXES:
+            try:
+                text = path.read_bytes().decode("utf-8")
+                if path.suffix == ".json":
+                    json.loads(text)
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                what = "UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "valid JSON"
+                raise InputError(
+                    f"{path.name}: not {what}; publish stages only files that are what their name says"
+                ) from None
 
 
 def safetensors_header(path: Path) -> dict[str, Any]:
@@ -146,8 +173,10 @@ def staged_config_text(text: str) -> str:
 
 
 def local_path_pattern(source: Path) -> re.Pattern[str]:
-    """The source folder's path (as given and resolved) and the home folder's, as whole paths."""
-    places = {str(p) for p in (source, source.resolve()) if len(p.parts) > 1}
+    """The source folder's absolute paths (as given and resolved) and the home folder's, as whole
+    paths. A relative path (`out/a1`, a smoke config's `output_dir: runs/smoke`) names a place
+    inside the project on any machine: it is not machine-local."""
+    places = {str(p) for p in (source.expanduser(), source.resolve()) if p.is_absolute() and len(p.parts) > 1}
     try:
         home = Path.home()
     except RuntimeError:  # no home folder can be determined: nothing of it to leak
@@ -232,21 +261,20 @@ def refuse_strays(names: list[str], wanted: Callable[[str], bool], folder: Path)
 # ---------------------------------------------------------------------------------------
 # The dry-run folder
 
+DRY_RUN_MODEL = "publish dry run (model)"
+DRY_RUN_DATASET = "publish dry run (dataset)"
 
-def _staged_model_file(path: Path) -> bool:
-    return path.is_file() and (allowed(path.name, True) or allowed(path.name, False))
 
-
-def check_dry_run_target(out: Path, staged: Callable[[Path], bool] = _staged_model_file) -> None:
-    """DIR is replaced as a whole: only an absent or empty folder, or an earlier dry run (every
-    entry one that `staged` would write), may be."""
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise InputError(f"--dry-run {out}: exists and is not a folder")
-    foreign = [p.name for p in out.iterdir() if not staged(p)]
-    if foreign:
-        raise InputError(
-            f"--dry-run {out}: the folder holds other files ({', '.join(sorted(foreign)[:3])}...); "
-            "name a new or empty folder"
-        )
+def check_dry_run_target(out: Path, kind: str, sources: Iterable[Path]) -> None:
+    """DIR is replaced as a whole: only an absent or empty folder, or an earlier dry run of the
+    same kind (its marker says so), may be; never a folder publish reads from (the run, the
+    adapter, the dataset) nor one inside or around them."""
+    target = out.expanduser().resolve()
+    for source in sources:
+        folder = source.expanduser().resolve()
+        if target == folder or target.is_relative_to(folder) or folder.is_relative_to(target):
+            raise InputError(
+                f"--dry-run {out}: is {'inside ' if target != folder else ''}the folder being published "
+                f"({source}); name a new or empty folder outside it"
+            )
+    check_replaceable(out, kind, "--dry-run")

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from spanjudge.inference.cli import main
+from spanjudge.inference.fileio import OUTPUT_MARKER
 
 FAKE_TOKEN = "hf_fakeTOKENfakeTOKENfakeTOKEN1234567"
 HUB_BASE = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -143,7 +144,8 @@ def test_dry_run_stages_only_the_allow_list_with_a_valid_card(
                     "--dataset", "someone/spanjudge-data", "--license", "apache-2.0")  # fmt: skip
     printed = capsys.readouterr()
     assert code == 0, printed.err
-    names = sorted(p.name for p in out.iterdir())
+    names = sorted(p.name for p in out.iterdir() if p.name != OUTPUT_MARKER)  # the marker is never uploaded
+    assert (out / OUTPUT_MARKER).read_text() == "publish dry run (model)\n"
     assert names == sorted(
         [
             "README.md",
@@ -251,7 +253,7 @@ def test_staging_refuses_token_like_strings_and_foreign_folders(
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
     assert _publish("--model", str(runs["run"]), "--dry-run", str(busy)) == 2
-    assert "other files" in capsys.readouterr().err
+    assert "did not write there" in capsys.readouterr().err
     assert (busy / "notes.txt").read_text() == "mine"
 
 

@@ -26,6 +26,7 @@ from test_teacher_import import GOOD, quintd_config, write_quintd
 from spanjudge.data_gen.teacher import import_annotations
 from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.cli import main
+from spanjudge.inference.fileio import OUTPUT_MARKER
 from spanjudge.inference.hub_data import from_hub_row
 
 FAKE_TOKEN = "hf_fakeTOKENfakeTOKENfakeTOKEN1234567"
@@ -73,7 +74,9 @@ def front_matter(card: str) -> dict[str, Any]:
 
 
 def files_of(folder: Path) -> list[str]:
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    """The staged files, less the dry-run marker (which is never uploaded)."""
+    names = (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    return sorted(name for name in names if name != OUTPUT_MARKER)
 
 
 def test_dry_run_stages_the_allow_list_with_a_dataset_card(

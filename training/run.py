@@ -36,7 +36,7 @@ from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl, at
 from spanjudge.inference.hf_models import load_causal_lm, load_tokenizer, local_folder, resolve_model_source
 from spanjudge.inference.judge_prompt import TEMPLATE_FILE
 from spanjudge.inference.overlap import RULE as OVERLAP_RULE
-from spanjudge.inference.prompts import template_source
+from spanjudge.inference.prompts import template_sha256
 
 from .config import (
     TrainConfig,
@@ -385,7 +385,7 @@ class TrainingRun:
             "quantization": self.config.model.quantization,
             "dtype": self.config.model.dtype,
             "chat_template_sha256": _sha(str(self.tokenizer.chat_template)),
-            "judge_prompt_sha256": self.template.sha256 if self.template else _sha(template_source("judge.jinja")),
+            "judge_prompt_sha256": template_sha256(self.template),
             "prompt_template": TEMPLATE_FILE if self.template else None,
             "train_file": str(train_file(self.config)),
             "train_examples": len(self.train_split.input_ids),

@@ -7,17 +7,20 @@
 Why frozen: an LLM perturbation is not reproducible bit for bit (servers differ, models
 change), so a benchmark is built once. Every outcome of a model reply (a validated text or
 a validation rejection) is appended as one JSONL line keyed by (perturbation key, item id,
-seed) with its provenance (model, prompt sha256, seed, template, time); a re-run reuses those
-lines and calls no model. Failed calls (dead server) are never frozen: they come back as
-`Rejected("call failed: ...")` to retry later, and if every call of a batch fails the
-whole batch raises `BackendError` naming the model and the endpoint.
-The store belongs to one benchmark build: an entry is reused whatever model made it (its
-provenance says which); use another store or another seed to rebuild.
+seed) with its provenance (model, prompt sha256, seed, template, time) and the perturber that
+made it (model, sampling, prompt templates); a re-run reuses those lines and calls no model.
+Failed calls (dead server) are never frozen: they come back as `Rejected("call failed: ...")`
+to retry later, and if every call of a batch fails the whole batch raises `BackendError`
+naming the model and the endpoint.
+The store belongs to one perturber: opening it with another model, sampling or prompt
+templates is refused with one line naming the line frozen by the other (never reused under
+the new model's name); use another store to build with another perturber.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import re
 import threading
@@ -150,29 +153,70 @@ def _injection_fields(perturbation: Perturbation, rng: random.Random) -> dict[st
 FrozenKey = tuple[str, str, int]  # perturbation key, item id, seed
 
 
-def _frozen_row(where: str, record: dict[str, Any]) -> tuple[FrozenKey, Outcome]:
+@dataclass(frozen=True)
+class Frozen:
+    """One frozen line: its outcome, where it is ("file:line") and the perturber that made it
+    (None on lines frozen before perturbers were recorded: their provenance's model stands in)."""
+
+    outcome: Outcome
+    where: str
+    perturber: Mapping[str, Any] | None
+
+
+def _frozen_row(where: str, record: dict[str, Any]) -> tuple[FrozenKey, Frozen]:
     try:
-        return (record["key"], record["item_id"], record["seed"]), _outcome(record)
+        outcome = _outcome(record)
+        perturber = record.get("perturber")
+        if perturber is None and isinstance(outcome, Perturbed) and "model" in outcome.provenance:
+            perturber = {"model": outcome.provenance["model"]}
+        return (record["key"], record["item_id"], record["seed"]), Frozen(outcome, where, perturber)
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{where}: damaged frozen perturbation ({exc})") from None
+
+
+def _describe(perturber: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name} {value!r}" for name, value in perturber.items())
 
 
 class FrozenStore:
     """JSONL of frozen outcomes, one line per (perturbation key, item id, seed): a `JsonlStore`
     (one writer; a torn last line is cut before the next append; a damaged line anywhere else
-    is an InputError naming file:line)."""
+    is an InputError naming file:line). `perturber` (model, sampling, templates) is written on
+    every line, and a store holding another perturber's lines is refused when it opens."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, perturber: Mapping[str, Any] | None = None) -> None:
         self.path = Path(path)
-        self._store: JsonlStore[FrozenKey, Outcome] = JsonlStore(self.path, _frozen_row)
+        self.perturber = dict(perturber or {})
+        self._store: JsonlStore[FrozenKey, Frozen] = JsonlStore(self.path, _frozen_row)
         self.entries = self._store.found
+        try:
+            self._check_perturber()
+        except BaseException:
+            self._store.close()
+            raise
+
+    def _check_perturber(self) -> None:
+        for frozen in self.entries.values():
+            recorded = frozen.perturber
+            if recorded is None or not self.perturber:
+                continue
+            differs = [name for name in recorded if recorded[name] != self.perturber.get(name)]
+            if differs:
+                old = {name: recorded[name] for name in differs}
+                new = {name: self.perturber.get(name) for name in differs}
+                raise InputError(
+                    f"{frozen.where}: frozen by another perturber ({_describe(old)}, not {_describe(new)} as now); "
+                    f"another perturber's perturbations are never reused: build into another folder, or remove "
+                    f"{self.path} to rebuild"
+                )
 
     def get(self, key: str, item_id: str, seed: int) -> Outcome | None:
-        return self._store.get((key, item_id, seed))
+        frozen = self._store.get((key, item_id, seed))
+        return frozen.outcome if frozen is not None else None
 
     def put(self, key: str, item_id: str, seed: int, outcome: Outcome) -> None:
         """Append and flush at once, so a crash loses at most the line being written."""
-        record: dict[str, Any] = {"key": key, "item_id": item_id, "seed": seed}
+        record: dict[str, Any] = {"key": key, "item_id": item_id, "seed": seed, "perturber": self.perturber}
         if isinstance(outcome, Perturbed):
             record |= {"text": outcome.text, "spans": outcome.spans, "removed": outcome.removed}
             record["provenance"] = dict(outcome.provenance)
@@ -222,11 +266,27 @@ class LLMPerturber:
         templates: PromptTemplates | None = None,
     ) -> None:
         self.backend = make_backend(backend) if isinstance(backend, BackendSpec) else backend
-        self.store = FrozenStore(store)
         # sampled (seeded per item) so that reruns with another seed give other rewrites
         self.sampling = sampling or SamplingParams(temperature=0.7, top_p=0.95, max_tokens=1024)
         self.templates = templates or PromptTemplates.load()
         self.summary = PerturbSummary()
+        try:
+            self.store = FrozenStore(store, self.identity())
+        except BaseException:
+            self.backend.close()
+            raise
+
+    def identity(self) -> dict[str, Any]:
+        """What makes this perturber's replies what they are: the model, the sampling (less the
+        per-item seed) and a hash of the prompt templates."""
+        templates = json.dumps(
+            [self.templates.preamble, self.templates.output_format, dict(self.templates.templates)], sort_keys=True
+        )
+        return {
+            "model": self.backend.model_id,
+            "sampling": self.sampling.model_dump(mode="json", exclude={"seed"}),
+            "templates_sha256": hashlib.sha256(templates.encode("utf-8")).hexdigest()[:16],
+        }
 
     def close(self) -> None:
         self.backend.close()

@@ -8,12 +8,27 @@ from typing import Any
 from .base import BackendError
 
 
+def check_safetensors_adapter(folder: Path) -> None:
+    """A local adapter folder whose weights are only a pickle (`adapter_model.bin`): one line,
+    before peft's loader could be asked to unpickle it (loading a pickle can run code)."""
+    if (
+        folder.is_dir()
+        and (folder / "adapter_model.bin").exists()
+        and not (folder / "adapter_model.safetensors").exists()
+    ):
+        raise BackendError(
+            f"{folder}: the adapter's weights are adapter_model.bin, a pickle; spanjudge loads only safetensors "
+            "adapters (adapter_model.safetensors): convert it where you trust its origin, or use a safetensors copy"
+        )
+
+
 def adapter_config(adapter: str) -> Any:
     """The adapter's `peft.PeftConfig` (read from the folder, the Hub or the Hub cache);
     BackendError in one line when there is none, saying when offline mode is why."""
     import huggingface_hub
     from peft import PeftConfig
 
+    check_safetensors_adapter(Path(adapter).expanduser())
     try:
         return PeftConfig.from_pretrained(adapter)
     except ValueError:  # peft: "Can't find 'adapter_config.json' at ..." (local or Hub)

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import cast
 
+from ..errors import SpanjudgeError
 from .base import Backend, CallFailure, CallResult, ChatRequest, Completion, ResultCallback
 
 _SCHEMA = """
@@ -49,11 +50,22 @@ def _lock_for(path: Path) -> threading.Lock:
         return _path_locks.setdefault(path.resolve(), threading.Lock())
 
 
+def _storage_error(path: Path, exc: sqlite3.Error) -> SpanjudgeError:
+    """A cache that cannot be written (a full disk, a read-only folder): one line naming it."""
+    return SpanjudgeError(
+        f"cannot write the call cache {path}: {exc}; free some space or choose a writable place; "
+        "every reply stored so far is kept: re-run the same command to resume"
+    )
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     """Open `path` in WAL mode with the schema, retrying while another process sets it up."""
     deadline = time.monotonic() + _SETUP_WAIT_S
     while True:
-        db = sqlite3.connect(path, timeout=30, check_same_thread=False)
+        try:
+            db = sqlite3.connect(path, timeout=30, check_same_thread=False)
+        except sqlite3.OperationalError as exc:  # a folder that cannot be written
+            raise _storage_error(path, exc) from None
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(_SCHEMA)
@@ -62,7 +74,7 @@ def _connect(path: Path) -> sqlite3.Connection:
         except sqlite3.OperationalError as exc:
             db.close()
             if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
+                raise _storage_error(path, exc) from None
             time.sleep(0.05)
 
 
@@ -96,11 +108,14 @@ class LLMCache:
     def put(self, key: str, model_id: str, completion: Completion) -> None:
         """Store one completion and commit at once (a killed run loses nothing stored)."""
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO completions (key, model_id, completion, created) VALUES (?, ?, ?, ?)",
-                (key, model_id, completion.model_dump_json(), time.time()),
-            )
-            self._db.commit()
+            try:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO completions (key, model_id, completion, created) VALUES (?, ?, ?, ?)",
+                    (key, model_id, completion.model_dump_json(), time.time()),
+                )
+                self._db.commit()
+            except sqlite3.OperationalError as exc:  # the transaction rolls back: the cache stays whole
+                raise _storage_error(self.path, exc) from None
 
     def __len__(self) -> int:
         with self._lock:
@@ -150,13 +165,23 @@ class CachedBackend(Backend):
         self.cache_hits = 0
 
     def _usable(self, completion: Completion) -> bool:
-        """Whether a stored completion may answer a request."""
-        if not self.accept_truncated and completion.finish_reason == "length":
+        """Whether a stored completion may answer a request (an empty one, stored before empty
+        replies were refused, is asked again)."""
+        if not completion.text.strip() or (not self.accept_truncated and completion.finish_reason == "length"):
             return False
         return self.stale is None or not self.stale(completion)
 
     def _refused(self, result: CallResult, request: ChatRequest) -> CallResult:
-        """A cut-off reply as a failure, for callers that need whole replies."""
+        """An empty reply as a failure (a 200 with `content: ""` is a server fault, never an
+        answer to keep), and a cut-off one for callers that need whole replies."""
+        if isinstance(result, Completion) and not result.text.strip():
+            return CallFailure(
+                reason=f"the server answered with empty content (finish_reason: {result.finish_reason}); "
+                "not cached: a re-run asks again",
+                kind="server",
+                attempts=result.attempts,
+                endpoint=result.endpoint,
+            )
         if self.accept_truncated or not isinstance(result, Completion) or result.finish_reason != "length":
             return result
         return CallFailure(
