@@ -78,7 +78,9 @@ JudgeOptionOption = Annotated[
     typer.Option(
         "--judge-option",
         help="KEY=VALUE for distilled: (Judge.from_pretrained), e.g. engine=openai; engine_arg.KEY=VALUE is an "
-        "engine argument (vllm LLM(...), transformers from_pretrained), e.g. engine_arg.max_model_len=8192.",
+        "engine argument (vllm LLM(...), transformers from_pretrained), e.g. engine_arg.max_model_len=8192; "
+        "score=expected correlates the judge's expected score (its probabilities, transformers engine) instead "
+        "of the written one (score=written, the default).",
     ),
 ]
 EndpointOption = Annotated[

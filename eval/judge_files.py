@@ -200,8 +200,15 @@ def _judge_options(options: Mapping[str, str]) -> dict[str, Any]:
     return found
 
 
+SCORE_KINDS = ("written", "expected")  # --judge-option score=...: the score a distilled judge is correlated by
+
+
 class DistilledJudge:
-    """`spanjudge.inference.judge.Judge.from_pretrained(location, **options)`."""
+    """`spanjudge.inference.judge.Judge.from_pretrained(location, **options)`.
+
+    `score=expected` (a judge option of its own) correlates the judge's expected score (its
+    probabilities over the contract's 0-100 values, read along each written evaluation; the
+    transformers engine) instead of the written one; the judge's name says which."""
 
     def __init__(self, location: str, options: Mapping[str, str]) -> None:
         try:
@@ -213,8 +220,16 @@ class DistilledJudge:
                     "score with `spanjudge score` elsewhere and pass --judge scores:FILE"
                 ) from None
             raise
+        self.score_kind = options.get("score", "written")
+        if self.score_kind not in SCORE_KINDS:
+            raise InputError(f"--judge-option score={self.score_kind}: must be written or expected")
         self.name = f"distilled:{Path(location).name or location}"
-        self._judge = module.Judge.from_pretrained(location, **_judge_options(options))
+        if self.score_kind == "expected":
+            self.name += " (expected score)"
+        judge_options = {k: v for k, v in options.items() if k != "score"}
+        if self.score_kind == "expected":
+            judge_options["probabilities"] = "true"
+        self._judge = module.Judge.from_pretrained(location, **_judge_options(judge_options))
         # options (engine, sampling ...) change the judgments too, and so does the prompt template's
         # content (an edited --judge-option prompt_template=FILE keeps its name); see model_fingerprint
         settings = ",".join(f"{k}={v}" for k, v in sorted(options.items()))
@@ -234,8 +249,11 @@ class DistilledJudge:
         for evaluation, item in zip(self._judge.score(requests, progress=progress), items, strict=True):
             if getattr(evaluation, "call_failure", None):
                 continue  # the model was unreachable: not stored, tried again next run
+            score = evaluation.score
+            if self.score_kind == "expected" and evaluation.probabilities is not None:
+                score = evaluation.probabilities.expected_score
             results[item.id] = Judgment(
-                None if evaluation.score is None else float(evaluation.score),
+                None if score is None else float(score),
                 getattr(evaluation, "unscored_reason", None),
                 {"errors": len(evaluation.errors), "spans": error_spans(evaluation)},
             )

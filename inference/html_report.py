@@ -1,5 +1,9 @@
 """A self-contained HTML page of scored outputs: error spans highlighted by severity, the
 explanation on hover, the score beside each output. No scripts, no external files.
+
+Rows scored with `--probabilities` also show the expected score beside the written one, and
+each span is shaded by the judge's confidence in it (faint: the judge was unsure it would write
+that error; the confidence is in the hover text and the error list).
 """
 
 from __future__ import annotations
@@ -36,14 +40,25 @@ def _highlighted(output: str, errors: Sequence[Mapping[str, Any]]) -> str:
         if start < cursor or end > len(output):
             continue
         parts.append(html.escape(output[cursor:start]))
-        title = f"severity {error['severity']}: {error['explanation']}"
+        title = f"severity {error['severity']}{_confidence(error)}: {error['explanation']}"
         parts.append(
-            f'<mark class="s{int(error["severity"])}" title="{html.escape(title, quote=True)}">'
+            f'<mark class="s{int(error["severity"])}"{_shade(error)} title="{html.escape(title, quote=True)}">'
             f"{html.escape(output[start:end])}</mark>"
         )
         cursor = end
     parts.append(html.escape(output[cursor:]))
     return "".join(parts)
+
+
+def _confidence(error: Mapping[str, Any]) -> str:
+    confidence = error.get("confidence")
+    return "" if confidence is None else f", confidence {float(confidence):.2f}"
+
+
+def _shade(error: Mapping[str, Any]) -> str:
+    """A span the judge was unsure of is drawn fainter (opacity 0.35 at confidence 0, 1 at 1)."""
+    confidence = error.get("confidence")
+    return "" if confidence is None else f' style="opacity:{0.35 + 0.65 * float(confidence):.2f}"'
 
 
 def _error_list(errors: Sequence[Mapping[str, Any]]) -> str:
@@ -54,7 +69,8 @@ def _error_list(errors: Sequence[Mapping[str, Any]]) -> str:
         if location is not None and error.get("start") is None:
             where += ' <span class="flag">(not found in the output)</span>'
         items.append(
-            f'<li><mark class="s{int(error["severity"])}">severity {error["severity"]}</mark> {where}: '
+            f'<li><mark class="s{int(error["severity"])}"{_shade(error)}>severity {error["severity"]}'
+            f"{_confidence(error)}</mark> {where}: "
             f"{html.escape(error['explanation'])}</li>"
         )
     return f'<ol class="errors">{"".join(items)}</ol>' if items else "<p>No errors reported.</p>"
@@ -66,8 +82,10 @@ def render_items(rows: Sequence[Mapping[str, Any]]) -> str:
     for row in rows:
         evaluation = row["evaluation"]
         score = evaluation["score"]
+        expected = (row.get("probabilities") or {}).get("expected_score")
+        written = f"{score:g}" if expected is None or score is None else f"{score:g} (expected {expected:.1f})"
         badge = (
-            f'<span class="score">{score:g}</span>'
+            f'<span class="score">{written}</span>'
             if score is not None
             else f'<span class="score unscored" title="{html.escape(row.get("unscored_reason") or "", quote=True)}">'
             "unscored</span>"

@@ -54,6 +54,7 @@ from .contract.grammar import errors_within, judge_grammar, server_grammar_field
 from .errors import SpanjudgeError
 from .hf_models import load_tokenizer, local_folder, resolve_model_source
 from .judge_prompt import JudgeRequest, judge_chat_prompt, judge_messages, stored_template
+from .probabilities import ReplyProbabilities
 from .progress import Advance
 from .prompts import PromptTemplate
 
@@ -78,6 +79,7 @@ class JudgedEvaluation(Evaluation):
     unscored_reason: str | None = None
     call_failure: str | None = None
     raw_replies: list[str] = Field(default_factory=list)
+    probabilities: ReplyProbabilities | None = None  # with `probabilities=True`: read along the written reply
     attempts: int = 0
     truncated: str | None = None
 
@@ -111,8 +113,15 @@ class Judge:
         name: str = "judge",
         retries: int = RETRIES,
         prompt_template: PromptTemplate | None = None,
+        probabilities: bool = False,
     ) -> None:
         self.backend = backend
+        if probabilities and not hasattr(backend, "read_probabilities"):
+            raise SpanjudgeError(
+                f"probabilities are read on the transformers engine; {type(backend).__name__} does not expose "
+                "them to spanjudge yet (vLLM, llama.cpp and OpenAI-compatible servers: not yet)"
+            )
+        self.probabilities = probabilities
         # the judge's own prompt (None: the built-in one); a request that names none is sent with it
         self.prompt_template = prompt_template
         self.tokenizer = tokenizer
@@ -146,6 +155,7 @@ class Judge:
         engine_options: Mapping[str, Any] | None = None,
         constrained: bool = False,
         prompt_template: PromptTemplate | Path | str | None = None,
+        probabilities: bool = False,
     ) -> Judge:
         """A judge from an adapter folder (base found in its spanjudge.json or adapter_config.json,
         or given), a merged/full model folder, a hub id, or a served model (engine "openai").
@@ -160,8 +170,16 @@ class Judge:
         `batch_size` and `dtype` here.
         `prompt_template`: the judge's prompt template (a Jinja file, see `prompts.PromptTemplate`);
         by default the one a spanjudge adapter folder stores (trained with `data.prompt_template`),
-        else the built-in prompt."""
+        else the built-in prompt.
+        `probabilities`: also read the judge's probabilities along each written evaluation
+        (`probabilities.ReplyProbabilities`: P(no error), the expected number of errors, each
+        error's confidence and expected severity, the expected score); transformers engine only."""
         location = str(model_or_adapter)
+        if probabilities and engine != "transformers":
+            raise SpanjudgeError(
+                f"probabilities are read on the transformers engine, not {engine!r} (vLLM, llama.cpp and "
+                "OpenAI-compatible servers: not yet)"
+            )
         check_safetensors_adapter(Path(location).expanduser())  # a pickled adapter: one line, before anything loads
         template = resolve_prompt_template(location, prompt_template)
         adapter, model = _adapter_and_model(location, base)
@@ -210,6 +228,7 @@ class Judge:
             name=location,
             retries=retries,
             prompt_template=template,
+            probabilities=probabilities,
         )
 
     def request(
@@ -329,7 +348,12 @@ class Judge:
             raw_replies=list(replies),
             attempts=attempt + 1,
             truncated=item.truncated,
+            probabilities=self._read_probabilities(item, parsed) if self.probabilities else None,
         )
+
+    def _read_probabilities(self, item: _Prepared, parsed: Evaluation) -> ReplyProbabilities:
+        """The judge's probabilities along the written evaluation, read from the same prompt."""
+        return self.backend.read_probabilities(ChatRequest.user(item.prompt), parsed)  # type: ignore[attr-defined]
 
     def _prepare(self, request: JudgeRequest) -> _Prepared | JudgedEvaluation:
         if request.template is None and self.prompt_template is not None:

@@ -106,6 +106,15 @@ ConstrainedOption = Annotated[
         "transformers: xgrammar, pip install 'spanjudge[constrained]').",
     ),
 ]
+ProbabilitiesOption = Annotated[
+    bool,
+    typer.Option(
+        "--probabilities",
+        help="Also read the judge's probabilities along each written evaluation (transformers engine): "
+        "P(no error), the expected number of errors, each error's confidence and expected severity, and the "
+        "expected score over 0-100, beside the written values (`probabilities` in each row).",
+    ),
+]
 RefreshUnscoredOption = Annotated[
     bool,
     typer.Option(
@@ -149,6 +158,7 @@ def score_command(
     max_context: MaxContextOption = None,
     output_format: FormatOption = "jsonl",
     constrained: ConstrainedOption = False,
+    probabilities: ProbabilitiesOption = False,
     refresh_unscored: RefreshUnscoredOption = False,
     shard: ShardOption = None,
 ) -> None:

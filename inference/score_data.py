@@ -298,6 +298,8 @@ class ScoreRow(BaseModel):
     evaluation: ScoreEvaluation
     unscored_reason: str | None = None
     call_failure: str | None = None  # the model could not be reached: shown, and scored again by the next run
+    # with --probabilities: the judge's expected values beside the written ones (`probability_fields`)
+    probabilities: dict[str, Any] | None = None
     truncated: str | bool | None = None
     attempts: int | None = None
     raw_replies: list[str] | None = None
@@ -311,10 +313,16 @@ class ScoreRow(BaseModel):
     def of(cls, request: Any, evaluation: Any, key: Mapping[str, Any] | None = None) -> ScoreRow:
         """The row of a JudgeRequest and its JudgedEvaluation; `key` is its resume key (`resume_key`)."""
         fields = {"id": str(request.id), "task": request.task.id, "aspect": request.aspect.name, **(key or {})}
+        read = getattr(evaluation, "probabilities", None)
+        errors = [e.model_dump() for e in evaluation.errors]
+        if read is not None:  # each error's confidence and expected severity beside its written severity
+            for error, probabilities in zip(errors, read.errors, strict=True):
+                error.update(confidence=probabilities.confidence, expected_severity=probabilities.expected_severity)
         return cls(
             **fields,
             output=request.output,
-            evaluation=ScoreEvaluation(errors=[e.model_dump() for e in evaluation.errors], score=evaluation.score),
+            evaluation=ScoreEvaluation(errors=errors, score=evaluation.score),
+            **({"probabilities": probability_fields(read)} if read is not None else {}),
             unscored_reason=evaluation.unscored_reason,
             **({"call_failure": evaluation.call_failure} if getattr(evaluation, "call_failure", None) else {}),
             truncated=evaluation.truncated,
@@ -325,6 +333,17 @@ class ScoreRow(BaseModel):
     def line(self) -> dict[str, Any]:
         """The row as written: the fields it was given, in the file's order."""
         return self.model_dump(mode="json", exclude_unset=True)
+
+
+def probability_fields(read: Any) -> dict[str, Any]:
+    """A results row's `probabilities`: the expected values, labelled, beside the written
+    `evaluation` (its score, its errors' count); the score distribution over the contract's values."""
+    return {
+        "p_no_error": read.p_no_error,
+        "expected_errors": read.expected_errors,
+        "expected_score": read.expected_score,
+        "score_distribution": {str(value): p for value, p in read.score_distribution.items()},
+    }
 
 
 def _checked(value: dict[str, Any], where: str) -> ScoreRow:

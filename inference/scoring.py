@@ -54,6 +54,7 @@ class ScoreSettings:
     max_context: int | None = None
     output_format: str = "jsonl"
     constrained: bool = False
+    probabilities: bool = False
     refresh_unscored: bool = False
     shard: str | None = None
 
@@ -122,6 +123,11 @@ def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
         check_page_path(settings.out, page_path(settings.out), "--out")
     if settings.engine not in JUDGE_ENGINES:
         raise InputError(f"--engine must be {one_of(JUDGE_ENGINES)}, not '{settings.engine}'")
+    if settings.probabilities and settings.engine != "transformers":
+        raise InputError(
+            f"--probabilities is read on --engine transformers, not {settings.engine} (vLLM, llama.cpp and "
+            "OpenAI-compatible servers: not yet)"
+        )
     engine_options = parse_engine_args(settings.engine_arg or [])
     if engine_options and settings.engine not in ENGINE_ARG_KINDS:
         raise InputError(f"--engine-arg is for --engine {one_of(ENGINE_ARG_KINDS)}; a server takes its own flags")
@@ -190,7 +196,7 @@ def _judge_todo(
         s.model, s.base, s.engine,  # type: ignore[arg-type]
         base_url=s.base_url, served_model=s.served_model, batch_size=s.batch_size, max_new_tokens=s.max_new_tokens,
         retries=s.retries, max_context=s.max_context, catalog=catalog, constrained=s.constrained,
-        engine_options=engine_options, prompt_template=template,
+        engine_options=engine_options, prompt_template=template, probabilities=s.probabilities,
     )  # fmt: skip
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
@@ -228,6 +234,8 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
     catalog = load_catalog()
     data_name, requests, template = _requests(s, part, catalog)
     decoding = {"max_new_tokens": s.max_new_tokens, "retries": s.retries, "constrained": s.constrained}
+    if s.probabilities:  # only when asked: files scored before the option resume as they were
+        decoding["probabilities"] = True
     identity = model_identity(s.model, s.base, s.engine, s.served_model)
     keys = {str(r.id): resume_key(r, identity, decoding) for r in requests}
     store = ScoreStore(out, "spanjudge score")  # held for the run: a second run on the same --out is refused

@@ -340,24 +340,26 @@ def test_every_call_failing_shows_why_and_writes_the_rows(
         url = "http://127.0.0.1:9/v1"  # the discard port: nothing listens there
     else:
         _, url = serve([Reply(text=None)])  # type: ignore[arg-type]  # a 200 whose message has no content
-    data, out = _items(tmp_path / "items.jsonl", 2), tmp_path / "scores.jsonl"
+    data, out = _items(tmp_path / "items.jsonl", 1), tmp_path / "scores.jsonl"  # one: each waits out the retries
     code = _score(url, data, out)
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err and "file not found" not in err, err
-    assert "unscored ×2: model call failed" in err and "re-run the same command" in err.strip().splitlines()[-1]
+    assert "unscored ×1: model call failed" in err and "re-run the same command" in err.strip().splitlines()[-1]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [row["evaluation"]["score"] for row in rows] == [None, None]
+    assert [row["evaluation"]["score"] for row in rows] == [None]
     assert all(row["call_failure"] for row in rows)  # the reason, kept with the row
 
 
 def test_rows_whose_call_failed_are_scored_again(serve: Serve, tmp_path: Path) -> None:
     data, out = _items(tmp_path / "items.jsonl", 2), tmp_path / "scores.jsonl"
-    stand_in, url = serve([Reply(text=None)])  # type: ignore[arg-type]  # a 200 with content: null
+    stand_in, url = serve([Reply(text=GOOD), Reply(text=None)])  # type: ignore[list-item]  # then content: null
     assert _score(url, data, out) == 1
+    assert [json.loads(line).get("call_failure") is None for line in out.read_text().splitlines()] == [True, False]
     stand_in.replies = [Reply(text=GOOD)]
     assert _score(url, data, out) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(row["id"], row["evaluation"]["score"]) for row in rows] == [("item-0", 40), ("item-1", 40)]
+    assert stand_in.hits == 1 + 4 + 1  # item-0 once; item-1 failed (a call and its 3 retries), then once more
 
 
 # -- 12. a read-only folder or a full disk: one line naming the path -------------------------------
@@ -392,6 +394,26 @@ def test_a_read_only_out_is_one_line(
     assert _score(url, _items(tmp_path / "items.jsonl", 1), read_only / "scores.jsonl") == 2
     line = _one_line(capsys)
     assert f"cannot write {read_only}" in line and "Read-only file system" in line and "re-run" in line
+
+
+def test_read_only_outs_of_import_and_publish_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mount_tmpfs: Callable[..., Path]
+) -> None:
+    from test_teacher_import import GOOD as SPANS
+    from test_teacher_import import quintd_config, write_quintd
+
+    read_only = mount_tmpfs(read_only=True)
+    root = write_quintd(tmp_path / "data", SPANS)
+    config = tmp_path / "import.yaml"
+    config.write_text(yaml.safe_dump(quintd_config(root).model_dump(mode="json")))
+    code = cli_main(["import", "--config", str(config), "--out", str(read_only / "teacher"), "--allow-overlap"])
+    line = _one_line(capsys)
+    assert code == 2 and f"cannot write {read_only}" in line and "Read-only file system" in line, line
+    run = tmp_path / "run"
+    _adapter(run / "adapter")
+    code = cli_main(["publish", "--repo-id", "someone/judge", "--model", str(run), "--dry-run", str(read_only / "s")])
+    line = _one_line(capsys)
+    assert code == 2 and f"cannot write {read_only}" in line and "Read-only file system" in line, line
 
 
 def test_a_full_disk_is_one_line_and_resumes(
@@ -437,7 +459,12 @@ def test_a_full_disk_under_the_call_cache_is_one_line(tmp_path: Path, mount_tmpf
 # -- 13. SIGTERM and Ctrl-C say what was kept and how to resume ------------------------------------
 
 
-def test_sigterm_says_what_was_kept_and_the_rerun_finishes(serve: Serve, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("signum", "code", "said"), [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")], ids=["term", "int"]
+)
+def test_a_signal_says_what_was_kept_and_the_rerun_finishes(
+    serve: Serve, tmp_path: Path, signum: int, code: int, said: str
+) -> None:
     stand_in, url = serve([Reply(text=GOOD, delay=0.3)])
     data, out = _items(tmp_path / "items.jsonl", 20), tmp_path / "scores.jsonl"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -447,10 +474,10 @@ def test_sigterm_says_what_was_kept_and_the_rerun_finishes(serve: Serve, tmp_pat
     deadline = time.monotonic() + 60
     while (not out.exists() or not out.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)
     _, err = process.communicate(timeout=60)
-    assert process.returncode == 143, err
-    assert "Traceback" not in err and "interrupted (SIGTERM)" in err and "re-run the same command" in err
+    assert process.returncode == code, err
+    assert "Traceback" not in err and f"interrupted ({said})" in err and "re-run the same command" in err
     kept = len(out.read_text().splitlines())
     assert 1 <= kept < 20
     stand_in.replies = [Reply(text=GOOD)]

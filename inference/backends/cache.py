@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import cast
 
 from ..errors import SpanjudgeError
-from .base import Backend, CallFailure, CallResult, ChatRequest, Completion, ResultCallback
+from .base import Backend, CallFailure, CallResult, ChatRequest, Completion, FailureKind, ResultCallback
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS completions (
@@ -174,20 +174,20 @@ class CachedBackend(Backend):
     def _refused(self, result: CallResult, request: ChatRequest) -> CallResult:
         """An empty reply as a failure (a 200 with `content: ""` is a server fault, never an
         answer to keep), and a cut-off one for callers that need whole replies."""
-        if isinstance(result, Completion) and not result.text.strip():
-            return CallFailure(
-                reason=f"the server answered with empty content (finish_reason: {result.finish_reason}); "
-                "not cached: a re-run asks again",
-                kind="server",
-                attempts=result.attempts,
-                endpoint=result.endpoint,
-            )
-        if self.accept_truncated or not isinstance(result, Completion) or result.finish_reason != "length":
+        if not isinstance(result, Completion):
             return result
+        kind: FailureKind
+        if not result.text.strip():
+            reason, kind = f"the server answered with empty content (finish_reason: {result.finish_reason})", "server"
+        elif not self.accept_truncated and result.finish_reason == "length":
+            reason = f"the reply was cut off at max_tokens={request.params.max_tokens} (finish_reason: length)"
+            kind = "truncated"
+        else:
+            return result
+        hint = " (raise max_tokens, or the server's context size, if it persists)" if kind == "truncated" else ""
         return CallFailure(
-            reason=f"the reply was cut off at max_tokens={request.params.max_tokens} (finish_reason: length); "
-            "not cached: a re-run asks again (raise max_tokens, or the server's context size, if it persists)",
-            kind="truncated",
+            reason=f"{reason}; not cached: a re-run asks again{hint}",
+            kind=kind,
             attempts=result.attempts,
             endpoint=result.endpoint,
         )

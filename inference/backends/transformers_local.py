@@ -101,6 +101,7 @@ class TransformersBackend(Backend):
             self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id, *turn_end_ids(self.tokenizer)
         )
         self._grammar: Any = self._compile_grammar(grammar) if grammar else None
+        self._reader: Any = None  # the probability reader, made on first use
 
     def _compile_grammar(self, grammar: str) -> Any:
         """The grammar compiled for this tokenizer and the model's full vocabulary (xgrammar)."""
@@ -196,6 +197,17 @@ class TransformersBackend(Backend):
             completion_tokens=len(tokens),
             seconds=seconds,
         )
+
+    def read_probabilities(self, request: ChatRequest, evaluation: Any) -> Any:
+        """The model's `probabilities.ReplyProbabilities` along `evaluation` (a parsed reply) to
+        `request`, whose prompt is encoded exactly as `generate` encodes it."""
+        from ..probabilities import ProbabilityReader
+
+        if self._reader is None:
+            self._reader = ProbabilityReader(self.model, self.tokenizer, self._end_ids)
+        prompt = render_chat(self.tokenizer, [message.model_dump() for message in request.messages])
+        prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        return self._reader.read(prompt_ids, evaluation)
 
     def close(self) -> None:
         """Drop the model so its memory can be reused in this process."""

@@ -1,0 +1,226 @@
+"""What the judge's own probabilities say about its written evaluation (probability-aware judging).
+
+The judge writes one greedy reply. Along that reply, in the contract's format (rendered again
+from the parsed evaluation, `contract.render_judge`, so every engine reads the same text), the
+model is read at each point where the reply chooses among the contract's values:
+
+- **count decisions**: at the start, `Error 1:` or `No Error`; after block k, `Error k+1:` or
+  `Overall score:` (no choice after the contract's last block). `p_no_error` is the
+  probability of `No Error` at the start; c_k, the probability of going on at decision k, is
+  block k's **confidence** (the probability of writing that block given the ones before it);
+  the **expected number of errors** is Σ_k Π_{j≤k} c_j over the decisions along the reply (the
+  first decision not taken is read; decisions beyond it, which would need other replies, are not);
+- **severity**: after `Severity: `, each value 1-5 the contract allows; the **expected severity**;
+- **score**: after `Overall score: `, each value 0-100 the contract allows, followed by the
+  reply's end; the **expected score** (G-Eval's weighting over the contract's values) beside the
+  written one.
+
+Each alternative is a whole string (say `Overall score: 75` and the end of the turn), scored as
+the model's tokenization of the reply with it, so a value written as two tokens counts as two
+tokens; the alternatives of a choice are normalised among themselves. One teacher-forced pass
+over prompt + reply keeps its KV cache; each choice's alternatives run as one batch on a copy of
+that cache cut back to where they branch (transformers' cache API: `crop`,
+`batch_repeat_interleave`), so the prompt is read once per evaluation.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from .contract import Evaluation
+from .contract.render import (
+    BLOCK_SEPARATOR,
+    ERROR_HEADER,
+    NO_ERROR,
+    SCORE_FIELD,
+    SEVERITY_FIELD,
+    render_judge,
+)
+
+SEVERITIES = tuple(range(1, 6))  # the contract's severity values (`ErrorAnnotation.severity`)
+SCORES = tuple(range(0, 101))  # the contract's score values (`Evaluation.score`)
+_BATCH = 16  # alternatives per forward pass: 101 score values x Gemma's 262k vocabulary stay small
+
+
+class ErrorProbabilities(BaseModel):
+    """One written error block: the probability of writing it given the blocks before it, and
+    its severity as a distribution over the contract's values."""
+
+    confidence: float
+    expected_severity: float
+    severity_distribution: dict[int, float]
+
+
+class ReplyProbabilities(BaseModel):
+    """The judge's probabilities along its written evaluation (see the module docstring)."""
+
+    p_no_error: float
+    expected_errors: float
+    errors: list[ErrorProbabilities]
+    expected_score: float
+    score_distribution: dict[int, float]
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """A point of the reply (a character offset) and the strings that may follow there."""
+
+    at: int
+    alternatives: tuple[str, ...]
+    end: bool = False  # each alternative ends the reply (the score)
+
+
+def _choices(text: str, evaluation: Evaluation, max_errors: int) -> tuple[list[_Choice], list[_Choice], _Choice]:
+    """The count decisions, the severities and the score of a reply rendered by `render_judge`."""
+    errors = len(evaluation.errors)
+    headers = [m.start() for m in re.finditer(r"^Error \d+:$", text, re.MULTILINE)]
+    score_at = text.rindex(SCORE_FIELD)
+    starts = [0, *(h for h in headers[1:]), score_at]  # where decision k is taken (k = 1 .. errors+1)
+    counts = [_Choice(0, (ERROR_HEADER.format(number=1), NO_ERROR))]
+    for k in range(1, errors + 1):
+        if k < max_errors:
+            counts.append(_Choice(starts[k], (ERROR_HEADER.format(number=k + 1), SCORE_FIELD.rstrip())))
+    severities = [
+        _Choice(m.end(), tuple(f"{value}{BLOCK_SEPARATOR[0]}" for value in SEVERITIES))
+        for m in re.finditer(re.escape(SEVERITY_FIELD), text)
+    ]
+    if len(severities) != errors:
+        raise ValueError("the reply's severity lines do not match its errors")
+    score = _Choice(score_at + len(SCORE_FIELD), tuple(str(value) for value in SCORES), end=True)
+    return counts, severities, score
+
+
+def expected_count(continue_probabilities: Sequence[float]) -> float:
+    """Σ_k Π_{j≤k} c_j: the expected number of errors when decision k goes on with probability c_k."""
+    total, reach = 0.0, 1.0
+    for probability in continue_probabilities:
+        reach *= probability
+        total += reach
+    return total
+
+
+def _normalised(log_probabilities: Sequence[float]) -> list[float]:
+    top = max(log_probabilities)
+    weights = [math.exp(value - top) for value in log_probabilities]
+    total = sum(weights)
+    return [weight / total for weight in weights]
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the common start of two token sequences."""
+    length = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+class ProbabilityReader:
+    """Reads `ReplyProbabilities` from a causal LM (transformers or PEFT) and its tokenizer.
+
+    `end_ids`: the tokens that end the judge's turn (eos, Gemma's `<end_of_turn>`)."""
+
+    def __init__(self, model: Any, tokenizer: Any, end_ids: Collection[int], max_errors: int = 8) -> None:
+        import torch
+
+        self.model, self.tokenizer = model, tokenizer
+        self.end_ids = sorted(end_ids)
+        self.max_errors = max_errors
+        self._torch = torch
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        # transformers 5 names the cache argument `cache`; 4.x `past_key_values`
+        self._cache_argument = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def read(self, prompt_ids: Sequence[int], evaluation: Evaluation) -> ReplyProbabilities:
+        """The probabilities along `evaluation` (scored, as the judge parsed it) after the
+        encoded prompt `prompt_ids` (the chat template's generation prompt included)."""
+        text = render_judge(evaluation)
+        counts, severities, score = _choices(text, evaluation, self.max_errors)
+        reply = self._ids(text)
+        branches = [self._branch(choice, text, reply) for choice in (*counts, *severities, score)]
+        with self._torch.inference_mode():
+            keep = sorted({len(prompt_ids) + start - 1 for start, _ in branches})
+            output = self.model(
+                input_ids=self._torch.tensor([[*prompt_ids, *reply]], device=self.model.device),
+                use_cache=True,
+                logits_to_keep=self._torch.tensor(keep, device=self.model.device),
+            )
+            cache = output["cache"] if "cache" in output else output["past_key_values"]  # transformers 5, 4.x
+            first = {
+                position: row for position, row in zip(keep, output.logits[0].float().log_softmax(-1), strict=True)
+            }
+            probabilities = [
+                _normalised(self._alternative_log_probs(prompt_ids, start, tails, first, cache, choice.end))
+                for (start, tails), choice in zip(branches, (*counts, *severities, score), strict=True)
+            ]
+        count_p = probabilities[: len(counts)]
+        severity_p = probabilities[len(counts) : len(counts) + len(severities)]
+        score_p = probabilities[-1]
+        going_on = [p[0] for p in count_p]
+        errors = [
+            ErrorProbabilities(
+                confidence=going_on[k] if k < len(going_on) else 1.0,  # a block past the contract's last decision
+                expected_severity=sum(v * p for v, p in zip(SEVERITIES, severity_p[k], strict=True)),
+                severity_distribution=dict(zip(SEVERITIES, severity_p[k], strict=True)),
+            )
+            for k in range(len(evaluation.errors))
+        ]
+        return ReplyProbabilities(
+            p_no_error=count_p[0][1],
+            expected_errors=expected_count(going_on),
+            errors=errors,
+            expected_score=sum(v * p for v, p in zip(SCORES, score_p, strict=True)),
+            score_distribution=dict(zip(SCORES, score_p, strict=True)),
+        )
+
+    def _branch(self, choice: _Choice, text: str, reply: Sequence[int]) -> tuple[int, list[list[int]]]:
+        """(the reply token where the alternatives part, each alternative's tokens from there)."""
+        sequences = [self._ids(text[: choice.at] + alternative) for alternative in choice.alternatives]
+        start = min(_common(sequence, reply) for sequence in sequences)
+        return start, [sequence[start:] for sequence in sequences]
+
+    def _alternative_log_probs(
+        self,
+        prompt_ids: Sequence[int],
+        start: int,
+        tails: list[list[int]],
+        first: dict[int, Any],
+        cache: Any,
+        end: bool,
+    ) -> list[float]:
+        """log P(tail | prompt + reply[:start]) for each tail (and, with `end`, of the turn's end after it)."""
+        torch = self._torch
+        at = len(prompt_ids) + start  # the first tail token is predicted by the row before it
+        opening = first[at - 1]
+        totals = [float(opening[tail[0]]) if tail else 0.0 for tail in tails]
+        for begin in range(0, len(tails), _BATCH):
+            group = tails[begin : begin + _BATCH]
+            width = max(len(tail) for tail in group)
+            if width == 0:
+                continue
+            pad = group[0][0] if group[0] else 0
+            ids = torch.tensor([tail + [pad] * (width - len(tail)) for tail in group], device=self.model.device)
+            branch = copy.deepcopy(cache)
+            branch.crop(at - branch.get_seq_length())  # negative: the tokens to drop (transformers 4.56 and 5)
+            branch.batch_repeat_interleave(len(group))
+            logits = self.model(input_ids=ids, use_cache=True, **{self._cache_argument: branch}).logits
+            rows = logits.float().log_softmax(-1)
+            for offset, tail in enumerate(group):
+                index = begin + offset
+                totals[index] += sum(float(rows[offset, j - 1, tail[j]]) for j in range(1, len(tail)))
+                if end:
+                    last = rows[offset, len(tail) - 1] if tail else opening
+                    totals[index] += float(torch.logsumexp(last[self.end_ids], dim=0))
+        return totals
