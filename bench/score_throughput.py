@@ -1,10 +1,8 @@
-"""Scoring throughput on CPU: the SmolLM2 smoke judge on transformers (batch 1 vs 8, each also
-with `probabilities=True`, the cost of reading the judge's probabilities) and on llama.cpp
-servers running the exported GGUF LoRA (1 vs 8 requests in flight).
+"""Scoring throughput on CPU: the SmolLM2 smoke judge on transformers (batch 1 vs 8) and on
+llama.cpp servers running the exported GGUF LoRA (1 vs 8 requests in flight).
 
     bench/build_llama_server.sh        # optional, once: upstream llama-server with parallel slots
     .venv/bin/python bench/score_throughput.py [--items 16] [--adapter DIR] [--llama-server PATH]
-    .venv/bin/python bench/score_throughput.py --transformers-only --out bench/results/score_probabilities
 
 Without --adapter, a smoke judge is trained first (8 steps on QAGS-XSum human judgments).
 The items are 16 other QAGS-XSum article/summary pairs; decoding is greedy with at most 96
@@ -24,7 +22,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -70,26 +67,12 @@ def measure(judge: Judge, items: list[dict]) -> dict[str, float]:
     }
 
 
-def llama_servers(adapter: Path, scratch: Path, threads: int, llama_server: Path | None) -> list[tuple[str, Any]]:
-    """(name, a function that starts it) for each llama.cpp server, with the adapter as a GGUF LoRA."""
-    base_folder = Path(local_folder(resolve_model_source(recorded_base(adapter))))
-    base_config = json.loads((base_folder / "config.json").read_text())
-    lora = adapter_to_gguf(adapter, base_config, scratch / "judge-lora.gguf")
-    servers: list[tuple[str, Any]] = [("llama-cpp-python server (1 slot)", lambda: LlamaCppServer(
-        smollm2_gguf(), alias="judge", n_threads=threads, lora_path=lora, n_ctx=4096))]  # fmt: skip
-    if llama_server:
-        servers.append(("llama-server --parallel 8", lambda: UpstreamServer(
-            llama_server, slots=8, threads=threads, alias="judge", extra=("--lora", str(lora)))))  # fmt: skip
-    return servers
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=16)
     parser.add_argument("--adapter", type=Path)
     parser.add_argument("--llama-server", type=Path, default=os.environ.get("LLAMA_SERVER"))
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "score_throughput")
-    parser.add_argument("--transformers-only", action="store_true", help="Skip the llama.cpp servers.")
     args = parser.parse_args()
     threads = os.cpu_count() or 1
     items = qags_xsum_records(data_dir(), args.items, offset=16)
@@ -98,14 +81,17 @@ def main() -> None:
         scratch = Path(scratch_name)
         adapter = args.adapter or train_adapter(scratch)
         for batch in (1, 8):
-            for probabilities in (False, True):
-                judge = Judge.from_pretrained(
-                    adapter, batch_size=batch, max_new_tokens=MAX_NEW_TOKENS, probabilities=probabilities
-                )
-                engine = "transformers + probabilities" if probabilities else "transformers"
-                rows.append({"engine": engine, "in_flight": batch, **measure(judge, items)})
-                print(rows[-1], flush=True)
-        servers = [] if args.transformers_only else llama_servers(adapter, scratch, threads, args.llama_server)
+            judge = Judge.from_pretrained(adapter, batch_size=batch, max_new_tokens=MAX_NEW_TOKENS)
+            rows.append({"engine": "transformers", "in_flight": batch, **measure(judge, items)})
+            print(rows[-1], flush=True)
+        base_folder = Path(local_folder(resolve_model_source(recorded_base(adapter))))
+        base_config = json.loads((base_folder / "config.json").read_text())
+        lora = adapter_to_gguf(adapter, base_config, scratch / "judge-lora.gguf")
+        servers = [("llama-cpp-python server (1 slot)", lambda: LlamaCppServer(
+            smollm2_gguf(), alias="judge", n_threads=threads, lora_path=lora, n_ctx=4096))]  # fmt: skip
+        if args.llama_server:
+            servers.append(("llama-server --parallel 8", lambda: UpstreamServer(
+                args.llama_server, slots=8, threads=threads, alias="judge", extra=("--lora", str(lora)))))  # fmt: skip
         for name, make in servers:
             for in_flight in (1, 8):
                 with make() as server:

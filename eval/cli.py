@@ -79,8 +79,9 @@ JudgeOptionOption = Annotated[
         "--judge-option",
         help="KEY=VALUE for distilled: (Judge.from_pretrained), e.g. engine=openai; engine_arg.KEY=VALUE is an "
         "engine argument (vllm LLM(...), transformers from_pretrained), e.g. engine_arg.max_model_len=8192; "
-        "score=expected correlates the judge's expected score (its probabilities, transformers engine) instead "
-        "of the written one (score=written, the default).",
+        "score=expected correlates the judge's expected score (its probabilities, transformers engine), "
+        "score=consensus with samples=N the score of N sampled replies merged, instead of the written one "
+        "(score=written, the default).",
     ),
 ]
 EndpointOption = Annotated[

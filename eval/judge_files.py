@@ -200,7 +200,7 @@ def _judge_options(options: Mapping[str, str]) -> dict[str, Any]:
     return found
 
 
-SCORE_KINDS = ("written", "expected")  # --judge-option score=...: the score a distilled judge is correlated by
+SCORE_KINDS = ("written", "expected", "consensus")  # --judge-option score=...: the score a judge is correlated by
 
 
 class DistilledJudge:
@@ -208,7 +208,8 @@ class DistilledJudge:
 
     `score=expected` (a judge option of its own) correlates the judge's expected score (its
     probabilities over the contract's 0-100 values, read along each written evaluation; the
-    transformers engine) instead of the written one; the judge's name says which."""
+    transformers engine) instead of the written one; `score=consensus` (with `samples=N`) the
+    score of its N sampled replies merged; the judge's name says which."""
 
     def __init__(self, location: str, options: Mapping[str, str]) -> None:
         try:
@@ -222,10 +223,12 @@ class DistilledJudge:
             raise
         self.score_kind = options.get("score", "written")
         if self.score_kind not in SCORE_KINDS:
-            raise InputError(f"--judge-option score={self.score_kind}: must be written or expected")
+            raise InputError(f"--judge-option score={self.score_kind}: must be written, expected or consensus")
+        if self.score_kind == "consensus" and not options.get("samples"):
+            raise InputError("--judge-option score=consensus merges sampled replies: give --judge-option samples=N too")
         self.name = f"distilled:{Path(location).name or location}"
-        if self.score_kind == "expected":
-            self.name += " (expected score)"
+        if self.score_kind != "written":
+            self.name += f" ({self.score_kind} score)"
         judge_options = {k: v for k, v in options.items() if k != "score"}
         if self.score_kind == "expected":
             judge_options["probabilities"] = "true"
@@ -252,6 +255,8 @@ class DistilledJudge:
             score = evaluation.score
             if self.score_kind == "expected" and evaluation.probabilities is not None:
                 score = evaluation.probabilities.expected_score
+            elif self.score_kind == "consensus" and evaluation.consensus is not None:
+                score = evaluation.consensus.score
             results[item.id] = Judgment(
                 None if score is None else float(score),
                 getattr(evaluation, "unscored_reason", None),

@@ -83,7 +83,12 @@ def render_items(rows: Sequence[Mapping[str, Any]]) -> str:
         evaluation = row["evaluation"]
         score = evaluation["score"]
         expected = (row.get("probabilities") or {}).get("expected_score")
-        written = f"{score:g}" if expected is None or score is None else f"{score:g} (expected {expected:.1f})"
+        merged = (row.get("consensus") or {}).get("score")
+        written = f"{score:g}" if score is not None else ""
+        if expected is not None:
+            written += f" (expected {expected:.1f})"
+        if merged is not None:
+            written += f" (consensus {merged:.1f})"
         badge = (
             f'<span class="score">{written}</span>'
             if score is not None

@@ -49,6 +49,7 @@ from .backends.adapters import check_safetensors_adapter
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
 from .catalog import Aspect, Catalog, load_catalog
 from .chat import encode_prompt
+from .consensus import Consensus, consensus
 from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
 from .contract.grammar import errors_within, judge_grammar, server_grammar_fields
 from .errors import SpanjudgeError
@@ -64,6 +65,8 @@ if TYPE_CHECKING:
 Engine = JudgeEngine  # the backend kinds with judge=True (backends/registry.py)
 MAX_NEW_TOKENS = 1536
 RETRY_SAMPLING = SamplingParams(temperature=0.1, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
+# self-consistency's replies: diverse enough to disagree where the judge is unsure (Wang et al. 2023 sample at 0.7)
+CONSENSUS_SAMPLING = SamplingParams(temperature=0.7, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
 RETRIES = 3
 TRUNCATION_MARK = " [...]"
 
@@ -80,6 +83,7 @@ class JudgedEvaluation(Evaluation):
     call_failure: str | None = None
     raw_replies: list[str] = Field(default_factory=list)
     probabilities: ReplyProbabilities | None = None  # with `probabilities=True`: read along the written reply
+    consensus: Consensus | None = None  # with `samples=N`: N sampled replies merged
     attempts: int = 0
     truncated: str | None = None
 
@@ -114,8 +118,12 @@ class Judge:
         retries: int = RETRIES,
         prompt_template: PromptTemplate | None = None,
         probabilities: bool = False,
+        samples: int = 0,
     ) -> None:
         self.backend = backend
+        if samples < 0:
+            raise SpanjudgeError(f"samples must be 0 (none) or more, got {samples}")
+        self.samples = samples
         if probabilities and not hasattr(backend, "read_probabilities"):
             raise SpanjudgeError(
                 f"probabilities are read on the transformers engine; {type(backend).__name__} does not expose "
@@ -156,6 +164,7 @@ class Judge:
         constrained: bool = False,
         prompt_template: PromptTemplate | Path | str | None = None,
         probabilities: bool = False,
+        samples: int = 0,
     ) -> Judge:
         """A judge from an adapter folder (base found in its spanjudge.json or adapter_config.json,
         or given), a merged/full model folder, a hub id, or a served model (engine "openai").
@@ -173,7 +182,9 @@ class Judge:
         else the built-in prompt.
         `probabilities`: also read the judge's probabilities along each written evaluation
         (`probabilities.ReplyProbabilities`: P(no error), the expected number of errors, each
-        error's confidence and expected severity, the expected score); transformers engine only."""
+        error's confidence and expected severity, the expected score); transformers engine only.
+        `samples`: also ask N sampled replies per output and merge them (`consensus.consensus`: the
+        spans at least half of them mark, with that share as confidence, and Algorithm 1's score)."""
         location = str(model_or_adapter)
         if probabilities and engine != "transformers":
             raise SpanjudgeError(
@@ -229,6 +240,7 @@ class Judge:
             retries=retries,
             prompt_template=template,
             probabilities=probabilities,
+            samples=samples,
         )
 
     def request(
@@ -277,6 +289,17 @@ class Judge:
                     progress(1)
             else:
                 prepared[index] = outcome
+        held: dict[int, JudgedEvaluation] = {}  # scored, waiting for their sampled replies (samples=N)
+        final = settle
+
+        def settle_after_samples(index: int, result: JudgedEvaluation) -> None:
+            if result.scored:
+                held[index] = result
+            else:
+                final(index, result)
+
+        if self.samples:
+            settle = settle_after_samples
         replies: dict[int, list[str]] = {index: [] for index in prepared}
         pending = list(prepared)
         greedy = SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens)
@@ -292,7 +315,43 @@ class Judge:
             if progress:
                 progress(len(pending) - len(still_pending))
             pending = still_pending
+        if held:
+            self._add_consensus(prepared, held, final)
         return [result for result in results if result is not None]
+
+    def _add_consensus(
+        self, prepared: Mapping[int, _Prepared], held: Mapping[int, JudgedEvaluation], settle: ResultCallback
+    ) -> None:
+        """N sampled replies for every held (scored) result, merged into its `consensus`. A result
+        whose sampled calls did not all reach the model is settled as a failed call, so a re-run
+        asks again rather than keep a consensus of fewer replies."""
+        order = sorted(held)
+        calls = [
+            ChatRequest.user(
+                prepared[index].prompt,
+                CONSENSUS_SAMPLING.model_copy(update={"seed": k, "max_tokens": self.max_new_tokens}),
+            )
+            for index in order
+            for k in range(1, self.samples + 1)
+        ]
+        replies = self.backend.generate(calls)
+        for n, index in enumerate(order):
+            item, results = prepared[index], replies[n * self.samples : (n + 1) * self.samples]
+            failure = next((r for r in results if isinstance(r, CallFailure)), None)
+            if failure is not None:
+                settle(
+                    index, _unscored(item, held[index].raw_replies, held[index].attempts, call_failure=failure.reason)
+                )
+                continue
+            evaluations: list[Evaluation | None] = []
+            for result in results:
+                assert isinstance(result, Completion)  # failures were settled above
+                parsed = parse_judge(result.text)
+                if isinstance(parsed, ParseFailure):
+                    evaluations.append(None)  # a reply that marked nothing
+                else:
+                    evaluations.append(anchor_evaluation(parsed, item.request.output))
+            settle(index, held[index].model_copy(update={"consensus": consensus(evaluations, self.samples)}))
 
     def _attempt(
         self,

@@ -115,6 +115,16 @@ ProbabilitiesOption = Annotated[
         "expected score over 0-100, beside the written values (`probabilities` in each row).",
     ),
 ]
+SamplesOption = Annotated[
+    int,
+    typer.Option(
+        "--samples",
+        min=0,
+        help="Self-consistency: also ask N sampled replies (temperature 0.7) per output and merge them: the "
+        "spans at least half of them mark, each with the share that did as its confidence, and their scores by "
+        "the thesis's Algorithm 1 (`consensus` in each row). N more generations per output.",
+    ),
+]
 RefreshUnscoredOption = Annotated[
     bool,
     typer.Option(
@@ -159,6 +169,7 @@ def score_command(
     output_format: FormatOption = "jsonl",
     constrained: ConstrainedOption = False,
     probabilities: ProbabilitiesOption = False,
+    samples: SamplesOption = 0,
     refresh_unscored: RefreshUnscoredOption = False,
     shard: ShardOption = None,
 ) -> None:

@@ -300,6 +300,8 @@ class ScoreRow(BaseModel):
     call_failure: str | None = None  # the model could not be reached: shown, and scored again by the next run
     # with --probabilities: the judge's expected values beside the written ones (`probability_fields`)
     probabilities: dict[str, Any] | None = None
+    # with --samples N: the N sampled replies merged (`consensus.Consensus`), beside the written evaluation
+    consensus: dict[str, Any] | None = None
     truncated: str | bool | None = None
     attempts: int | None = None
     raw_replies: list[str] | None = None
@@ -323,6 +325,7 @@ class ScoreRow(BaseModel):
             output=request.output,
             evaluation=ScoreEvaluation(errors=errors, score=evaluation.score),
             **({"probabilities": probability_fields(read)} if read is not None else {}),
+            **({"consensus": merged.model_dump()} if (merged := getattr(evaluation, "consensus", None)) else {}),
             unscored_reason=evaluation.unscored_reason,
             **({"call_failure": evaluation.call_failure} if getattr(evaluation, "call_failure", None) else {}),
             truncated=evaluation.truncated,

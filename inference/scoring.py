@@ -55,6 +55,7 @@ class ScoreSettings:
     output_format: str = "jsonl"
     constrained: bool = False
     probabilities: bool = False
+    samples: int = 0
     refresh_unscored: bool = False
     shard: str | None = None
 
@@ -196,7 +197,7 @@ def _judge_todo(
         s.model, s.base, s.engine,  # type: ignore[arg-type]
         base_url=s.base_url, served_model=s.served_model, batch_size=s.batch_size, max_new_tokens=s.max_new_tokens,
         retries=s.retries, max_context=s.max_context, catalog=catalog, constrained=s.constrained,
-        engine_options=engine_options, prompt_template=template, probabilities=s.probabilities,
+        engine_options=engine_options, prompt_template=template, probabilities=s.probabilities, samples=s.samples,
     )  # fmt: skip
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
@@ -234,8 +235,10 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
     catalog = load_catalog()
     data_name, requests, template = _requests(s, part, catalog)
     decoding = {"max_new_tokens": s.max_new_tokens, "retries": s.retries, "constrained": s.constrained}
-    if s.probabilities:  # only when asked: files scored before the option resume as they were
+    if s.probabilities:  # only when asked: files scored before these options resume as they were
         decoding["probabilities"] = True
+    if s.samples:
+        decoding["samples"] = s.samples
     identity = model_identity(s.model, s.base, s.engine, s.served_model)
     keys = {str(r.id): resume_key(r, identity, decoding) for r in requests}
     store = ScoreStore(out, "spanjudge score")  # held for the run: a second run on the same --out is refused

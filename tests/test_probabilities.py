@@ -144,8 +144,10 @@ def test_meta_eval_expected_score_needs_an_engine_that_reads_probabilities() -> 
     from spanjudge.eval.judge_files import DistilledJudge
     from spanjudge.inference.errors import InputError, SpanjudgeError
 
-    with pytest.raises(InputError, match="score=median: must be written or expected"):
+    with pytest.raises(InputError, match="score=median: must be written, expected or consensus"):
         DistilledJudge("judge", {"score": "median"})
+    with pytest.raises(InputError, match="give --judge-option samples=N too"):
+        DistilledJudge("judge", {"score": "consensus"})
     with pytest.raises(SpanjudgeError, match="probabilities are read on the transformers engine, not 'openai'"):
         DistilledJudge("judge", {"score": "expected", "engine": "openai", "base_url": "http://127.0.0.1:9/v1"})
     written = DistilledJudge("judge", {"engine": "openai", "base_url": "http://127.0.0.1:9/v1"})

@@ -1,0 +1,105 @@
+"""What probability-aware judging costs: evaluations/s of the same judge with each option.
+
+    .venv/bin/python bench/judging_options_cost.py [--items 8] [--samples 3]
+
+The judge is SmolLM2-135M-Instruct (the PyPI-shipped GGUF, dequantized, on the transformers
+engine), held to the contract's grammar so that every reply parses (an untrained model writes
+the format only under the grammar, and the options read only parsed replies). The items are
+QAGS-XSum article/summary pairs; decoding is greedy with at most 160 new tokens (room for one
+error block under the grammar), batch 8. Rows: plain; `probabilities=True` (one teacher-forced
+pass over prompt + reply, then every choice's alternatives on a copy of its KV cache); and
+`samples=N` (N more sampled generations). Evaluations/s = items / wall time of `judge.score`,
+model loading excluded. Results: bench/results/judging_options_cost.{json,md}. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from judge_records import qags_xsum_records  # noqa: E402
+
+from spanjudge.inference.hf_models import convert_gguf  # noqa: E402
+from spanjudge.inference.judge import Judge  # noqa: E402
+from spanjudge.inference.llamacpp import smollm2_gguf  # noqa: E402
+from spanjudge.inference.paths import data_dir  # noqa: E402
+
+MAX_NEW_TOKENS = 160
+
+
+def measure(options: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
+    judge = Judge.from_pretrained(
+        convert_gguf(smollm2_gguf()), constrained=True, max_new_tokens=MAX_NEW_TOKENS, batch_size=8, retries=0,
+        **options,
+    )  # fmt: skip
+    requests = [
+        judge.request("qags_xsum", "factual consistency", r["inputs"], r["outputs"]["Summary"], id=r["id"])
+        for r in items
+    ]
+    try:
+        started = time.perf_counter()
+        results = judge.score(requests)
+        wall = time.perf_counter() - started
+    finally:
+        judge.close()
+    return {
+        "items": len(items),
+        "scored": sum(1 for r in results if r.score is not None),
+        "wall_s": round(wall, 2),
+        "evaluations_per_s": round(len(items) / wall, 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--items", type=int, default=8)
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "judging_options_cost")
+    args = parser.parse_args()
+    items = qags_xsum_records(data_dir(), args.items, offset=16)
+    variants = [("written (greedy)", {}), ("+ probabilities", {"probabilities": True}),
+                (f"+ samples={args.samples}", {"samples": args.samples})]  # fmt: skip
+    rows = []
+    for name, options in variants:
+        rows.append({"option": name, **measure(options, items)})
+        print(rows[-1], flush=True)
+    plain = rows[0]["evaluations_per_s"]
+    for row in rows:
+        row["relative"] = round(row["evaluations_per_s"] / plain, 3)
+    payload = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, no GPU",
+        "model": "SmolLM2-135M-Instruct (fp32, dequantized from the PyPI GGUF), transformers engine, contract grammar",
+        "items": f"{args.items} QAGS-XSum article/summary pairs, greedy, max {MAX_NEW_TOKENS} new tokens, batch 8",
+        "results": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
+    lines = [
+        "# What the judging options cost (`bench/judging_options_cost.py`)",
+        "",
+        f"Machine: {payload['machine']}. Judge: {payload['model']}. Items: {payload['items']}. "
+        "One run per row, all in the same invocation.",
+        "",
+        "| option | evaluations/s | × written | wall (s) | scored |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['option']} | {row['evaluations_per_s']:.3f} | {row['relative']:.2f} | {row['wall_s']} | "
+            f"{row['scored']}/{row['items']} |"
+        )
+    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
