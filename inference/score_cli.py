@@ -177,7 +177,9 @@ def score_command(
     explanations, severities and a 0-100 score per output.
 
     Decoding is greedy; a reply that does not parse is retried with light sampling up to 3
-    times, then reported as unscored (never given a made-up score). Inputs too long for the
+    times, then reported as unscored (never given a made-up score). --probabilities adds the
+    judge's own probabilities (expected score and error count, each span's confidence) and
+    --samples N a consensus of N sampled replies, beside the written evaluation. Inputs too long for the
     context are cut from the end (the evaluated output never is) and flagged in the results.
     Each result is appended as soon as it is final: re-running the same command skips finished
     rows; re-running into the same --out with another task, aspect, model, decoding or data is

@@ -468,9 +468,10 @@ def test_a_signal_says_what_was_kept_and_the_rerun_finishes(
     stand_in, url = serve([Reply(text=GOOD, delay=0.3)])
     data, out = _items(tmp_path / "items.jsonl", 20), tmp_path / "scores.jsonl"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    process = subprocess.Popen(
-        [SPANJUDGE, *_score_args(url, data, out)], stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
-    )
+    process = subprocess.Popen(  # SIGINT as a terminal delivers it (a background job's shell ignores it)
+        [SPANJUDGE, *_score_args(url, data, out)], stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     deadline = time.monotonic() + 60
     while (not out.exists() or not out.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -76,19 +76,19 @@ def test_read_probabilities_equal_a_brute_force_computation(tiny: tuple[Any, Any
     read = ProbabilityReader(model, tokenizer, end).read(prompt, evaluation)
     counts, severities, score = _brute_force(model, tokenizer, prompt, render_judge(evaluation), evaluation, end)
 
-    going_on = [c[0] for c in counts]
-    assert read.p_no_error == pytest.approx(counts[0][1], abs=1e-6)
-    assert read.expected_errors == pytest.approx(expected_count(going_on), abs=1e-6)
+    going_on = [c[0] for c in counts]  # float32: incremental and whole-sequence attention round apart by ~1e-6
+    assert read.p_no_error == pytest.approx(counts[0][1], abs=1e-5)
+    assert read.expected_errors == pytest.approx(expected_count(going_on), abs=1e-5)
     assert len(counts) == min(len(evaluation.errors) + 1, 8)  # no decision after the contract's last block
-    assert [e.confidence for e in read.errors] == pytest.approx(going_on[: len(evaluation.errors)], abs=1e-6)
+    assert [e.confidence for e in read.errors] == pytest.approx(going_on[: len(evaluation.errors)], abs=1e-5)
     for error, severity in zip(read.errors, severities, strict=True):
-        assert list(error.severity_distribution.values()) == pytest.approx(severity, abs=1e-6)
+        assert list(error.severity_distribution.values()) == pytest.approx(severity, abs=1e-5)
         assert error.expected_severity == pytest.approx(
             sum(v * p for v, p in zip(SEVERITIES, severity, strict=True)), abs=1e-5
         )
     assert list(read.score_distribution) == list(SCORES)  # every value the contract allows, no hand-picked subset
     assert sum(read.score_distribution.values()) == pytest.approx(1.0, abs=1e-9)
-    assert list(read.score_distribution.values()) == pytest.approx(score, abs=1e-6)
+    assert list(read.score_distribution.values()) == pytest.approx(score, abs=1e-5)
     assert read.expected_score == pytest.approx(sum(v * p for v, p in zip(SCORES, score, strict=True)), abs=1e-4)
     assert 0 < read.p_no_error < 1 and 0 <= read.expected_errors <= 8
 
