@@ -29,6 +29,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from spanjudge.inference.probabilities import expected_count  # Σ_k Π_{j≤k} c_j, as `score --probabilities` reads it
+
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "runs" / "bench" / "distill_quintd"
 RESULTS = REPO / "bench" / "results" / "count_decisions"
@@ -57,15 +59,6 @@ def student_judgments(folder: Path, settings: dict[str, Any]) -> Path:
     if not path.is_file():
         raise SystemExit(f"{folder} has no {name} judgments; run bench/distill_quintd.py --label {folder.name}")
     return path
-
-
-def expected_count(continue_probabilities: list[float]) -> float:
-    """Σ_k Π_{j≤k} c_j: the expected number of errors when the k-th decision goes on with probability c_k."""
-    total, reach = 0.0, 1.0
-    for probability in continue_probabilities:
-        reach *= probability
-        total += reach
-    return total
 
 
 def decisions(model: Any, tokenizer: Any, prompt_ids: list[int], reply: str, first: dict[str, int]) -> list[float]:

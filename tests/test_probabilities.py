@@ -93,12 +93,6 @@ def test_read_probabilities_equal_a_brute_force_computation(tiny: tuple[Any, Any
     assert 0 < read.p_no_error < 1 and 0 <= read.expected_errors <= 8
 
 
-def test_expected_count_is_the_sum_of_reach_probabilities() -> None:
-    assert expected_count([]) == 0
-    assert expected_count([0.5, 0.5]) == pytest.approx(0.5 + 0.25)
-    assert expected_count([1.0, 1.0, 0.0]) == 2
-
-
 # -- end to end ------------------------------------------------------------------------------
 
 
