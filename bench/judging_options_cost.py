@@ -15,11 +15,7 @@ model loading excluded. Results: bench/results/judging_options_cost.{json,md}. N
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from judge_records import qags_xsum_records  # noqa: E402
+from report_files import machine, write_report  # noqa: E402
+from score_throughput import measure  # noqa: E402
 
 from spanjudge.inference.hf_models import convert_gguf  # noqa: E402
 from spanjudge.inference.judge import Judge  # noqa: E402
@@ -36,27 +34,11 @@ from spanjudge.inference.paths import data_dir  # noqa: E402
 MAX_NEW_TOKENS = 160
 
 
-def measure(options: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
-    judge = Judge.from_pretrained(
+def judge_with(options: dict[str, Any]) -> Judge:
+    return Judge.from_pretrained(
         convert_gguf(smollm2_gguf()), constrained=True, max_new_tokens=MAX_NEW_TOKENS, batch_size=8, retries=0,
         **options,
     )  # fmt: skip
-    requests = [
-        judge.request("qags_xsum", "factual consistency", r["inputs"], r["outputs"]["Summary"], id=r["id"])
-        for r in items
-    ]
-    try:
-        started = time.perf_counter()
-        results = judge.score(requests)
-        wall = time.perf_counter() - started
-    finally:
-        judge.close()
-    return {
-        "items": len(items),
-        "scored": sum(1 for r in results if r.score is not None),
-        "wall_s": round(wall, 2),
-        "evaluations_per_s": round(len(items) / wall, 3),
-    }
 
 
 def main() -> None:
@@ -70,19 +52,17 @@ def main() -> None:
                 (f"+ samples={args.samples}", {"samples": args.samples})]  # fmt: skip
     rows = []
     for name, options in variants:
-        rows.append({"option": name, **measure(options, items)})
+        rows.append({"option": name, **measure(judge_with(options), items)})  # score_throughput's timing
         print(rows[-1], flush=True)
     plain = rows[0]["evaluations_per_s"]
     for row in rows:
         row["relative"] = round(row["evaluations_per_s"] / plain, 3)
     payload = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, no GPU",
+        "machine": machine(),
         "model": "SmolLM2-135M-Instruct (fp32, dequantized from the PyPI GGUF), transformers engine, contract grammar",
         "items": f"{args.items} QAGS-XSum article/summary pairs, greedy, max {MAX_NEW_TOKENS} new tokens, batch 8",
         "results": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
     lines = [
         "# What the judging options cost (`bench/judging_options_cost.py`)",
         "",
@@ -97,8 +77,7 @@ def main() -> None:
             f"| {row['option']} | {row['evaluations_per_s']:.3f} | {row['relative']:.2f} | {row['wall_s']} | "
             f"{row['scored']}/{row['items']} |"
         )
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, payload, lines)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from annotate_throughput import UpstreamServer  # noqa: E402
 from judge_records import qags_xsum_records, write_qags_records  # noqa: E402
+from report_files import machine, write_report  # noqa: E402
 
 from spanjudge.inference.export import adapter_to_gguf  # noqa: E402
 from spanjudge.inference.hf_models import local_folder, resolve_model_source  # noqa: E402
@@ -102,14 +102,12 @@ def main() -> None:
                     rows.append({"engine": name, "in_flight": in_flight, **measure(judge, items)})
                     print(rows[-1], flush=True)
     payload = {
-        "machine": f"{platform.processor() or platform.machine()}, {threads} cores, no GPU",
+        "machine": machine(threads),
         "model": "SmolLM2-135M-Instruct + LoRA smoke judge "
         "(transformers: fp32 dequantized base; llama.cpp: Q4_1 GGUF + GGUF LoRA)",
         "items": f"{args.items} QAGS-XSum article/summary pairs, greedy, max {MAX_NEW_TOKENS} new tokens",
         "results": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
     lines = [
         "# Scoring throughput (SmolLM2 smoke judge, `bench/score_throughput.py`)",
         "",
@@ -123,8 +121,7 @@ def main() -> None:
             f"| {row['engine']} | {row['in_flight']} | {row['evaluations_per_s']:.3f} | {row['wall_s']} | "
             f"{row['scored']}/{row['items']} |"
         )
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, payload, lines)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from judge_records import summeval_records  # noqa: E402
+from report_files import machine, write_report  # noqa: E402
 
 from spanjudge.inference.paths import data_dir  # noqa: E402
 
@@ -95,7 +95,7 @@ def main() -> None:
 
     base = results["defaults (gradient checkpointing on)"]["median_tokens_per_second"]
     payload = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, no GPU",
+        "machine": machine(),
         "model": "SmolLM2-135M-Instruct (fp32 weights, bf16 autocast), LoRA r16 on all projections",
         "data": f"{args.records} SummEval judge examples, max_length 2048",
         "steps": args.steps,
@@ -103,8 +103,6 @@ def main() -> None:
         "accumulation": 2,
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
     lines = [
         "# CPU training throughput (SmolLM2-135M LoRA, `bench/train_cpu.py`)",
         "",
@@ -118,8 +116,7 @@ def main() -> None:
     for name, result in results.items():
         tps = result["median_tokens_per_second"]
         lines.append(f"| {name} | {tps:.1f} | {tps / base:.2f}× | {result['median_peak_rss_mib']:.0f} |")
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, payload, lines)
 
 
 if __name__ == "__main__":

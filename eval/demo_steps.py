@@ -405,7 +405,7 @@ def publish_step(ctx: DemoContext) -> StepOutput:
     from spanjudge.publish.model_staging import stage
     from spanjudge.publish.results import read_eval_results
     from spanjudge.publish.run import card_base_model, read_run
-    from spanjudge.publish.staging import DRY_RUN_MODEL, check_dry_run_target
+    from spanjudge.publish.staging import check_dry_run_target
 
     section, layout = ctx.config.publish, ctx.layout
     results = layout.meta_eval / "results.json"  # the distilled judge's measured correlations
@@ -413,7 +413,7 @@ def publish_step(ctx: DemoContext) -> StepOutput:
     rows = eval_results.rows if eval_results else []
     atomic_write_json(layout.card_rows, [row.model_dump(exclude_none=True) for row in rows])
     run = read_run(layout.train)
-    check_dry_run_target(layout.publish, DRY_RUN_MODEL, [run.root])
+    check_dry_run_target(layout.publish, [run.root])
     options = CardOptions(
         repo_id=section.repo_id,
         base_model=card_base_model(run.recorded_base, None),

@@ -45,8 +45,7 @@ OUTPUT_MARKER = ".spanjudge-output"
 def _replaceable(path: Path, kind: str, recognised_by: tuple[str, ...]) -> bool:
     if path.is_symlink() or not path.is_dir():
         return False
-    names = {entry.name for entry in path.iterdir()}
-    if not names:
+    if not any(path.iterdir()):
         return True
     marker = path / OUTPUT_MARKER
     if marker.is_file() and not marker.is_symlink():

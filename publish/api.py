@@ -23,7 +23,7 @@ from .hub import check_repo_id, hub_token, upload
 from .model_staging import stage
 from .results import read_eval_results
 from .run import card_base_model, read_run
-from .staging import DRY_RUN_DATASET, DRY_RUN_MODEL, check_dry_run_target
+from .staging import check_dry_run_target
 
 Say = Callable[[str], None]
 # stages into a folder with a token (None for a dry run); returns the staged file names
@@ -142,7 +142,7 @@ def publish(options: PublishOptions, say: Say = print) -> Published:
     stage_into, sources = _dataset_stager(options, license_) if is_dataset else _judge_stager(options, license_, say)
     target = f"the dataset {options.repo_id}" if is_dataset else options.repo_id
     if options.dry_run is not None:
-        check_dry_run_target(options.dry_run, DRY_RUN_DATASET if is_dataset else DRY_RUN_MODEL, sources)
+        check_dry_run_target(options.dry_run, sources)
         names = stage_into(options.dry_run, None)
         return Published(target, _sizes(options.dry_run, names), options.dry_run, None)
     assert token is not None

@@ -21,7 +21,6 @@ import yaml
 
 from spanjudge.inference.artifacts import ADAPTER_METADATA
 from spanjudge.inference.errors import InputError, SpanjudgeError
-from spanjudge.inference.fileio import check_replaceable
 from spanjudge.inference.judge_prompt import TEMPLATE_FILE
 
 ADAPTER_FILES = frozenset({"adapter_model.safetensors", "adapter_config.json"})
@@ -265,16 +264,15 @@ DRY_RUN_MODEL = "publish dry run (model)"
 DRY_RUN_DATASET = "publish dry run (dataset)"
 
 
-def check_dry_run_target(out: Path, kind: str, sources: Iterable[Path]) -> None:
-    """DIR is replaced as a whole: only an absent or empty folder, or an earlier dry run of the
-    same kind (its marker says so), may be; never a folder publish reads from (the run, the
-    adapter, the dataset) nor one inside or around them."""
+def check_dry_run_target(out: Path, sources: Iterable[Path]) -> None:
+    """DIR is never a folder publish reads from (the run, the adapter, the dataset) nor one inside
+    or around them. That it is new, empty or an earlier dry run of the same kind (its marker) is
+    checked where it is replaced (`fileio.atomic_directory`, before anything is staged)."""
     target = out.expanduser().resolve()
     for source in sources:
         folder = source.expanduser().resolve()
+        where = "is" if target == folder else "is inside" if target.is_relative_to(folder) else "holds"
         if target == folder or target.is_relative_to(folder) or folder.is_relative_to(target):
             raise InputError(
-                f"--dry-run {out}: is {'inside ' if target != folder else ''}the folder being published "
-                f"({source}); name a new or empty folder outside it"
+                f"--dry-run {out}: {where} the folder being published ({source}); name a new or empty folder outside it"
             )
-    check_replaceable(out, kind, "--dry-run")
