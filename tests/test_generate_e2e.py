@@ -1,6 +1,7 @@
 """`spanjudge generate` end to end with the two tiny systems on real llama.cpp servers
 (SmolLM2-135M-Instruct through chat, Gemma 3 270M - no chat template - through completions)
-on 10 SummEval articles and 10 TopicalChat contexts: a run SIGKILLed mid-way that the same
+on 4 SummEval articles and 4 TopicalChat contexts (the first of `sources_tiny.yaml`'s 10 each,
+kept small for 2 cores): a run SIGKILLed mid-way that the same
 command finishes without repeating a call or writing an output twice, a re-run that makes
 no model call, and `spanjudge annotate` reading the generated files as they are."""
 
@@ -28,7 +29,8 @@ SYSTEMS = REPO / "configs" / "generate" / "systems" / "tiny_local.yaml"
 SOURCES = REPO / "configs" / "generate" / "sources_tiny.yaml"
 ENSEMBLE = REPO / "configs" / "ensemble" / "tiny_local.yaml"
 MAX_TOKENS = 32  # long real inputs, short outputs: the prompts dominate the time on 2 cores
-JOBS = (10 + 10) * 2
+INPUTS = 4  # per source
+JOBS = (INPUTS + INPUTS) * 2
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -62,9 +64,13 @@ def generated(
     systems["sampling"]["max_tokens"] = MAX_TOKENS
     systems_path = tmp / "systems.yaml"
     systems_path.write_text(yaml.safe_dump(systems))
+    sources = yaml.safe_load(SOURCES.read_text())
+    sources["sources"] = [dict(source, limit_inputs=INPUTS) for source in sources["sources"]]
+    sources_path = tmp / "sources.yaml"
+    sources_path.write_text(yaml.safe_dump(sources))
     out = tmp / "out"
     command = [
-        SPANJUDGE, "generate", "--systems", str(systems_path), "--sources", str(SOURCES), "--out", str(out),
+        SPANJUDGE, "generate", "--systems", str(systems_path), "--sources", str(sources_path), "--out", str(out),
         "--data-dir", str(shared_data), "--endpoint", f"smollm2-135m={smollm2_server.base_url}",
         "--endpoint", f"gemma3-270m={gemma3_server.base_url}",
     ]  # fmt: skip
@@ -97,7 +103,7 @@ def test_killed_run_resumes_without_repeats_or_duplicates(generated) -> None:
     keys = [(r["dataset"], r["input_id"], r["system"]) for r in rows + rejected]
     assert len(keys) == len(set(keys)) == JOBS  # every (input, system) exactly once
     for dataset in ("summeval", "topical_chat"):
-        assert len({k[1] for k in keys if k[0] == dataset}) == 10
+        assert len({k[1] for k in keys if k[0] == dataset}) == INPUTS
     assert {r["system"] for r in rows} == {"smollm2-135m", "gemma3-270m"}
 
 
@@ -119,7 +125,7 @@ def test_outputs_carry_raw_text_and_provenance(generated) -> None:
             assert "\n" not in row["output"]  # one line (the template's stop)
         if row["output"] != row["raw_output"].strip():
             assert provenance["postprocess"]  # what changed the raw text is said
-    assert "40 prompts" in resumed.stderr
+    assert f"{JOBS} prompts" in resumed.stderr
     print(f"\nresumed generation of {JOBS} outputs took {seconds:.1f} s")
 
 

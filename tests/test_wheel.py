@@ -69,8 +69,9 @@ def test_the_wheel_holds_every_package_and_the_configs(wheel: Path) -> None:
         for init in (REPO / folder).rglob("__init__.py"):
             assert f"spanjudge/{init.relative_to(REPO).as_posix()}" in names
     shipped_configs = {n for n in names if n.startswith("spanjudge/configs/")}
-    for config in (REPO / "configs").rglob("*.yaml"):
-        assert f"spanjudge/{config.relative_to(REPO).as_posix()}" in shipped_configs
+    for pattern in ("*.yaml", "*.jinja", "config.json"):  # config.json: the architectures a --plan needs offline
+        for config in (REPO / "configs").rglob(pattern):
+            assert f"spanjudge/{config.relative_to(REPO).as_posix()}" in shipped_configs
 
 
 def test_commands_run_from_the_installed_wheel(installed: Path, tmp_path: Path, shared_data: Path) -> None:

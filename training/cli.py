@@ -24,6 +24,39 @@ def train_command(
     check: Annotated[
         bool, typer.Option("--check", help="Validate the config and the data (tokenizes everything), then stop.")
     ] = False,
+    plan: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="Print the memory budget and the time per epoch of this config on the GPU named by --gpu, from the "
+            "model's config.json on the meta device (no weights, no GPU, no network for the shipped recipes), then "
+            "stop; refuses in one line a config that cannot fit, saying what to change.",
+        ),
+    ] = False,
+    gpu: Annotated[
+        str | None,
+        typer.Option("--gpu", help="With --plan: A40, A100-40GB, A100-80GB, H100, L4 or RTX4090."),
+    ] = None,
+    examples: Annotated[
+        int | None,
+        typer.Option(
+            "--examples",
+            min=1,
+            help="With --plan: examples per epoch (default: the config's train.jsonl, else the thesis's 37,000).",
+        ),
+    ] = None,
+    mean_tokens: Annotated[
+        float | None,
+        typer.Option(
+            "--mean-tokens",
+            min=1,
+            help="With --plan: mean tokens per example for the time (default: data.max_length, an upper bound).",
+        ),
+    ] = None,
+    mfu: Annotated[
+        float,
+        typer.Option("--mfu", min=0.01, max=1.0, help="With --plan: the model FLOPs utilisation the time assumes."),
+    ] = 0.4,
 ) -> None:
     """Fine-tune the judge: LoRA or QLoRA SFT with TRL, loss on the evaluation only.
 
@@ -35,6 +68,12 @@ def train_command(
     command resumes from the last checkpoint, and does nothing once the run has finished.
     """
     from .config import parse_override
-    from .stage import train_judge
+    from .stage import plan_training, train_judge
 
-    train_judge(config, [parse_override(item) for item in set_ or []], check=check)
+    overrides = [parse_override(item) for item in set_ or []]
+    if plan or gpu is not None:
+        if not (plan and gpu):
+            raise typer.BadParameter("--plan and --gpu go together: --plan --gpu A40", param_hint="--plan/--gpu")
+        typer.echo(plan_training(config, overrides, gpu, examples=examples, mean_tokens=mean_tokens, mfu=mfu))
+        return
+    train_judge(config, overrides, check=check)

@@ -180,8 +180,14 @@ def parse_override(text: str) -> tuple[str, Any]:
     return parse_setting(text, "--set", "training.max_steps=5")
 
 
-def load_train_config(path: Path, overrides: list[tuple[str, Any]] = ()) -> TrainConfig:  # type: ignore[assignment]
-    """Load, apply `--set` overrides, validate, and check that the data files exist."""
+def load_train_config(
+    path: Path,
+    overrides: list[tuple[str, Any]] = (),  # type: ignore[assignment]
+    *,
+    data_needed: bool = True,
+) -> TrainConfig:
+    """Load, apply `--set` overrides, validate, and check that the data files exist (unless
+    `data_needed` is off: a plan reads the data only when it is there)."""
     if not overrides:
         config = load_yaml_model(TrainConfig, path)
     else:
@@ -193,7 +199,8 @@ def load_train_config(path: Path, overrides: list[tuple[str, Any]] = ()) -> Trai
         config = validate(TrainConfig, data, path)
     check_trainer_args(config, path)
     check_trackers(config, path)
-    check_data_files(config, path)
+    if data_needed:
+        check_data_files(config, path)
     return config
 
 

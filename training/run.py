@@ -122,6 +122,15 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+def _peak_gpu_memory_mib() -> float | None:
+    """The most GPU memory PyTorch held at once in this process; None without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return round(torch.cuda.max_memory_allocated() / 2**20, 1)
+
+
 class TrainingRun:
     """Prepare (cheap, all checks) then train (loads the model). Used by the CLI and tests."""
 
@@ -215,6 +224,7 @@ class TrainingRun:
                 "input_tokens_seen": tokens_seen,
                 "tokens_per_second": round(tokens_seen / seconds, 2) if seconds > 0 and not last else None,
                 "peak_rss_mib_rank0": round(_peak_rss_mib(), 1),
+                "peak_gpu_memory_mib": _peak_gpu_memory_mib(),
                 "train_examples": len(self.train_split.input_ids),
                 "skipped_too_long": len(self.train_split.too_long),
                 "quantized_linear_layers": _count_quantized(trainer.model),
@@ -243,7 +253,9 @@ class TrainingRun:
             gradient_checkpointing=training.gradient_checkpointing,
             bf16=training.mixed_precision == "bf16",
             fp16=training.mixed_precision == "fp16",
-            max_length=config.data.max_length,
+            # TRL 1.16 refuses max_length with padding_free but no packing (it could not enforce it);
+            # tokenize_split has already enforced data.max_length (too_long: error | skip) by then
+            max_length=None if training.padding_free and not training.packing else config.data.max_length,
             packing=training.packing,
             padding_free=training.padding_free,
             eval_strategy="steps" if training.eval_steps and has_validation else "no",

@@ -48,3 +48,36 @@ def train_judge(
     outcome = TrainOutcome(run.adapter_dir, already, metrics)
     run.log(f"done: {run.adapter_dir} ({outcome.summary()})")
     return outcome
+
+
+def plan_training(
+    config: Path,
+    overrides: Sequence[tuple[str, Any]],
+    gpu_name: str,
+    *,
+    examples: int | None = None,
+    mean_tokens: float | None = None,
+    mfu: float = 0.4,
+) -> str:
+    """The plan of a training config on one named GPU (training/plan.py), as text; a plan that
+    cannot fit raises a one-line SpanjudgeError that says what to change (after the text)."""
+    from spanjudge.inference.errors import SpanjudgeError
+
+    from . import plan
+    from .config import load_train_config
+
+    train_config = load_train_config(config, list(overrides), data_needed=False)
+    gpu = plan.find_gpu(gpu_name)
+    lora = train_config.lora
+    shape = plan.model_shape(plan.model_config(train_config.model.base), lora.r, lora.target_modules)
+    count, tokens, assumptions = plan.epoch_size(train_config, examples, mean_tokens)
+    result = plan.plan(train_config, shape, gpu, examples=count, mean_tokens=tokens, mfu=mfu, assumptions=assumptions)
+    thesis = 6.0 if gpu.name == "A40" and train_config.model.base in plan.SHIPPED_CONFIGS else None
+    text = plan.render(train_config, result, thesis_hours=thesis)
+    if not result.fits:
+        print(text, flush=True)
+        raise SpanjudgeError(
+            f"does not fit one {gpu.name}: needs {result.total_bytes / plan.GIB:.1f} GiB of {gpu.memory_gib:g}; "
+            f"{plan.advice(train_config, shape, gpu)}"
+        )
+    return text

@@ -1,0 +1,329 @@
+"""`spanjudge train --config C --plan --gpu NAME`: will this run fit that GPU, and how long is an epoch?
+
+Everything is computed from the base model's config.json built on the meta device (no weights,
+no network: the shipped recipes' architectures are in configs/models/) and the training
+config. The formulas, so a reader can check every number:
+
+- **weights**: every parameter in the configured dtype; with `quantization: 4bit` the Linear
+  weights of the decoder layers are NF4 (0.5 byte) plus double-quantised block constants
+  (8-bit absmax per 64 weights and an fp32 constant per 256 blocks: 0.127 bit), while
+  embeddings, the LM head and the norms stay in the compute dtype (bitsandbytes quantizes
+  Linear layers only, and transformers leaves `lm_head` out); 8bit is one byte per weight.
+- **LoRA**: r·(in + out) parameters per targeted Linear, kept in fp32 by PEFT, plus their fp32
+  gradients and AdamW's two fp32 moments: 16 bytes a parameter.
+- **activations**, for the configured per-device batch at `data.max_length` (the worst case:
+  a batch padded to the longest example): per token and decoder layer, in a 2-byte compute
+  dtype, 22·hidden + 8·intermediate bytes — two RMSNorms (their fp32 input and bf16 output:
+  6·hidden each), the attention's q, k, v and output kept by SDPA (k and v repeated to every
+  head: 8·hidden) and the o_proj input (2·hidden), the MLP's gate, up, SiLU and product
+  (8·intermediate). With gradient checkpointing each layer keeps only its input (2·hidden)
+  and one layer is recomputed at a time. The LM head adds 10 bytes per vocabulary entry and
+  token (bf16 logits, their fp32 copy for the loss, the fp32 log-softmax kept for backward).
+- **overhead**: 1 GiB (CUDA context, cuBLAS workspace) plus 10 % of the rest for the
+  allocator's fragmentation — a stated allowance, not a measurement.
+- **time per epoch** at a stated MFU: model FLOPs per token = 4·N (the frozen base's forward
+  and its backward through the activations; no weight gradients: the base is frozen), with N
+  the Linear parameters including the LM head, + 6·N_LoRA (LoRA's forward, backward and
+  weight gradients) + 6·length·hidden·layers (causal attention's scores and context, forward
+  and backward, at the mean example length). Recomputation under checkpointing is not model
+  FLOPs: the MFU you state has to absorb it. bench/gpu/run.py measures MFU with the same
+  formula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spanjudge.inference.configio import configs_dir
+from spanjudge.inference.errors import SpanjudgeError
+
+from .config import TrainConfig
+
+GIB = 1024**3
+OVERHEAD_FIXED = 1 * GIB
+OVERHEAD_SHARE = 0.10
+NF4_BYTES = 0.5 + 0.127 / 8
+LORA_BYTES = 4 + 4 + 8  # fp32 weight, fp32 gradient, AdamW's two fp32 moments
+LOGIT_BYTES = 2 + 4 + 4  # per vocabulary entry and token
+DEFAULT_MFU = 0.40
+THESIS_EXAMPLES = 37_000  # the thesis's training set (§6)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_gib: float
+    bf16_tflops: float  # dense peak (no structured sparsity)
+    source: str
+
+
+GPUS = {
+    gpu.name.lower(): gpu
+    for gpu in (
+        Gpu("A40", 48, 149.7, "NVIDIA A40 datasheet: 48 GB GDDR6; BF16 Tensor Core 149.7 TFLOPS (299.4 sparse)"),
+        Gpu("A100-40GB", 40, 312.0, "NVIDIA A100 datasheet: BF16 Tensor Core 312 TFLOPS (624 sparse)"),
+        Gpu("A100-80GB", 80, 312.0, "NVIDIA A100 datasheet: BF16 Tensor Core 312 TFLOPS (624 sparse)"),
+        Gpu("H100", 80, 989.4, "NVIDIA H100 datasheet, SXM5 80 GB: BF16 Tensor Core 1,979 TFLOPS sparse, 989.4 dense"),
+        Gpu("L4", 24, 121.0, "NVIDIA L4 datasheet: 24 GB GDDR6; BF16 Tensor Core 242 TFLOPS sparse, 121 dense"),
+        Gpu(
+            "RTX4090",
+            24,
+            165.2,
+            "NVIDIA Ada Lovelace architecture whitepaper (GeForce RTX 4090): BF16 with FP32 accumulate "
+            "165.2 TFLOPS (330.3 sparse)",
+        ),
+    )
+}
+
+# hub ids whose config.json the project ships, so a plan needs no network
+SHIPPED_CONFIGS = {
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+    "meta-llama/Llama-3.1-8B": "llama-3.1-8b",
+    "meta-llama/Meta-Llama-3.1-8B-Instruct": "llama-3.1-8b",
+}
+
+
+def find_gpu(name: str) -> Gpu:
+    key = name.lower().replace(" ", "").replace("_", "-")
+    aliases = {"a100": "a100-80gb", "a100-40": "a100-40gb", "a100-80": "a100-80gb", "4090": "rtx4090"}
+    gpu = GPUS.get(aliases.get(key, key)) or GPUS.get(key.replace("-", ""))
+    if gpu is None:
+        known = ", ".join(g.name for g in GPUS.values())
+        raise SpanjudgeError(f"unknown GPU {name!r} for --gpu (known: {known})")
+    return gpu
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the plan needs from a model, read off its modules on the meta device."""
+
+    hidden: int
+    layers: int
+    intermediate: int
+    vocab: int
+    params: int  # every parameter
+    layer_linear_params: int  # Linear weights inside the decoder layers (what 4-bit quantizes)
+    linear_params: int  # every Linear weight, LM head included: the matmul parameters
+    lora_params: int
+
+
+def model_config(base: str) -> Any:
+    """The base model's config, offline: a local folder, a GGUF, or a hub id the project ships."""
+    from transformers import AutoConfig
+
+    from spanjudge.inference.hf_models import resolve_model_source
+
+    source = resolve_model_source(base)
+    try:
+        if source.kind == "gguf":
+            path = Path(source.location)
+            return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        if source.kind == "hub" and base in SHIPPED_CONFIGS:
+            return AutoConfig.from_pretrained(str(configs_dir() / "models" / SHIPPED_CONFIGS[base]))
+        return AutoConfig.from_pretrained(source.location)
+    except (OSError, ValueError) as exc:
+        raise SpanjudgeError(
+            f"no config.json for {base} here ({str(exc).splitlines()[0]}); point model.base at a local model "
+            f"folder (shipped architectures: {', '.join(sorted(SHIPPED_CONFIGS))})"
+        ) from None
+
+
+def model_shape(config: Any, lora_r: int, targets: tuple[str, ...]) -> ModelShape:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    linears = [(name, module) for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return ModelShape(
+        hidden=text.hidden_size,
+        layers=text.num_hidden_layers,
+        intermediate=text.intermediate_size,
+        vocab=text.vocab_size,
+        params=sum(p.numel() for p in model.parameters()),
+        layer_linear_params=sum(m.weight.numel() for name, m in linears if ".layers." in f".{name}"),
+        linear_params=sum(m.weight.numel() for _, m in linears),
+        lora_params=sum(
+            lora_r * (m.in_features + m.out_features)
+            for name, m in linears
+            if any(name == t or name.endswith("." + t) for t in targets)
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Line:
+    label: str
+    bytes: float
+    how: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    gpu: Gpu
+    memory: list[Line]  # the parts, overhead last
+    total_bytes: float
+    tokens_per_epoch: float
+    model_flops_per_token: float
+    mfu: float
+    hours_per_epoch: float
+    assumptions: list[str]
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.gpu.memory_gib * GIB
+
+
+def weight_bytes(shape: ModelShape, dtype: str, quantization: str) -> tuple[float, str]:
+    width = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}[dtype]
+    if quantization == "none":
+        return shape.params * width, f"{shape.params:,} parameters × {width} bytes ({dtype})"
+    per_weight = NF4_BYTES if quantization == "4bit" else 1
+    rest = shape.params - shape.layer_linear_params
+    how = (
+        f"{shape.layer_linear_params:,} layer weights × {per_weight:.4g} bytes ({quantization}) + "
+        f"{rest:,} others × {width} bytes"
+    )
+    return shape.layer_linear_params * per_weight + rest * width, how
+
+
+def activation_lines(shape: ModelShape, tokens: int, checkpointing: bool, width: int) -> list[Line]:
+    """The decoder layers' activations and the LM head's, for `tokens` tokens in one batch."""
+    per_layer = (22 * shape.hidden + 8 * shape.intermediate) * width / 2
+    if checkpointing:
+        layers = tokens * (shape.layers * shape.hidden * width + per_layer)
+        how = f"{tokens:,} tokens × ({shape.layers} layer inputs + 1 layer recomputed at a time)"
+    else:
+        layers = tokens * shape.layers * per_layer
+        how = f"{tokens:,} tokens × {shape.layers} layers, no checkpointing"
+    logits_how = f"{tokens:,} tokens × {shape.vocab:,} vocabulary × {LOGIT_BYTES} bytes"
+    return [
+        Line("activations: decoder layers", layers, how),
+        Line("activations: LM head (logits, loss)", tokens * LOGIT_BYTES * shape.vocab, logits_how),
+    ]
+
+
+def model_flops_per_token(shape: ModelShape, mean_tokens: float) -> float:
+    return 4 * shape.linear_params + 6 * shape.lora_params + 6 * mean_tokens * shape.hidden * shape.layers
+
+
+def plan(
+    config: TrainConfig,
+    shape: ModelShape,
+    gpu: Gpu,
+    *,
+    examples: int,
+    mean_tokens: float,
+    mfu: float = DEFAULT_MFU,
+    assumptions: list[str] | None = None,
+) -> Plan:
+    training, data = config.training, config.data
+    width = 4 if config.model.dtype == "float32" and training.mixed_precision == "no" else 2
+    tokens = training.per_device_batch_size * data.max_length
+    weights, weights_how = weight_bytes(shape, config.model.dtype, config.model.quantization)
+    parts = [
+        Line("base weights", weights, weights_how),
+        Line("LoRA (weights, gradients, AdamW)", shape.lora_params * LORA_BYTES, f"{shape.lora_params:,} × 16 bytes"),
+        *activation_lines(shape, tokens, training.gradient_checkpointing, width),
+    ]
+    subtotal = sum(line.bytes for line in parts)
+    overhead = OVERHEAD_FIXED + OVERHEAD_SHARE * subtotal
+    parts.append(Line("overhead", overhead, "1 GiB + 10 % (CUDA context, allocator)"))
+    flops = model_flops_per_token(shape, mean_tokens)
+    epoch_tokens = examples * mean_tokens * training.epochs
+    seconds = epoch_tokens * flops / (mfu * gpu.bf16_tflops * 1e12)
+    return Plan(gpu, parts, subtotal + overhead, epoch_tokens, flops, mfu, seconds / 3600, assumptions or [])
+
+
+def implied_mfu(result: Plan, hours: float) -> float:
+    """The MFU at which an epoch of this plan takes `hours` on its GPU."""
+    return result.tokens_per_epoch * result.model_flops_per_token / (hours * 3600 * result.gpu.bf16_tflops * 1e12)
+
+
+def advice(config: TrainConfig, shape: ModelShape, gpu: Gpu) -> str:
+    """The levers, pulled in order until the plan fits, those that leave the results alone first:
+    gradient checkpointing, a halved per-device batch (accumulation keeps the effective batch),
+    then QLoRA, then a halved max length (down to 512); or that none of them is enough."""
+    model, training, data = config.model, config.training, config.data
+    steps: list[tuple[str, dict[str, dict[str, Any]]]] = []
+    if not training.gradient_checkpointing:
+        steps.append(("training.gradient_checkpointing: true", {"training": {"gradient_checkpointing": True}}))
+    batch = training.per_device_batch_size
+    while batch > 1:
+        batch //= 2
+        steps.append((f"training.per_device_batch_size: {batch}", {"training": {"per_device_batch_size": batch}}))
+    if model.quantization == "none":
+        steps.append(("model.quantization: 4bit (QLoRA)", {"model": {"quantization": "4bit"}}))
+    length = data.max_length
+    while length > 512:
+        length //= 2
+        steps.append((f"data.max_length: {length}", {"data": {"max_length": length}}))
+    changed, taken = config, []
+    for label, update in steps:
+        changed = changed.model_copy(
+            update={section: getattr(changed, section).model_copy(update=values) for section, values in update.items()}
+        )
+        if taken and taken[-1].split(":")[0] == label.split(":")[0]:
+            taken[-1] = label  # a further halving replaces the one before
+        else:
+            taken.append(label)
+        need = plan(changed, shape, gpu, examples=1, mean_tokens=1).total_bytes
+        if need <= gpu.memory_gib * GIB:
+            return f"{', '.join(taken)} would need {need / GIB:.1f} GiB"
+    return f"even {', '.join(taken)} would not fit: choose a GPU with more memory"
+
+
+def render(config: TrainConfig, result: Plan, thesis_hours: float | None = None) -> str:
+    gpu = result.gpu
+    lines = [
+        f"Plan for {config.model.base} on one {gpu.name} ({gpu.memory_gib:g} GiB, {gpu.bf16_tflops:g} bf16 TFLOP/s "
+        f"dense; {gpu.source})",
+        f"  per-device batch {config.training.per_device_batch_size} × max length {config.data.max_length}, "
+        f"gradient checkpointing {'on' if config.training.gradient_checkpointing else 'off'}, "
+        f"quantization {config.model.quantization}, LoRA r {config.lora.r}",
+        "",
+        "Memory (GiB):",
+    ]
+    for line in result.memory:
+        lines.append(f"  {line.label:<36} {line.bytes / GIB:8.2f}   {line.how}")
+    verdict = "fits" if result.fits else "does NOT fit"
+    lines.append(f"  {'total':<36} {result.total_bytes / GIB:8.2f}   {verdict} in {gpu.memory_gib:g} GiB")
+    lines += [
+        "",
+        f"Time per epoch at {result.mfu:.0%} MFU: {result.hours_per_epoch:.2f} h "
+        f"({result.tokens_per_epoch:,.0f} tokens × {result.model_flops_per_token / 1e9:.1f} GFLOP per token)",
+    ]
+    if thesis_hours is not None:
+        implied = implied_mfu(result, thesis_hours)
+        lines.append(
+            f"  the thesis's {thesis_hours:g} h per epoch on this GPU would mean {implied:.0%} MFU on these assumptions"
+        )
+    lines += [f"  assumed: {text}" for text in result.assumptions]
+    return "\n".join(lines)
+
+
+def epoch_size(config: TrainConfig, examples: int | None, mean_tokens: float | None) -> tuple[int, float, list[str]]:
+    """Examples and mean tokens per example for the time estimate, and what was assumed.
+
+    Examples: --examples, else the lines of the config's train.jsonl when it is here, else the
+    thesis's 37,000. Mean tokens: --mean-tokens, else data.max_length, an upper bound that says so."""
+    assumptions = []
+    if examples is None:
+        train = config.data.train / "train.jsonl" if config.data.train.is_dir() else config.data.train
+        if train.is_file() and train.suffix == ".jsonl":
+            with train.open("rb") as handle:
+                examples = sum(1 for line in handle if line.strip())
+            assumptions.append(f"{examples:,} examples: the lines of {train}")
+        else:
+            examples = THESIS_EXAMPLES
+            assumptions.append(f"{examples:,} examples: the thesis's training set (no data at {config.data.train})")
+    if mean_tokens is None:
+        mean_tokens = float(config.data.max_length)
+        assumptions.append(
+            f"every example {config.data.max_length} tokens long: an upper bound (pass --mean-tokens with your "
+            "data's mean)"
+        )
+    return examples, mean_tokens, assumptions
