@@ -68,7 +68,7 @@ def _cached_calls(cache: Path) -> int:
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory: pytest.TempPathFactory, smollm2_server: LlamaCppServer, gemma3_server: LlamaCppServer):
     tmp = tmp_path_factory.mktemp("annotate")
-    sources = _sources(tmp, 6)  # 6 inputs x (2 annotators + supervisor): the whole pipeline, on a 2-core budget
+    sources = _sources(tmp, 4)  # 4 inputs x (2 annotators + supervisor): the whole pipeline, on a 2-core budget
     out = tmp / "out"
     command = _command(out, sources, smollm2_server.base_url, gemma3_server.base_url)
     first = _run(*command)
@@ -79,8 +79,8 @@ def test_annotate_builds_the_dataset(full_run) -> None:
     _, out, first = full_run
     assert first.returncode == 0, first.stderr
     run = json.loads((out / "run.json").read_text())
-    assert run["requests"] == 6 and run["incomplete"] == 0
-    assert run["records"] + run["unscored"] == 6
+    assert run["requests"] == 4 and run["incomplete"] == 0
+    assert run["records"] + run["unscored"] == 4
     train, validation = _lines(out / "train.jsonl"), _lines(out / "validation.jsonl")
     assert len(train) + len(validation) == run["records"] > 0
     assert {r["input_id"] for r in train}.isdisjoint({r["input_id"] for r in validation})

@@ -16,7 +16,7 @@ from spanjudge.eval.perturb.benchmark import load_benchmark
 from spanjudge.inference.cli import main as cli_main
 from spanjudge.inference.configio import configs_dir
 
-JUDGE_OPTIONS = ["--judge-option", "max_new_tokens=96", "--judge-option", "batch_size=8", "--judge-option", "retries=0"]
+JUDGE_OPTIONS = ["--judge-option", "max_new_tokens=64", "--judge-option", "batch_size=8", "--judge-option", "retries=0"]
 BUILDS = {
     "dhp": ["--n", "1", "--perturbation", "dhp.char_deletion.minor", "--perturbation", "dhp.reordering.minor",
             "--perturbation", "dhp.fictional_entities.minor", "--aspect", "coherence", "--aspect", "fluency"],

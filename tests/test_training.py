@@ -249,10 +249,12 @@ def test_two_cpu_processes_train_save_and_reload(trained_judge: TrainedRun, smol
 def test_killed_run_resumes_from_its_checkpoint(tmp_path: Path, records: Path, smollm2_hf: Path) -> None:
     out = tmp_path / "run"
     # the command line; accelerate's CPU launcher starts one process
-    args = ["--cpu", "--num_processes", "2", *smoke_args(records, out)]
+    # 4 steps with a checkpoint after 2: the same kill and resume at half the smoke run's cost
+    sets = ["--set", "training.max_steps=4", "--set", "training.save_steps=2"]
+    args = ["--cpu", "--num_processes", "2", *smoke_args(records, out, *sets)]
     process = launch(args, start_new_session=True)
     deadline = time.monotonic() + 300
-    while not (out / "checkpoint-4" / "trainer_state.json").is_file():
+    while not (out / "checkpoint-2" / "trainer_state.json").is_file():
         assert process.poll() is None, process.stdout.read()[-3000:] if process.stdout else ""
         assert time.monotonic() < deadline, "no checkpoint after 300 s"
         time.sleep(0.2)
@@ -264,13 +266,13 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path: Path, records: Path, s
     resumed = launch(args)
     log, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, log[-3000:]
-    assert "resuming from" in log and "checkpoint-4" in log
+    assert "resuming from" in log and "checkpoint-2" in log
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["global_step"] == 8 and metrics["resumed_from"].endswith("checkpoint-4")
+    assert metrics["global_step"] == 4 and metrics["resumed_from"].endswith("checkpoint-2")
     steps = [step for step, _ in train_losses(out)]
-    assert steps == sorted(set(steps)) and steps[-1] == 8  # no step lost, none repeated
-    # the mean loss covers all 8 steps (logged every step), not only the 4 after the resume
-    assert metrics["train_loss"] == pytest.approx(sum(loss for _, loss in train_losses(out)) / 8, rel=1e-5)
+    assert steps == sorted(set(steps)) and steps[-1] == 4  # no step lost, none repeated
+    # the mean loss covers all 4 steps (logged every step), not only the 2 after the resume
+    assert metrics["train_loss"] == pytest.approx(sum(loss for _, loss in train_losses(out)) / 4, rel=1e-5)
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
 
 

