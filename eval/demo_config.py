@@ -49,9 +49,13 @@ class TeacherSection(_Strict):
 
 
 class CompareSection(_Strict):
-    """The untrained base beside the trained judge, on the same items with the same settings."""
+    """The untrained base beside the trained judge, on the same items with the same settings (the
+    base held to the output contract's grammar, which it never writes unaided)."""
 
-    base: bool = Field(default=True, description="also judge every item with the untrained base model")
+    base: bool = Field(
+        default=True,
+        description="also judge every item with the untrained base model, held to the contract's grammar",
+    )
     span_tables: tuple[int, int] | None = Field(
         default=None,
         description="[first, stop) held-out quintd-1 tables whose outputs both judges rate against the human spans",

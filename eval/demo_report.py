@@ -340,11 +340,50 @@ def _score_section(layout: DemoLayout) -> str:
         return "<p>Not run.</p>"
     scored = [r for r in rows if r["evaluation"]["score"] is not None]
     spans = sum(1 for r in scored for e in r["evaluation"]["errors"] if e.get("start") is not None)
+    base = _jsonl(layout.base_scores)
+    base_part = (
+        "<h3>The untrained base, held to the contract's grammar</h3>"
+        f"<p>{sum(r['evaluation']['score'] is not None for r in base)}/{len(base)} scored.</p>"
+        + _reasons(base)
+        + render_items(base)
+        if base
+        else ""
+    )
     return (
         f"<p>{len(rows)} held-out outputs (never trained on), {len(scored)} scored, {spans} error spans anchored "
-        f"to their output. Hover a highlighted span for its explanation.</p>{legend()}"
+        f"to their output. Hover a highlighted span for its explanation; a fainter span is one the judge was "
+        f"less sure it would write (its confidence).</p>{legend()}"
+        + _expected_values(scored)
         + _reasons(rows)
         + render_items(rows)
+        + base_part
+    )
+
+
+def _expected_values(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The trained judge's probability-aware values beside its written ones, one row per output."""
+    read = [r for r in rows if r.get("probabilities")]
+    if not read:
+        return ""
+    table = [
+        [
+            _e(r["id"]),
+            r["evaluation"]["score"],
+            f"{r['probabilities']['expected_score']:.1f}",
+            len(r["evaluation"]["errors"]),
+            f"{r['probabilities']['expected_errors']:.2f}",
+            f"{r['probabilities']['p_no_error']:.2f}",
+            ", ".join(f"{e['confidence']:.2f}" for e in r["evaluation"]["errors"] if e.get("confidence") is not None)
+            or "–",
+        ]
+        for r in read
+    ]
+    header = ["output", "written score", "expected score", "written errors", "expected errors", "P(no error)",
+              "confidence of each error"]  # fmt: skip
+    return (
+        "<p>What the judge wrote, and what its own probabilities expect (read along the written evaluation: "
+        "the score averaged over the contract's 0-100 values, the number of errors from its continue/stop "
+        "probability at each error decision):</p>" + _table(header, table, numeric=[1, 2, 3, 4, 5])
     )
 
 

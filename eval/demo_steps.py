@@ -27,6 +27,9 @@ from .suite import resolve_config_path
 
 DISTILLED = "distilled:adapter"  # the meta-eval name of the judge at OUT/train/adapter
 BASE = "base:untrained"  # the meta-eval name of the untrained base model, judged beside it
+# the untrained base never writes the contract's format unaided (0/68 in the measured demo):
+# held to its grammar, it writes an evaluation that can be compared with the trained judge's
+BASE_DECODING = {"constrained": True}
 
 
 class NotBuiltYet(SpanjudgeError):
@@ -111,6 +114,11 @@ def teacher_step(ctx: DemoContext) -> StepOutput:
         f"{used} used), {summary['spans']} teacher spans; rule: {summary['rule']}"
     )
     return text, {"summary": summary, "used": used}
+
+
+def _as_options(decoding: dict[str, Any]) -> dict[str, str]:
+    """Judge keyword arguments as meta-eval's --judge-option strings (read back as YAML)."""
+    return {key: str(value).lower() for key, value in decoding.items()}
 
 
 def training_data(ctx: DemoContext) -> Path:
@@ -209,14 +217,16 @@ def score_step(ctx: DemoContext) -> StepOutput:
     if not rows:
         raise SpanjudgeError("score: no held-out outputs (no validation split, and annotate.limit_inputs is not set)")
     atomic_write_jsonl(layout.held_out, rows)
-    judges = [("trained", str(layout.adapter), layout.scores)]
+    # the trained judge also reads its probabilities (expected values, span confidence); the base
+    # is held to the contract's grammar, so it too writes an evaluation, not its token limit of text
+    judges = [("trained", str(layout.adapter), layout.scores, {"probabilities": True})]
     if ctx.config.compare.base:
-        judges.append(("base", base_model(ctx), layout.base_scores))
+        judges.append(("base", base_model(ctx), layout.base_scores, BASE_DECODING))
     counts: dict[str, dict[str, int]] = {}
-    for name, model, out in judges:
+    for name, model, out, decoding in judges:
         settings = ScoreSettings(
             model=model, out=out, data=str(layout.held_out), max_new_tokens=section.max_new_tokens,
-            batch_size=section.batch_size, retries=section.retries,
+            batch_size=section.batch_size, retries=section.retries, **decoding,
         )  # fmt: skip
         run = score_file(settings, ctx.console)
         if run.failed:
@@ -244,7 +254,7 @@ def meta_eval_step(ctx: DemoContext) -> StepOutput:
     options = {k: str(v) for k, v in section.judge_options.items()}
     with open_judges((f"distilled:{layout.adapter}", *section.baselines), layout.meta_eval, options) as judges:
         if ctx.config.compare.base:
-            judges.append(DistilledJudge(base_model(ctx), options))
+            judges.append(DistilledJudge(base_model(ctx), {**options, **_as_options(BASE_DECODING)}))
             judges[-1].name = BASE
         run = run_suite(
             suite, suite_path, judges, layout.meta_eval, data_root=ctx.data_root, console=ctx.console,
@@ -306,7 +316,7 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
     options = {k: str(v) for k, v in section.judge_options.items()}
     with open_judges([f"distilled:{ctx.layout.adapter}"], ctx.layout.perturbation, options) as judges:
         if ctx.config.compare.base:
-            judges.append(DistilledJudge(base_model(ctx), options))
+            judges.append(DistilledJudge(base_model(ctx), {**options, **_as_options(BASE_DECODING)}))
             judges[-1].name = BASE
         run_benchmark(folder, judges, ctx.layout.perturbation)
     summaries = {}
@@ -366,9 +376,12 @@ def spans_step(ctx: DemoContext) -> StepOutput:
     judges = [("trained", str(layout.adapter))] + ([("base", base_model(ctx))] if section.base else [])
     rows: dict[str, dict[str, Any]] = {}
     for name, model in judges:
-        path = layout.spans / f"{name}.json"
+        decoding = BASE_DECODING if name == "base" else {}
+        # the decoding is in the name: judgments made another way (an earlier demo's) are not reused
+        path = layout.spans / f"{name}{'+grammar' if decoding else ''}.json"
         judge = None if path.is_file() else Judge.from_pretrained(
-            model, batch_size=options.batch_size, max_new_tokens=options.max_new_tokens, retries=options.retries
+            model, batch_size=options.batch_size, max_new_tokens=options.max_new_tokens, retries=options.retries,
+            **decoding,
         )  # fmt: skip
         try:
             judged = judge_span_documents(judge, docs, path)

@@ -47,7 +47,10 @@ from .contract.render import (
 
 SEVERITIES = tuple(range(1, 6))  # the contract's severity values (`ErrorAnnotation.severity`)
 SCORES = tuple(range(0, 101))  # the contract's score values (`Evaluation.score`)
-_BATCH = 16  # alternatives per forward pass: 101 score values x Gemma's 262k vocabulary stay small
+_BATCH = 16  # alternatives per forward pass at most: 101 score values x Gemma's 262k vocabulary stay small
+# the prompt's KV cache is copied once per alternative in a pass: an 8B model's 4k-token prompt
+# holds 0.5 GB of it, so a pass takes as many alternatives as fit this (at least one)
+CACHE_BUDGET_BYTES = 2 * 1024**3
 
 
 class ErrorProbabilities(BaseModel):
@@ -124,17 +127,42 @@ def _common(a: Sequence[int], b: Sequence[int]) -> int:
     return length
 
 
+def alternatives_per_pass(row_bytes: float, budget_bytes: int) -> int:
+    """How many alternatives one forward pass takes: each copies a prompt cache of `row_bytes`."""
+    return max(1, min(_BATCH, int(budget_bytes // max(1.0, row_bytes))))
+
+
+def _cache_bytes(cache: Any) -> int:
+    """The memory a KV cache's tensors hold (transformers 5's layered caches and 4.x's lists)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        tensors = [t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))]
+    else:
+        tensors = [*getattr(cache, "key_cache", []), *getattr(cache, "value_cache", [])]
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None and hasattr(t, "numel"))
+
+
 class ProbabilityReader:
     """Reads `ReplyProbabilities` from a causal LM (transformers or PEFT) and its tokenizer.
 
-    `end_ids`: the tokens that end the judge's turn (eos, Gemma's `<end_of_turn>`)."""
+    `end_ids`: the tokens that end the judge's turn (eos, Gemma's `<end_of_turn>`).
+    `cache_budget_bytes`: how much memory the copies of the prompt's KV cache may take in one
+    forward pass over alternatives (fewer alternatives a pass on a long prompt; same results)."""
 
-    def __init__(self, model: Any, tokenizer: Any, end_ids: Collection[int], max_errors: int = 8) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        end_ids: Collection[int],
+        max_errors: int = 8,
+        cache_budget_bytes: int = CACHE_BUDGET_BYTES,
+    ) -> None:
         import torch
 
         self.model, self.tokenizer = model, tokenizer
         self.end_ids = sorted(end_ids)
         self.max_errors = max_errors
+        self.cache_budget_bytes = cache_budget_bytes
         self._torch = torch
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         # transformers 5 names the cache argument `cache`; 4.x `past_key_values`
@@ -205,8 +233,9 @@ class ProbabilityReader:
         at = len(prompt_ids) + start  # the first tail token is predicted by the row before it
         opening = first[at - 1]
         totals = [float(opening[tail[0]]) if tail else 0.0 for tail in tails]
-        for begin in range(0, len(tails), _BATCH):
-            group = tails[begin : begin + _BATCH]
+        size = alternatives_per_pass(_cache_bytes(cache) * at / max(1, cache.get_seq_length()), self.cache_budget_bytes)
+        for begin in range(0, len(tails), size):
+            group = tails[begin : begin + size]
             width = max(len(tail) for tail in group)
             if width == 0:
                 continue

@@ -131,6 +131,7 @@ def _train(layout: DemoLayout) -> None:
 def _score(layout: DemoLayout, shared_data: Path) -> None:
     from spanjudge.inference.contract import anchor_evaluation, parse_judge
     from spanjudge.inference.judge import JudgedEvaluation
+    from spanjudge.inference.probabilities import ErrorProbabilities, ReplyProbabilities
     from spanjudge.inference.score_data import ScoreStore
     from spanjudge.inference.scoring import result_row
 
@@ -140,18 +141,27 @@ def _score(layout: DemoLayout, shared_data: Path) -> None:
             self.task = type("T", (), {"id": "summeval"})
             self.aspect = type("A", (), {"name": "consistency"})
 
-    rows = []
+    rows, base_rows = [], []
     for number, row in enumerate(_summeval_rows(shared_data, 2)):
         output = row["system_output"]
         reply = f"Error 1:\nLocation: {' '.join(output.split()[:4])}\nExplanation: unsupported\nSeverity: 3\n\n"
         reply += "Overall score: 55"
         evaluation = anchor_evaluation(parse_judge(reply), output)
-        judged = JudgedEvaluation(errors=evaluation.errors, score=evaluation.score, raw_replies=[reply], attempts=1)
+        read = ReplyProbabilities(
+            p_no_error=0.3, expected_errors=0.8 + number, expected_score=61.5, score_distribution={55: 0.7, 70: 0.3},
+            errors=[ErrorProbabilities(confidence=0.7, expected_severity=3.2, severity_distribution={3: 0.8, 4: 0.2})],
+        )  # fmt: skip
+        judged = JudgedEvaluation(
+            errors=evaluation.errors, score=evaluation.score, raw_replies=[reply], attempts=1, probabilities=read
+        )
         rows.append(result_row(Request(f"held-{number}", output), judged))
+        base_reply = JudgedEvaluation(errors=[], score=100, raw_replies=["No Error\n\nOverall score: 100"], attempts=1)
+        base_rows.append(result_row(Request(f"held-{number}", output), base_reply))
     unscored = JudgedEvaluation(score=None, unscored_reason="no parseable reply in 4 tries (last: no score)")
     rows.append(result_row(Request("held-2", "A summary."), unscored))
-    with ScoreStore(layout.scores) as store:
-        store.append(rows)
+    for path, written in ((layout.scores, rows), (layout.base_scores, base_rows)):
+        with ScoreStore(path) as store:
+            store.append(written)
 
 
 def _meta_eval(layout: DemoLayout, shared_data: Path) -> None:
@@ -204,3 +214,9 @@ def test_report_shows_spans_tables_and_plots(tmp_path: Path, shared_data: Path) 
     assert "<th>untrained base</th>" in page and "<td>0/4</td>" in page and "<td>3/4</td>" in page
     assert "<td>teacher (GPT-4)</td><td class=num>4/4</td>" in page
     assert "<td>base</td><td class=num>0/4</td><td class=num>–</td>" in page
+    # the trained judge's expected values beside the written ones; spans shaded by confidence
+    assert "<th>expected score</th>" in page and "<td class=num>61.5</td>" in page
+    assert "<td class=num>0.80</td>" in page and "<td class=num>1.80</td>" in page and "<td>0.70</td>" in page
+    assert "confidence 0.70" in page and 'style="opacity:0.80"' in page
+    # the base's own evaluations (held to the grammar), not only its counts
+    assert "The untrained base, held to the contract's grammar" in page and "<p>2/2 scored.</p>" in page

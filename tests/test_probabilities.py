@@ -93,6 +93,34 @@ def test_read_probabilities_equal_a_brute_force_computation(tiny: tuple[Any, Any
     assert 0 < read.p_no_error < 1 and 0 <= read.expected_errors <= 8
 
 
+def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, Any]) -> None:
+    """A long prompt's cache, copied once per alternative, keeps a pass within the budget; one
+    alternative a pass reads the very same probabilities as sixteen."""
+    import torch
+
+    from spanjudge.inference.probabilities import _cache_bytes, alternatives_per_pass
+
+    assert alternatives_per_pass(0.5e9, 2 * 1024**3) == 4  # an 8B model's 4k-token prompt: 0.5 GB a copy
+    assert alternatives_per_pass(10.0, 2 * 1024**3) == 16 and alternatives_per_pass(5e9, 2 * 1024**3) == 1
+    model, tokenizer = tiny
+    with torch.no_grad():
+        cache = model(torch.tensor([[1, 2, 3, 4, 5]]), use_cache=True).past_key_values
+    assert _cache_bytes(cache) == 5 * 2 * 2 * 8 * 4  # tokens x (keys, values) x 2 kv heads x head dim 8 x fp32
+
+    evaluation = parse_judge(TWO_ERRORS)
+    prompt = tokenizer("Is 'A cat sat on a hat.' faithful to 'The cat sat on the mat.'?")["input_ids"]
+    end = {tokenizer.eos_token_id}
+    batched = ProbabilityReader(model, tokenizer, end).read(prompt, evaluation)
+    one_by_one = ProbabilityReader(model, tokenizer, end, cache_budget_bytes=1).read(prompt, evaluation)
+    assert list(one_by_one.score_distribution.values()) == pytest.approx(
+        list(batched.score_distribution.values()), abs=1e-6
+    )
+    assert one_by_one.expected_errors == pytest.approx(batched.expected_errors, abs=1e-6)
+    assert [e.expected_severity for e in one_by_one.errors] == pytest.approx(
+        [e.expected_severity for e in batched.errors], abs=1e-6
+    )
+
+
 # -- end to end ------------------------------------------------------------------------------
 
 

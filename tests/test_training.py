@@ -221,14 +221,14 @@ def test_two_cpu_processes_train_save_and_reload(trained_judge: TrainedRun, smol
     tuned = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(smollm2_hf)), str(adapter))
 
     def mean_loss(model: torch.nn.Module) -> float:
-        """Per-token loss over all completion tokens, as the trainer's evaluation counts it."""
-        total, tokens = 0.0, 0
+        """Each example's per-token completion loss, averaged over the examples: as the trainer's
+        evaluation counts it with one example per process and batch (the fixture's batch size)."""
         with torch.no_grad():
-            for ids, labels in zip(split.input_ids, split.labels, strict=True):
-                count = sum(1 for label in labels[1:] if label != -100)  # labels shift by one
-                total += model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels])).loss.item() * count
-                tokens += count
-        return total / tokens
+            losses = [
+                model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels])).loss.item()
+                for ids, labels in zip(split.input_ids, split.labels, strict=True)
+            ]
+        return sum(losses) / len(losses)
 
     tuned_loss, base_loss = mean_loss(tuned), mean_loss(base)
     assert tuned_loss < base_loss
