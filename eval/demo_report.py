@@ -368,7 +368,7 @@ def _expected_values(rows: Sequence[Mapping[str, Any]]) -> str:
     table = [
         [
             _e(r["id"]),
-            r["evaluation"]["score"],
+            f"{r['evaluation']['score']:g}",
             f"{r['probabilities']['expected_score']:.1f}",
             len(r["evaluation"]["errors"]),
             f"{r['probabilities']['expected_errors']:.2f}",

@@ -1,7 +1,8 @@
 """`spanjudge train --plan --gpu NAME`: a memory budget and an epoch time from config.json alone.
 
 The numbers of a small Llama config are worked out by hand here from the formulas in
-training/plan.py's docstring; the thesis recipe is planned offline from the shipped config."""
+training/plan.py's docstring; the thesis recipe is planned offline from the shipped config.
+(With the tiny config at hand, also the training config's reading of YAML's bare `no`.)"""
 
 from __future__ import annotations
 
@@ -97,3 +98,13 @@ def test_a_plan_that_cannot_fit_says_in_one_line_what_to_change(capsys: pytest.C
     assert "unknown GPU 'V100' for --gpu (known: A40," in capsys.readouterr().err
     assert cli_main(["train", "--config", str(recipe), "--plan"]) == 2
     assert "--plan and --gpu go together" in capsys.readouterr().err
+
+
+def test_an_unquoted_no_is_the_mixed_precision_no(tiny_config: Path) -> None:
+    """YAML reads `no` as false; `--set training.mixed_precision=no` (or `mixed_precision: no`) means 'no'."""
+    from spanjudge.training.config import parse_override
+
+    config = load_train_config(tiny_config, [parse_override("training.mixed_precision=no")], data_needed=False)
+    assert config.training.mixed_precision == "no"
+    config = load_train_config(tiny_config, [parse_override("training.mixed_precision=fp16")], data_needed=False)
+    assert config.training.mixed_precision == "fp16"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from spanjudge.inference.configio import configs_dir, load_yaml_model, read_yaml, validate
 from spanjudge.inference.errors import ConfigError, InputError
@@ -118,6 +118,12 @@ class TrainingSection(_Strict):
         "(e.g. {torch_compile: true, neftune_noise_alpha: 5}); names are checked against SFTConfig's "
         "fields before the model loads, and those set by a field here are refused (set the field)",
     )
+
+    @field_validator("mixed_precision", mode="before")
+    @classmethod
+    def _yaml_no(cls, value: Any) -> Any:
+        """YAML reads an unquoted `no` as false: `mixed_precision: no` (or `--set ...=no`) means "no"."""
+        return "no" if value is False else value
 
 
 class LoggingSection(_Strict):
