@@ -54,9 +54,11 @@ def train_command(
         ),
     ] = None,
     mfu: Annotated[
-        float,
-        typer.Option("--mfu", min=0.01, max=1.0, help="With --plan: the model FLOPs utilisation the time assumes."),
-    ] = 0.4,
+        float | None,
+        typer.Option(
+            "--mfu", min=0.01, max=1.0, help="With --plan: the model FLOPs utilisation the time assumes (default 0.4)."
+        ),
+    ] = None,
 ) -> None:
     """Fine-tune the judge: LoRA or QLoRA SFT with TRL, loss on the evaluation only.
 
@@ -67,6 +69,8 @@ def train_command(
     final adapter in adapter/, metrics.json and the resolved config; re-running the same
     command resumes from the last checkpoint, and does nothing once the run has finished.
     """
+    from spanjudge.inference.errors import SpanjudgeError
+
     from .config import parse_override
     from .stage import plan_training, train_judge
 
@@ -74,6 +78,9 @@ def train_command(
     if plan or gpu is not None:
         if not (plan and gpu):
             raise typer.BadParameter("--plan and --gpu go together: --plan --gpu A40", param_hint="--plan/--gpu")
-        typer.echo(plan_training(config, overrides, gpu, examples=examples, mean_tokens=mean_tokens, mfu=mfu))
+        outcome = plan_training(config, overrides, gpu, examples=examples, mean_tokens=mean_tokens, mfu=mfu)
+        typer.echo(outcome.text)
+        if outcome.refusal:
+            raise SpanjudgeError(outcome.refusal)
         return
     train_judge(config, overrides, check=check)

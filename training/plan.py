@@ -49,6 +49,7 @@ LORA_BYTES = 4 + 4 + 8  # fp32 weight, fp32 gradient, AdamW's two fp32 moments
 LOGIT_BYTES = 2 + 4 + 4  # per vocabulary entry and token
 DEFAULT_MFU = 0.40
 THESIS_EXAMPLES = 37_000  # the thesis's training set (§6)
+THESIS_HOURS = 6.0  # its epoch on one A40 with Unsloth (§4.4)
 
 
 @dataclass(frozen=True)

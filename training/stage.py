@@ -50,6 +50,12 @@ def train_judge(
     return outcome
 
 
+@dataclass(frozen=True)
+class PlanOutcome:
+    text: str  # the budget and the epoch time, as `--plan` prints them
+    refusal: str | None  # one line saying what to change, when the run cannot fit the GPU
+
+
 def plan_training(
     config: Path,
     overrides: Sequence[tuple[str, Any]],
@@ -57,12 +63,10 @@ def plan_training(
     *,
     examples: int | None = None,
     mean_tokens: float | None = None,
-    mfu: float = 0.4,
-) -> str:
-    """The plan of a training config on one named GPU (training/plan.py), as text; a plan that
-    cannot fit raises a one-line SpanjudgeError that says what to change (after the text)."""
-    from spanjudge.inference.errors import SpanjudgeError
-
+    mfu: float | None = None,
+) -> PlanOutcome:
+    """The plan of a training config on one named GPU (training/plan.py); no weights are loaded
+    and the training data is read only when it is there."""
     from . import plan
     from .config import load_train_config
 
@@ -71,13 +75,16 @@ def plan_training(
     lora = train_config.lora
     shape = plan.model_shape(plan.model_config(train_config.model.base), lora.r, lora.target_modules)
     count, tokens, assumptions = plan.epoch_size(train_config, examples, mean_tokens)
-    result = plan.plan(train_config, shape, gpu, examples=count, mean_tokens=tokens, mfu=mfu, assumptions=assumptions)
-    thesis = 6.0 if gpu.name == "A40" and train_config.model.base in plan.SHIPPED_CONFIGS else None
-    text = plan.render(train_config, result, thesis_hours=thesis)
+    result = plan.plan(
+        train_config, shape, gpu, examples=count, mean_tokens=tokens, mfu=mfu or plan.DEFAULT_MFU,
+        assumptions=assumptions,
+    )  # fmt: skip
+    # the thesis's own figure is for its recipe's architecture on an A40
+    thesis = plan.THESIS_HOURS if gpu.name == "A40" and train_config.model.base in plan.SHIPPED_CONFIGS else None
+    refusal = None
     if not result.fits:
-        print(text, flush=True)
-        raise SpanjudgeError(
+        refusal = (
             f"does not fit one {gpu.name}: needs {result.total_bytes / plan.GIB:.1f} GiB of {gpu.memory_gib:g}; "
             f"{plan.advice(train_config, shape, gpu)}"
         )
-    return text
+    return PlanOutcome(plan.render(train_config, result, thesis_hours=thesis), refusal)

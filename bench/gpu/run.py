@@ -59,13 +59,15 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from report_files import machine, write_report  # noqa: E402
 
+from spanjudge.training.plan import THESIS_EXAMPLES, THESIS_HOURS  # noqa: E402
+
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"}
 LLAMA_CONFIG = REPO / "configs/models/llama-3.1-8b"
 RECIPE = REPO / "configs/train/llama31_8b_lora.yaml"
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2}  # fmt: skip
-THESIS_EXAMPLES, THESIS_HOURS = 37_000, 6.0
+EFFECTIVE_BATCH = {"cuda": 16, "cpu": 4}  # the recipe's on a GPU; a tiny CPU run's
 # variant → training settings over the recipe's
 VARIANTS: dict[str, dict[str, Any]] = {
     "lora": {},
@@ -199,7 +201,7 @@ def train_variant(
     }
     if args.device == "cpu":
         sets.update({"training.use_cpu": True, "data.max_length": args.max_length})
-        sets.update({"training.effective_batch_size": 4, "training.per_device_batch_size": 2})
+        sets.update({"training.effective_batch_size": EFFECTIVE_BATCH["cpu"], "training.per_device_batch_size": 2})
     options = [item for key, value in sets.items() for item in ("--set", f"{key}={json.dumps(value)}")]
     command = ["train.py", "--config", str(RECIPE), *options]
     if args.device == "cuda":
@@ -313,6 +315,7 @@ def main() -> None:
     if unknown:
         sys.exit(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
 
+    from spanjudge.training.config import PROJECTIONS
     from spanjudge.training.plan import ModelShape, model_flops_per_token, model_shape
 
     work = args.work / args.shape
@@ -320,12 +323,11 @@ def main() -> None:
     tokenizer = llama3_tokenizer(args.tokenizer)
     config = build_model(base, args.shape, args.device, tokenizer)
     max_length = 4096 if args.device == "cuda" else args.max_length
-    examples = args.steps * (16 if args.device == "cuda" else 4)
+    examples = args.steps * EFFECTIVE_BATCH[args.device]  # one pass over the records
     mean_tokens = write_records(work / "records", examples, max_length, tokenizer)
     from transformers import AutoConfig
 
-    shape: ModelShape = model_shape(AutoConfig.from_pretrained(base), 16, tuple(
-        ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")))  # fmt: skip
+    shape: ModelShape = model_shape(AutoConfig.from_pretrained(base), 16, PROJECTIONS)  # the recipe's LoRA
     flops = model_flops_per_token(shape, mean_tokens)
     device_name, peak = gpu_peak_tflops(args.device)
 
