@@ -72,6 +72,7 @@ def test_shape_and_budget_of_a_small_llama_match_the_hand_count(tiny_config: Pat
         for line in plan.plan(no_checkpointing, shape, result.gpu, examples=1, mean_tokens=1).memory
     }
     assert parts["activations: decoder layers"] == 256 * 2 * 2432
+    assert result.other_checkpointing_bytes == 256 * 2 * 2432  # the first plan shows the other setting too
     qlora = config.model_copy(update={"model": config.model.model_copy(update={"quantization": "4bit"})})
     weights, _ = plan.weight_bytes(shape, qlora.model.dtype, "4bit")
     assert weights == pytest.approx(73_728 * (0.5 + 0.127 / 8) + (202_048 - 73_728) * 2)
@@ -83,6 +84,7 @@ def test_the_thesis_recipe_is_planned_offline_on_an_a40(capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     assert "8,030,261,248 parameters × 2 bytes" in out and "41,943,040 × 16 bytes" in out
     assert "fits in 48 GiB" in out and "37,000 examples" in out
+    assert "(with gradient checkpointing off, the decoder layers' activations: 100.00)" in out
     assert "the thesis's 6 h per epoch on this GPU would mean" in out
 
 

@@ -172,6 +172,7 @@ class Plan:
     mfu: float
     hours_per_epoch: float
     assumptions: list[str]
+    other_checkpointing_bytes: float = 0.0  # the decoder layers' activations with checkpointing the other way
 
     @property
     def fits(self) -> bool:
@@ -236,7 +237,8 @@ def plan(
     flops = model_flops_per_token(shape, mean_tokens)
     epoch_tokens = examples * mean_tokens * training.epochs
     seconds = epoch_tokens * flops / (mfu * gpu.bf16_tflops * 1e12)
-    return Plan(gpu, parts, subtotal + overhead, epoch_tokens, flops, mfu, seconds / 3600, assumptions or [])
+    other = activation_lines(shape, tokens, not training.gradient_checkpointing, width)[0].bytes
+    return Plan(gpu, parts, subtotal + overhead, epoch_tokens, flops, mfu, seconds / 3600, assumptions or [], other)
 
 
 def implied_mfu(result: Plan, hours: float) -> float:
@@ -290,6 +292,9 @@ def render(config: TrainConfig, result: Plan, thesis_hours: float | None = None)
     ]
     for line in result.memory:
         lines.append(f"  {line.label:<36} {line.bytes / GIB:8.2f}   {line.how}")
+    other = "off" if config.training.gradient_checkpointing else "on"
+    other_gib = result.other_checkpointing_bytes / GIB
+    lines.append(f"  (with gradient checkpointing {other}, the decoder layers' activations: {other_gib:.2f})")
     verdict = "fits" if result.fits else "does NOT fit"
     lines.append(f"  {'total':<36} {result.total_bytes / GIB:8.2f}   {verdict} in {gpu.memory_gib:g} GiB")
     lines += [
