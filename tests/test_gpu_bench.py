@@ -50,7 +50,6 @@ def test_the_gpu_script_runs_end_to_end_at_tiny_shape_on_cpu(tmp_path: Path) -> 
 
 
 def test_the_gpu_script_refuses_cuda_where_there_is_none(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
     import torch
 
     if torch.cuda.is_available():

@@ -110,7 +110,7 @@ class ModelShape:
     lora_params: int
 
 
-def model_config(base: str) -> Any:
+def model_config(base: str, trust_remote_code: bool = False) -> Any:
     """The base model's config, offline: a local folder, a GGUF, or a hub id the project ships."""
     from transformers import AutoConfig
 
@@ -123,7 +123,7 @@ def model_config(base: str) -> Any:
             return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
         if source.kind == "hub" and base in SHIPPED_CONFIGS:
             return AutoConfig.from_pretrained(str(configs_dir() / "models" / SHIPPED_CONFIGS[base]))
-        return AutoConfig.from_pretrained(source.location)
+        return AutoConfig.from_pretrained(source.location, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         raise SpanjudgeError(
             f"no config.json for {base} here ({str(exc).splitlines()[0]}); point model.base at a local model "
@@ -131,12 +131,12 @@ def model_config(base: str) -> Any:
         ) from None
 
 
-def model_shape(config: Any, lora_r: int, targets: tuple[str, ...]) -> ModelShape:
+def model_shape(config: Any, lora_r: int, targets: tuple[str, ...], trust_remote_code: bool = False) -> ModelShape:
     import torch
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
     linears = [(name, module) for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return ModelShape(
@@ -172,7 +172,7 @@ class Plan:
     mfu: float
     hours_per_epoch: float
     assumptions: list[str]
-    other_checkpointing_bytes: float = 0.0  # the decoder layers' activations with checkpointing the other way
+    other_checkpointing_bytes: float  # the decoder layers' activations with checkpointing the other way
 
     @property
     def fits(self) -> bool:

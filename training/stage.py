@@ -72,8 +72,8 @@ def plan_training(
 
     train_config = load_train_config(config, list(overrides), data_needed=False)
     gpu = plan.find_gpu(gpu_name)
-    lora = train_config.lora
-    shape = plan.model_shape(plan.model_config(train_config.model.base), lora.r, lora.target_modules)
+    lora, trust = train_config.lora, train_config.model.trust_remote_code  # off unless the config asks
+    shape = plan.model_shape(plan.model_config(train_config.model.base, trust), lora.r, lora.target_modules, trust)
     count, tokens, assumptions = plan.epoch_size(train_config, examples, mean_tokens)
     result = plan.plan(
         train_config, shape, gpu, examples=count, mean_tokens=tokens, mfu=mfu or plan.DEFAULT_MFU,

@@ -24,7 +24,8 @@ the project's own code paths, on a CUDA machine with no network.
    prefix caching on) when vllm is installed.
 
 Every phase keeps its result under --work: the model is built once, a finished training variant
-is not trained again (its metrics.json is read), so a run cut short finishes where it stopped;
+is not trained again (its metrics.json is read), so a run cut short finishes where it stopped (a
+variant cut mid-training starts that variant again: its timing must cover one whole run);
 to split the work over calls, give --variants a few at a time, then once more with all of them
 (the finished ones are read, not retrained) for the whole table.
 
