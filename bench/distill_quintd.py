@@ -87,7 +87,11 @@ def import_teacher(work: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     The validation split stays the main domains' own, so eval loss is comparable across runs.
     """
-    imported = _import(work, "teacher", args.import_config, args.domains, args.train_tables)
+    # quintd-1's spans on wikidata quote their outputs well; other domains' misquote more often: their spans
+    # that match nowhere are dropped (counted in stats.md)
+    mismatch = {} if args.domains == ["wikidata"] else {"on_mismatch": "relocate_or_drop"}
+    source = {} if args.train_source == "gpt-4" else {"annotator": args.train_source}
+    imported = _import(work, "teacher", args.import_config, args.domains, args.train_tables, **mismatch, **source)
     if not args.extra_domains:
         return imported
     # the other domains' GPT-4 spans misquote their outputs more often: drop those spans (counted in stats.md)
@@ -209,13 +213,15 @@ def in_process_judge(adapter: Path, args: argparse.Namespace) -> Callable[[], An
     def make() -> Any:
         return Judge.from_pretrained(
             adapter, engine="transformers", max_new_tokens=args.max_new_tokens, retries=args.retries,
-            max_context=4096, constrained=args.constrained,
+            max_context=4096, constrained=args.constrained, probabilities=args.probabilities,
         )  # fmt: skip
 
     return make
 
 
-def served_judge(folder: Path, gguf: Path, lora: Path | None, args: argparse.Namespace) -> Callable[[], Any]:
+def served_judge(
+    folder: Path, gguf: Path, lora: Path | None, args: argparse.Namespace, constrained: bool
+) -> Callable[[], Any]:
     from spanjudge.inference.judge import Judge
     from spanjudge.inference.llamacpp import LlamaCppServer
 
@@ -226,7 +232,7 @@ def served_judge(folder: Path, gguf: Path, lora: Path | None, args: argparse.Nam
         ).start()  # fmt: skip
         judge = Judge.from_pretrained(
             folder, engine="openai", base_url=server.base_url, served_model="judge",
-            max_new_tokens=args.max_new_tokens, retries=args.retries, max_context=4096, constrained=args.constrained,
+            max_new_tokens=args.max_new_tokens, retries=args.retries, max_context=4096, constrained=constrained,
         )  # fmt: skip
         close = judge.close
 
@@ -246,16 +252,208 @@ def judging_key(domains: list[str], tables: tuple[int, int] | list[int], max_new
     return f"{'-'.join(domains)}_{first}-{stop}_{max_new_tokens}tok_{retries}retry"
 
 
+def held_out_tables(args: argparse.Namespace) -> tuple[int, int]:
+    """The tables this run judges: the dev split's (choices) or the test split's (finished recipes)."""
+    first, stop = args.dev_tables if args.split == "dev" else args.test_tables
+    return first, stop
+
+
+def leak(args: argparse.Namespace) -> str | None:
+    """Why the splits would share an input (None: they do not): training, dev and test tables are disjoint in
+    every domain that is both trained on and judged."""
+
+    def overlap(a: Any, b: Any) -> bool:
+        return a[0] < b[1] and b[0] < a[1]
+
+    if overlap(args.dev_tables, args.test_tables):
+        return "--dev-tables and --test-tables overlap"
+    trained = [(args.domains, args.train_tables, "--train-tables")]
+    if args.extra_domains:
+        trained.append((args.extra_domains, args.extra_tables, "--extra-tables"))
+    for domains, tables, flag in trained:
+        for split in ("dev", "test"):
+            held = getattr(args, f"{split}_tables")
+            if set(domains) & set(args.eval_domains) and overlap(tables, held):
+                return f"{flag} and --{split}-tables overlap: the held-out inputs must be unseen"
+    return None
+
+
+def domain_rows(
+    name: str,
+    docs: list[Any],
+    spans: dict[str, Any],
+    judged: dict[str, Any] | None,
+    *,
+    split: str,
+    resamples: int,
+    seed: int,
+    counts: dict[str, float] | None = None,
+) -> list[dict[str, Any]]:
+    """One agreement row per domain of `docs` and one pooled over them, for the judge `name` on `split`."""
+    from spanjudge.eval.spans.agreement import span_agreement
+
+    domains = list(dict.fromkeys(d.input_id.split("/")[0] for d in docs))
+    rows = []
+    for domain in [*domains, "pooled"] if len(domains) > 1 else domains:
+        subset = [d for d in docs if domain == "pooled" or d.input_id.split("/")[0] == domain]
+        agreement = span_agreement(subset, spans, n_resamples=resamples, seed=seed, counts=counts)
+        row = {"judge": name, "split": split, "domain": domain, **agreement}
+        row["no_error_outputs"] = sum(1 for d in subset if spans.get(d.id) == [])
+        row["human_no_error_outputs"] = sum(1 for d in subset if not d.gold_spans)
+        if judged is not None:
+            kept = [judged["rows"][d.id] for d in subset]
+            # a reply whose errors were all left unanchored has no spans but is not 'No Error'
+            if counts is None:
+                row["no_error_outputs"] = sum(1 for r in kept if r["spans"] is not None and r["errors"] == 0)
+            row["evaluations_per_s"] = judged["evaluations_per_s"]
+            row["retries"] = sum(r["attempts"] - 1 for r in kept if r["attempts"])
+            row["inputs_cut"] = sum(1 for r in kept if r.get("truncated") and r["spans"] is not None)
+            row["skipped_too_long"] = sum(1 for r in kept if r["spans"] is None and r["attempts"] == 0)
+        rows.append(row)
+    return rows
+
+
 def write_results(rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
+    """Keep this run's rows beside every other run's; a protocol run keeps its rows of the other split."""
     path = RESULTS.with_suffix(".json")
     previous = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
     runs = previous.get("runs", {})
+    before = runs.get(settings["label"])
+    if before is not None and before["settings"].get("protocol"):
+        split = rows[0]["split"]
+        rows = [r for r in before["rows"] if r.get("split") != split] + rows
+        settings["judge_wall_s"] = {**before["settings"].get("judge_wall_s", {}), **settings["judge_wall_s"]}
     runs[settings["label"]] = {"settings": settings, "rows": rows}
     default = runs.get("default", runs[settings["label"]])
-    payload = {"rows": default["rows"], "settings": default["settings"], "runs": runs}
+    payload = {"rows": default["rows"], "settings": default["settings"], "recipes": recipes(runs), "runs": runs}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     RESULTS.with_suffix(".md").write_text(markdown(runs))
+
+
+# What a protocol recipe is: every setting but the training seed (the runs of one recipe differ in that alone)
+RECIPE_ARGS = (
+    "student", "domains", "train_source", "train_tables", "extra_domains", "extra_tables", "import_config", "epochs",
+    "steps", "batch", "lr", "rank", "repeat_no_error", "decision_weight", "max_new_tokens", "retries", "constrained",
+    "probabilities", "dev_tables", "test_tables", "eval_domains",
+)  # fmt: skip
+
+
+def recipe_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's recipe as JSON values (tuples as lists, paths as text), comparable with a saved run's."""
+    settings = {}
+    for key in RECIPE_ARGS:
+        value = getattr(args, key)
+        settings[key] = list(value) if isinstance(value, tuple) else str(value) if isinstance(value, Path) else value
+    return settings
+
+
+def recipe_conflict(recipe: str, label: str, settings: dict[str, Any], runs: dict[str, Any]) -> str | None:
+    """Why run `label` cannot join `recipe` (another seed of it was made with other settings); None if it can."""
+    for other, run in runs.items():
+        theirs = run["settings"]
+        if other == label or theirs.get("recipe") != recipe:
+            continue
+        differ = [k for k in RECIPE_ARGS if theirs.get("recipe_settings", {}).get(k) != settings.get(k)]
+        if differ:
+            return f"recipe {recipe!r}: run {other!r} differs in {', '.join(differ)}; name this recipe otherwise"
+    return None
+
+
+def _stats(values: list[float | None]) -> dict[str, Any]:
+    if not values or any(v is None for v in values):
+        return {"mean": None, "min": None, "max": None}
+    return {"mean": round(sum(values) / len(values), 4), "min": round(min(values), 4), "max": round(max(values), 4)}
+
+
+def recipes(runs: dict[str, Any]) -> list[dict[str, Any]]:
+    """One object per (recipe and decoding, split, domain) over the protocol runs: the agreement columns' mean,
+    min and max over the recipe's training seeds, with the teacher and the number baseline on the same outputs."""
+    out = []
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for run in runs.values():
+        if run["settings"].get("protocol"):
+            grouped.setdefault(run["settings"]["recipe"], []).append(run)
+    for recipe, members in grouped.items():
+        for judge, suffix in (("student", ""), ("student·expected", "+expected")):
+            keys = {(r["split"], r["domain"]) for run in members for r in run["rows"] if r["judge"] == judge}
+            for split, domain in sorted(keys, key=lambda k: (k[0] != "dev", k[1] == "pooled", k[1])):
+
+                def find(run: dict[str, Any], name: str, split: str = split, domain: str = domain) -> Any:
+                    return next(
+                        (r for r in run["rows"] if (r["judge"], r["split"], r["domain"]) == (name, split, domain)), None
+                    )
+
+                found = [(run, find(run, judge)) for run in members]
+                found = [(run, row) for run, row in found if row is not None]
+                seeds = [run["settings"]["train_seed"] for run, _ in found]
+                entry = {"recipe": recipe + suffix, "split": split, "domain": domain, "seeds": seeds}
+                entry["mean"], entry["min"], entry["max"] = ({}, {}, {})
+                for column in AGREEMENT:
+                    stats = _stats([row.get(column) for _, row in found])
+                    for what in ("mean", "min", "max"):
+                        entry[what][column] = stats[what]
+                entry["scored"] = sum(row["scored"] for _, row in found)
+                entry["asked"] = sum(row["asked"] for _, row in found)
+                entry["no_error_outputs"] = _stats([row.get("no_error_outputs") for _, row in found])["mean"]
+                entry["human_no_error_outputs"] = found[0][1].get("human_no_error_outputs")
+                for reference in ("teacher", "number_baseline"):
+                    row = find(found[0][0], reference)
+                    entry[reference] = {c: None if row is None else row.get(c) for c in AGREEMENT}
+                base = find(found[0][0], "base")
+                entry["base"] = None if base is None else {c: base.get(c) for c in ("scored", "asked", *AGREEMENT)}
+                out.append(entry)
+    return out
+
+
+def protocol_tables(entries: list[dict[str, Any]]) -> list[str]:
+    """The protocol's tables: per split, each recipe's mean [min, max] over its seeds, per domain and pooled."""
+    if not entries:
+        return []
+    lines = [
+        "",
+        "## The protocol: dev split for choices, test split for finished recipes",
+        "",
+        "Each recipe is trained with several seeds; cells are the mean [lowest, highest] over the seeds, against the "
+        "**human** spans. Choices (recipe, decoding) are made on the **dev** split; the **test** split is judged "
+        "once per finished recipe and chooses nothing. **Bold**: the mean is at least half of the teacher's value on "
+        "the same outputs; count r marked ≥ when it is at or above the number-marking baseline's. `+expected`: the "
+        "same judgments read with the judge's probabilities (count = expected number of errors; spans kept when "
+        "the judge writes them with probability ≥ 0.5).",
+    ]
+    for split in ("dev", "test"):
+        chosen = [e for e in entries if e["split"] == split]
+        if not chosen:
+            continue
+        lines += [
+            "",
+            f"### {split} split",
+            "",
+            "| recipe | domain | seeds | parsed | says 'No Error' (humans) | overlap F1 | token F1 | count Pearson | "
+            "token Pearson | teacher (overlap / token F1 / count r / token r) | number baseline count r |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+        ]
+        for e in chosen:
+            cells = []
+            for column in AGREEMENT:
+                mean, low, high = e["mean"][column], e["min"][column], e["max"][column]
+                if mean is None:
+                    cells.append("–")
+                    continue
+                text = f"{mean:.3f} [{low:.2f}, {high:.2f}]"
+                text = _bold_if_half(text, mean, e["teacher"], column)
+                baseline = e["number_baseline"]["count_pearson"]
+                if column == "count_pearson" and baseline is not None and mean >= baseline:
+                    text += " ≥"
+                cells.append(text)
+            teacher = " / ".join(_round(e["teacher"][c]) for c in AGREEMENT)
+            no_error = "–" if e["no_error_outputs"] is None else f"{e['no_error_outputs']:.0f}"
+            lines.append(
+                f"| {e['recipe']} | {e['domain']} | {', '.join(map(str, e['seeds']))} | {e['scored']}/{e['asked']} | "
+                f"{no_error} ({e['human_no_error_outputs']}) | {' | '.join(cells)} | {teacher} | "
+                f"{_round(e['number_baseline']['count_pearson'])} |"
+            )
+    return lines
 
 
 def _cell(row: dict[str, Any], key: str) -> str:
@@ -392,6 +590,42 @@ def seeds_table(runs: dict[str, Any]) -> list[str]:
     ]
 
 
+def protocol_run_section(label: str, s: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """One protocol run: what it trained on and how, and every judge's row per split and domain."""
+    t = s["train"]
+    source = "GPT-4" if s["train_source"] == "gpt-4" else s["train_source"]
+    lines = [
+        "",
+        f"## Run `{label}` (recipe `{s['recipe']}`, training seed {s['train_seed']})",
+        "",
+        f"{s['machine']}. Train: {source} spans on {s['train_outputs']} outputs of {', '.join(s['domains'])} tables "
+        f"{s['train_tables'][0]}–{s['train_tables'][1] - 1}; dev tables {s['dev_tables'][0]}–{s['dev_tables'][1] - 1}"
+        f", test tables {s['test_tables'][0]}–{s['test_tables'][1] - 1} of {', '.join(s['eval_domains'])} (all 4 "
+        f"systems). {t.get('steps')} steps × batch {s['batch']}, lr {s['lr']}, LoRA r {s['rank']}, "
+        f"{t.get('wall_s')} s wall, train loss {_round(t.get('train_loss'))}, eval loss {_round(t.get('eval_loss'))}."
+        f" Student: {s['student']}; judging greedy, ≤ {s['max_new_tokens']} new tokens, {s['retries']} sampled retry, "
+        "context 4096 tokens (inputs cut to fit, longest first)"
+        + ("; the judge's probabilities read along each reply" if s.get("probabilities") else "")
+        + "; wall "
+        + ", ".join(f"{k} {v} s" for k, v in s.get("judge_wall_s", {}).items())
+        + "."
+        + (f" {s['note']}" if s.get("note") else ""),
+        "",
+        "| split | domain | judge | parsed | says 'No Error' (humans) | overlap F1 | token F1 | count Pearson | "
+        "token Pearson | evals/s | inputs cut / skipped |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        cut = f"{row['inputs_cut']} / {row['skipped_too_long']}" if "inputs_cut" in row else "–"
+        lines.append(
+            f"| {row['split']} | {row['domain']} | {row['judge']} | {row['scored']}/{row['asked']} | "
+            f"{row['no_error_outputs']} ({row['human_no_error_outputs']}) | "
+            + " | ".join(_cell(row, key) for key in AGREEMENT)
+            + f" | {row.get('evaluations_per_s', '–')} | {cut} |"
+        )
+    return lines
+
+
 def markdown(runs: dict[str, Any]) -> str:
     lines = [
         "# Distillation on a CPU: quintd-1, GPT-4 teacher → a small student (`bench/distill_quintd.py`)",
@@ -399,12 +633,22 @@ def markdown(runs: dict[str, Any]) -> str:
         "Held-out inputs, scored against the **human** spans. Intervals: 95 % bootstrap over inputs. "
         "Parse rate = scored / asked; the span and agreement columns are over the scored outputs "
         "(– where undefined: nothing scored, or constant counts).",
-        *experiments_table(runs),
-        *seeds_table(runs),
+        *protocol_tables(recipes(runs)),
     ]
+    legacy = {label: run for label, run in runs.items() if not run["settings"].get("protocol")}
+    if legacy:
+        lines += [
+            "",
+            "## Before the protocol (an experiment log: recipes chosen and reported on the same test tables 80–99)",
+            *experiments_table(legacy),
+            *seeds_table(legacy),
+        ]
     for label, run in runs.items():
         s = run["settings"]
         t = s["train"]
+        if s.get("protocol"):
+            lines += protocol_run_section(label, s, run["rows"])
+            continue
         rate = t.get("tokens_per_second")
         epochs = t.get("steps", 0) * s["batch"] / max(1, t.get("examples_per_epoch", s["train_outputs"]))
         lines += [
@@ -453,10 +697,34 @@ def markdown(runs: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--label", default="default", help="name of this run's rows in the results")
+    parser.add_argument("--label", required=True, help="name of this run's rows in the results (one seed of a recipe)")
+    parser.add_argument(
+        "--recipe", help="the recipe this run is one training seed of (default: the label); its seeds' mean is reported"
+    )
     parser.add_argument("--work", type=Path, help="working folder (default runs/bench/distill_quintd/LABEL)")
-    parser.add_argument("--domains", nargs="+", default=["wikidata"])
-    parser.add_argument("--train-tables", type=int, nargs=2, default=(0, 80), metavar=("FIRST", "STOP"))
+    parser.add_argument("--domains", nargs="+", default=["wikidata"], help="training domains (default: %(default)s)")
+    parser.add_argument(
+        "--train-source",
+        choices=("gpt-4", "human"),
+        default="gpt-4",
+        help="whose quintd-1 spans train the student: the teacher's, or the humans' (the reference row)",
+    )
+    parser.add_argument("--train-tables", type=int, nargs=2, default=(0, 70), metavar=("FIRST", "STOP"))
+    parser.add_argument(
+        "--dev-tables", type=int, nargs=2, default=(70, 80), metavar=("FIRST", "STOP"), help="the split for choices"
+    )
+    parser.add_argument(
+        "--split",
+        choices=("dev", "test"),
+        default="dev",
+        help="which held-out split this run judges: dev (for choices) or test (once, for a finished recipe)",
+    )
+    parser.add_argument(
+        "--eval-domains",
+        nargs="+",
+        default=["wikidata", "ice_hockey", "owid"],
+        help="the domains judged on the held-out tables (default: %(default)s)",
+    )
     parser.add_argument(
         "--extra-domains", nargs="*", default=[], help="more training data: GPT-4's spans on these domains too"
     )
@@ -464,7 +732,9 @@ def main() -> None:
     parser.add_argument(
         "--import-config", type=Path, default=IMPORT_CONFIG, help="the import rule (default: %(default)s)"
     )
-    parser.add_argument("--test-tables", type=int, nargs=2, default=(80, 100), metavar=("FIRST", "STOP"))
+    parser.add_argument(
+        "--test-tables", type=int, nargs=2, default=(80, 100), metavar=("FIRST", "STOP"), help="the reported split"
+    )
     parser.add_argument(
         "--student", choices=sorted(STUDENTS), default="gemma3", help="the student model (default: %(default)s)"
     )
@@ -502,20 +772,28 @@ def main() -> None:
         action="store_true",
         help="hold replies to the output contract's grammar (GBNF on llama.cpp, xgrammar on transformers)",
     )
+    parser.add_argument(
+        "--probabilities",
+        action="store_true",
+        help="judge the student on the transformers engine reading its probabilities: adds the `+expected` rows",
+    )
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--note", default="", help="a remark printed with the run (e.g. what else shared the machine)")
     args = parser.parse_args()
-    if args.test_tables[0] < args.train_tables[1] and args.train_tables[0] < args.test_tables[1]:
-        sys.exit("--train-tables and --test-tables overlap: the held-out inputs must be unseen")
+    problem = leak(args)
+    previous = RESULTS.with_suffix(".json")
+    runs = json.loads(previous.read_text()).get("runs", {}) if previous.is_file() else {}
+    problem = problem or recipe_conflict(args.recipe or args.label, args.label, recipe_settings(args), runs)
+    if problem:
+        sys.exit(problem)
     work = (args.work or REPO / "runs" / "bench" / "distill_quintd" / args.label).resolve()  # commands run in REPO
     work.mkdir(parents=True, exist_ok=True)
 
     def say(message: str) -> None:
         print(f"[distill_quintd {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
-    from spanjudge.eval.spans.agreement import span_agreement
-    from spanjudge.eval.spans.judging import judge_span_documents, predictions, quintd_tables
+    from spanjudge.eval.spans.judging import expected_predictions, judge_span_documents, predictions, quintd_tables
     from spanjudge.eval.spans.metrics import mark_numbers
     from spanjudge.inference.export import adapter_to_gguf
     from spanjudge.inference.hf_models import convert_gguf
@@ -530,25 +808,35 @@ def main() -> None:
     lora = None if args.student == "gemma3" else work / "student-lora.gguf"
     if lora is not None and not lora.is_file():
         adapter_to_gguf(adapter, json.loads((base_folder / "config.json").read_text()), lora)
-    docs = quintd_tables("human", tuple(args.test_tables), args.domains)
-    teacher = {d.id: d.gold_spans for d in quintd_tables("gpt-4", tuple(args.test_tables), args.domains)}
-    say(f"held out: {len(docs)} outputs with human spans")
+    tables = held_out_tables(args)
+    docs = quintd_tables("human", tables, args.eval_domains)
+    teacher = {d.id: d.gold_spans for d in quintd_tables("gpt-4", tables, args.eval_domains)}
+    say(f"held out ({args.split} split, tables {tables[0]}-{tables[1] - 1}): {len(docs)} outputs with human spans")
     judged = {}
-    suffix = "+grammar" if args.constrained else ""
     # the base is served without the LoRA; its prompt is rendered by the tokenizer of a folder with a chat
     # template: Gemma's GGUF has none, so its base renders through the student's (Gemma's turns, as trained)
     base_turns = adapter if args.student == "gemma3" else base_folder
-    key = judging_key(args.domains, args.test_tables, args.max_new_tokens, args.retries)
-    for name, folder, adapter_gguf in (("base", base_turns, None), ("student", adapter, lora)):
-        name += suffix
+    key = judging_key(args.eval_domains, tables, args.max_new_tokens, args.retries)
+    # The base judges the test split only (the row beside each reported recipe), on the contract's grammar so
+    # that it writes evaluations at all (unconstrained it parses none); once per student model and setting.
+    judges = (
+        [("student", adapter, lora)]
+        if args.split == "dev"
+        else [("base", base_turns, None), ("student", adapter, lora)]
+    )
+    for name, folder, adapter_gguf in judges:
+        constrained = args.constrained or name == "base"
+        name += "+grammar" if constrained else ""
+        if name == "student" and args.probabilities:
+            name += "+probabilities"
         path = work / "judgments" / f"{name}_{key}.json"
         if name.startswith("base"):  # the untrained base is the same judge in every run: judged once per setting
             base_key = key if args.student == "smollm2" else f"{args.student}_{key}"
-            path = work.parent / "base_judgments" / f"{base_key}{suffix}.json"
-        if name.startswith("student") and args.student == "gemma3":
-            make = in_process_judge(adapter, args)
+            path = work.parent / "base_judgments" / f"{base_key}+grammar.json"
+        if name.startswith("student") and (args.student == "gemma3" or args.probabilities):
+            make = in_process_judge(adapter, args)  # probabilities are read on the transformers engine
         else:
-            make = served_judge(folder, gguf, adapter_gguf, args)
+            make = served_judge(folder, gguf, adapter_gguf, args, constrained)
         judge = None if path.is_file() else make()
         counter = {"done": 0}
 
@@ -562,26 +850,28 @@ def main() -> None:
             if judge is not None:
                 judge.close()
 
-    def row(name: str, spans: dict[str, Any], **more: Any) -> dict[str, Any]:
-        agreement = span_agreement(docs, spans, n_resamples=args.resamples, seed=args.seed)
-        clean = sum(1 for d in docs if spans.get(d.id) == [])  # scored outputs marked error-free
-        return {"judge": name, **agreement, "no_error_outputs": clean, **more}
+    def rows_of(name: str, spans: dict[str, Any], payload: dict[str, Any] | None = None, **kw: Any) -> list[dict]:
+        return domain_rows(name, docs, spans, payload, split=args.split, resamples=args.resamples, seed=args.seed, **kw)
 
-    def judged_row(name: str, payload: dict[str, Any]) -> dict[str, Any]:
-        # a reply whose errors were all left unanchored has no spans but is not 'No Error'
-        clean = sum(1 for r in payload["rows"].values() if r["spans"] is not None and r["errors"] == 0)
-        more = {"evaluations_per_s": payload["evaluations_per_s"], "retries": payload["retries"]}
-        return row(name, predictions(payload), **more) | {"no_error_outputs": clean}
-
-    rows = [judged_row(name, payload) for name, payload in judged.items()]
-    rows.append(row("teacher", teacher))
-    rows.append(row("number_baseline", {d.id: mark_numbers(d.output) for d in docs}))
+    rows = []
+    for name, payload in judged.items():
+        rows += rows_of(name.split("+")[0], predictions(payload), payload)
+        if name.endswith("+probabilities"):
+            spans, counts = expected_predictions(payload)
+            rows += rows_of("student·expected", spans, payload, counts=counts)
+    rows += rows_of("teacher", teacher)
+    rows += rows_of("number_baseline", {d.id: mark_numbers(d.output) for d in docs})
     settings = {
         "label": args.label,
+        "recipe": args.recipe or args.label,
+        "protocol": 1,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, no GPU",
         "domains": args.domains,
+        "train_source": args.train_source,
         "train_tables": list(args.train_tables),
+        "dev_tables": list(args.dev_tables),
         "test_tables": list(args.test_tables),
+        "eval_domains": args.eval_domains,
         "train_outputs": imported["train"],
         "extra_domains": args.extra_domains,
         "extra_train": imported.get("extra_train"),
@@ -589,8 +879,6 @@ def main() -> None:
         "import_config": str(args.import_config.resolve().relative_to(REPO))
         if args.import_config.resolve().is_relative_to(REPO)
         else str(args.import_config),
-        "n_outputs": len(docs),
-        "human_no_error_outputs": sum(1 for d in docs if not d.gold_spans),
         "batch": args.batch,
         "lr": args.lr,
         "rank": args.rank,
@@ -600,9 +888,11 @@ def main() -> None:
         "max_new_tokens": args.max_new_tokens,
         "retries": args.retries,
         "constrained": args.constrained,
+        "probabilities": args.probabilities,
+        "recipe_settings": recipe_settings(args),
         "resamples": args.resamples,
         "train": train,
-        "judge_wall_s": {name: payload["wall_s"] for name, payload in judged.items()},
+        "judge_wall_s": {f"{args.split}/{name}": payload["wall_s"] for name, payload in judged.items()},
         "student": STUDENTS[args.student]["describe"],
         "student_model": args.student,
         "teacher": "GPT-4 (gpt-4-1106-preview) spans from quintd-1",

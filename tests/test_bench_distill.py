@@ -82,3 +82,64 @@ def test_the_expected_count_goes_on_with_each_decisions_probability() -> None:
     assert expected_count([0.0]) == 0.0  # 'No Error' for sure
     assert expected_count([1.0, 1.0, 0.0]) == 2.0  # two errors for sure, then the score
     assert expected_count([0.5, 0.5]) == pytest.approx(0.5 + 0.25)
+
+
+def _args(bench: ModuleType, **changes: Any) -> Any:
+    import argparse
+
+    defaults = {
+        "domains": ["wikidata"], "extra_domains": [], "extra_tables": (0, 20), "train_tables": (0, 70),
+        "dev_tables": (70, 80), "test_tables": (80, 100), "eval_domains": ["wikidata", "ice_hockey", "owid"],
+        "split": "dev",
+    }  # fmt: skip
+    return argparse.Namespace(**{**defaults, **changes})
+
+
+def test_the_protocols_splits_never_share_an_input(bench: ModuleType) -> None:
+    assert bench.leak(_args(bench)) is None
+    assert bench.held_out_tables(_args(bench)) == (70, 80)
+    assert bench.held_out_tables(_args(bench, split="test")) == (80, 100)
+    assert "--dev-tables and --test-tables overlap" in bench.leak(_args(bench, dev_tables=(70, 90)))
+    assert "--train-tables and --dev-tables" in bench.leak(_args(bench, train_tables=(0, 75)))
+    # a domain trained on only as extra data still counts: its held-out tables must be unseen too
+    extra = _args(bench, extra_domains=["owid"], extra_tables=(0, 85))
+    assert "--extra-tables and --dev-tables" in bench.leak(extra)
+    # tables trained on in a domain that is not judged share no input with the held-out ones
+    assert bench.leak(_args(bench, train_tables=(0, 100), eval_domains=["owid"])) is None
+
+
+def _protocol_run(seed: int, student: dict[str, Any], recipe: str = "r") -> dict[str, Any]:
+    def row(judge: str, domain: str, values: dict[str, float]) -> dict[str, Any]:
+        return {"judge": judge, "split": "test", "domain": domain, "scored": 40, "asked": 40,
+                "no_error_outputs": 3, "human_no_error_outputs": 9, **values}  # fmt: skip
+
+    teacher = {"overlap_f1": 0.5, "token_f1": 0.4, "count_pearson": 0.4, "token_pearson": 0.2}
+    baseline = {"overlap_f1": 0.2, "token_f1": 0.0, "count_pearson": 0.3, "token_pearson": 0.1}
+    rows = [row("student", "owid", student), row("teacher", "owid", teacher), row("number_baseline", "owid", baseline)]
+    settings = {"protocol": 1, "recipe": recipe, "train_seed": seed, "recipe_settings": {"lr": 0.0005}}
+    return {"settings": settings, "rows": rows}
+
+
+def test_the_recipes_list_gives_each_columns_mean_and_range_over_seeds_beside_the_teacher(bench: ModuleType) -> None:
+    runs = {
+        "a": _protocol_run(42, {"overlap_f1": 0.2, "token_f1": 0.3, "count_pearson": 0.1, "token_pearson": 0.0}),
+        "b": _protocol_run(1, {"overlap_f1": 0.4, "token_f1": 0.1, "count_pearson": 0.5, "token_pearson": None}),
+        "legacy": _run({}, {"overlap_f1": 0.9}),  # made before the protocol: not a recipe seed
+    }
+    (entry,) = bench.recipes(runs)
+    assert (entry["recipe"], entry["split"], entry["domain"], entry["seeds"]) == ("r", "test", "owid", [42, 1])
+    assert entry["mean"]["overlap_f1"] == pytest.approx(0.3)
+    assert (entry["min"]["count_pearson"], entry["max"]["count_pearson"]) == (0.1, 0.5)
+    assert entry["mean"]["token_pearson"] is None  # undefined for one seed: no mean is invented
+    assert entry["teacher"]["count_pearson"] == 0.4 and entry["number_baseline"]["count_pearson"] == 0.3
+    table = "\n".join(bench.protocol_tables([entry]))
+    assert (
+        "### test split" in table and "**0.300 [0.10, 0.50]** ≥" in table
+    )  # count r: half the teacher, above the baseline
+
+
+def test_a_recipes_seeds_must_share_every_setting_but_the_seed(bench: ModuleType) -> None:
+    runs = {"a": _protocol_run(42, {})}
+    assert bench.recipe_conflict("r", "b", {"lr": 0.0005}, runs) is None
+    assert bench.recipe_conflict("r", "a", {"lr": 0.1}, runs) is None  # the run itself, made again
+    assert "differs in lr" in bench.recipe_conflict("r", "b", {"lr": 0.1}, runs)

@@ -234,3 +234,25 @@ def test_gpt4_agrees_with_the_crowd_on_wikidata(shared_data: Path) -> None:
         assert isinstance(row[metric], float) and np.isfinite(row[metric])
         assert 0.0 < row[metric] < 1.0
         assert row[f"{metric}_low"] <= row[metric] <= row[f"{metric}_high"]
+
+
+def test_expected_counts_take_the_place_of_the_span_counts_in_the_count_pearson() -> None:
+    # a judge's expected number of errors per scored output, correlated with the gold counts (1, 2, 0)
+    expected = {"a": 1.4, "b": 1.9, "c": 0.2}
+    row = span_agreement(HAND_DOCS, HAND_PREDICTIONS, n_resamples=50, counts=expected)
+    assert row["count_pearson"] == pytest.approx(pearsonr([1.4, 1.9, 0.2], [1, 2, 0]).statistic)
+    # the spans still decide everything else
+    assert row["token_f1"] == span_agreement(HAND_DOCS, HAND_PREDICTIONS, n_resamples=50)["token_f1"]
+
+
+def test_the_probability_aware_reading_keeps_the_spans_the_judge_likely_writes() -> None:
+    from spanjudge.eval.spans.judging import expected_predictions
+
+    def judged(spans: list[list[int]] | None, written: list[float], expected: float) -> dict:
+        reading = {"p_no_error": 0.1, "expected_errors": expected, "expected_score": 70.0, "span_written": written}
+        return {"spans": spans} if spans is None else {"spans": spans, "probabilities": reading}
+
+    rows = {"a": judged([[0, 1], [2, 3]], [0.9, 0.4], 1.3), "b": judged(None, [], 0.0)}
+    spans, counts = expected_predictions({"rows": rows})
+    assert spans == {"a": [(0, 1)], "b": None}  # the second span is written with probability 0.4 < 0.5
+    assert counts == {"a": 1.3}  # unscored outputs have no count

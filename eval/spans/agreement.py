@@ -67,17 +67,22 @@ class _DocStats:
     overlap: PRF
     token: PRF
     n_tokens: int
-    n_predicted: int
+    n_predicted: float  # the predicted spans, or the judge's expected number of errors (`counts`)
     n_gold: int
 
-    def row(self) -> list[int]:
+    def row(self) -> list[float]:
         x, y = self.n_predicted, self.n_gold
         o, t = self.overlap, self.token
         return [o.tp, o.fp, o.fn, t.tp, t.fp, t.fn, self.n_tokens, 1, x, y, x * y, x * x, y * y]
 
 
-def _scored(docs: Sequence[SpanDocument], predictions: Mapping[str, Sequence[Span] | None]) -> list[_DocStats]:
-    """Per-document statistics of the scored documents, in document order."""
+def _scored(
+    docs: Sequence[SpanDocument],
+    predictions: Mapping[str, Sequence[Span] | None],
+    counts: Mapping[str, float] | None = None,
+) -> list[_DocStats]:
+    """Per-document statistics of the scored documents, in document order; `counts` replaces each scored
+    document's number of predicted spans in the count Pearson (an expected number of errors)."""
     stats = []
     for doc in docs:
         predicted = predictions.get(doc.id)
@@ -92,15 +97,15 @@ def _scored(docs: Sequence[SpanDocument], predictions: Mapping[str, Sequence[Spa
                 overlap=from_matches(overlap_matches(pred, gold), len(pred)),
                 token=token_prf(pred, gold, doc.output),
                 n_tokens=len(token_spans(doc.output)),
-                n_predicted=len(pred),
+                n_predicted=len(pred) if counts is None else counts[doc.id],
                 n_gold=len(gold),
             )
         )
     return stats
 
 
-def _pearson_from_sums(n: int, sx: int, sy: int, sxy: int, sxx: int, syy: int, what: str) -> Pearson:
-    """r from exact integer sums; None with the reason where it does not exist."""
+def _pearson_from_sums(n: int, sx: float, sy: float, sxy: float, sxx: float, syy: float, what: str) -> Pearson:
+    """r from sums (exact for integers); None with the reason where it does not exist."""
     if n < 2:
         return Pearson(None, n, f"fewer than 2 {what}")
     var_x, var_y = n * sxx - sx * sx, n * syy - sy * sy
@@ -111,7 +116,7 @@ def _pearson_from_sums(n: int, sx: int, sy: int, sxy: int, sxx: int, syy: int, w
     return Pearson(min(1.0, max(-1.0, r)), n)
 
 
-def _count_sums(stats: Sequence[_DocStats]) -> tuple[int, int, int, int, int, int]:
+def _count_sums(stats: Sequence[_DocStats]) -> tuple[int, float, float, float, float, float]:
     x = [s.n_predicted for s in stats]
     y = [s.n_gold for s in stats]
     return (
@@ -196,8 +201,12 @@ def span_agreement(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
+    counts: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """One row of agreement between predicted and gold spans, with input-bootstrap intervals.
+
+    `counts` (document id -> a number for every scored document): the predicted error counts the count
+    Pearson correlates, in place of the number of predicted spans (a judge's expected number of errors).
 
     Keys: n_outputs (documents), n_inputs (distinct input ids), asked (documents with an entry
     in `predictions`), scored (entry not None), parse_rate (scored / asked; None if none
@@ -210,7 +219,7 @@ def span_agreement(
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
-    stats = _scored(docs, predictions)
+    stats = _scored(docs, predictions, counts)
     asked = sum(doc.id in predictions for doc in docs)
     overlap, token = micro_total(s.overlap for s in stats), micro_total(s.token for s in stats)
     counts = _pearson_from_sums(*_count_sums(stats), what="scored outputs")

@@ -46,7 +46,7 @@ def partial_path(path: Path) -> Path:
 
 def _judgment_row(result: Any) -> dict[str, Any]:
     scored = result.scored
-    return {
+    row = {
         "spans": [[e.start, e.end] for e in result.errors if e.start is not None] if scored else None,
         "errors": len(result.errors) if scored else None,
         "unanchored": result.unanchored_count if scored else None,
@@ -54,7 +54,20 @@ def _judgment_row(result: Any) -> dict[str, Any]:
         "attempts": result.attempts,
         "reply": result.raw_replies[-1] if result.raw_replies else None,
         "unscored_reason": result.unscored_reason,
+        "truncated": result.truncated,  # the judge's context policy cut the input (None: it fit)
     }
+    if scored and result.probabilities is not None:  # a judge asked for its probabilities (`probabilities=True`)
+        reading = result.probabilities
+        written = [1.0]  # P(the judge writes at least k errors) along its reply: Π_{j≤k} c_j
+        for error in reading.errors:
+            written.append(written[-1] * error.confidence)
+        row["probabilities"] = {
+            "p_no_error": reading.p_no_error,
+            "expected_errors": reading.expected_errors,
+            "expected_score": reading.expected_score,
+            "span_written": [p for e, p in zip(result.errors, written[1:], strict=True) if e.start is not None],
+        }
+    return row
 
 
 def _parser(judge_name: str) -> Any:
@@ -141,3 +154,24 @@ def predictions(judged: dict[str, Any]) -> dict[str, list[tuple[int, int]] | Non
         doc_id: None if row["spans"] is None else [tuple(s) for s in row["spans"]]  # type: ignore[misc]
         for doc_id, row in judged["rows"].items()
     }
+
+
+def expected_predictions(
+    judged: dict[str, Any], keep: float = 0.5
+) -> tuple[dict[str, list[tuple[int, int]] | None], dict[str, float]]:
+    """The probability-aware reading of judgments made with `probabilities=True`: document id -> the spans the
+    judge writes with probability at least `keep` along its reply (None: unscored), and document id -> its
+    expected number of errors (the count `span_agreement` correlates, via `counts`)."""
+    spans: dict[str, list[tuple[int, int]] | None] = {}
+    counts: dict[str, float] = {}
+    for doc_id, row in judged["rows"].items():
+        if row["spans"] is None:
+            spans[doc_id] = None
+            continue
+        if "probabilities" not in row:
+            raise InputError(f"judgment of {doc_id} has no probabilities: judge again with probabilities=True")
+        reading = row["probabilities"]
+        kept = zip(row["spans"], reading["span_written"], strict=True)
+        spans[doc_id] = [(start, end) for (start, end), written in kept if written >= keep]
+        counts[doc_id] = reading["expected_errors"]
+    return spans, counts
