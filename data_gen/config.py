@@ -11,11 +11,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from spanjudge.core.configio import load_yaml_model
+from spanjudge.core.errors import ConfigError, InputError
+from spanjudge.core.keyvalue import parse_endpoints as parse_endpoint_options  # noqa: F401  # the commands' --endpoint
 from spanjudge.inference.backends.base import SamplingParams
 from spanjudge.inference.backends.spec import BackendSpec
-from spanjudge.inference.configio import load_yaml_model
-from spanjudge.inference.errors import ConfigError, InputError
-from spanjudge.inference.keyvalue import parse_endpoints as parse_endpoint_options  # noqa: F401  # the commands' --endpoint
 
 ENDPOINT_ENV_PREFIX = "SPANJUDGE_ENDPOINT_"
 

@@ -1,7 +1,7 @@
 """Keep training inputs out of the meta-evaluation sets (thesis §3.3: CNN/DailyMail inputs
 were sampled so that none is a SummEval or QAGS article).
 
-A `Blocklist` holds the digests (spanjudge.inference.overlap: casefolded, whitespace collapsed,
+A `Blocklist` holds the digests (spanjudge.core.overlap: casefolded, whitespace collapsed,
 punctuation stripped at the ends) of every input of the sets a judge will be meta-evaluated
 on. `annotate` and `import` drop the examples whose inputs are in it, count them and list
 them in run.json and stats; `--allow-overlap` keeps them, with a warning that run.json repeats.
@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.configio import configs_dir, read_yaml
+from spanjudge.core.errors import ConfigError, InputError, SpanjudgeError
+from spanjudge.core.overlap import RULE, input_digest
+from spanjudge.core.tabular import iter_json_list, iter_jsonl
 from spanjudge.inference.catalog import Catalog, load_catalog
-from spanjudge.inference.configio import configs_dir, read_yaml
-from spanjudge.inference.errors import ConfigError, InputError, SpanjudgeError
-from spanjudge.inference.overlap import RULE, input_digest
-from spanjudge.inference.tabular import iter_json_list, iter_jsonl
 
 from .config import SourcesConfig, load_sources, resolve_source_path
-from .sources import _rows, _to_input
+from .sources import source_input, source_rows
 
 DEFAULT_SUITE = "eval/thesis.yaml"  # the suite `meta-eval` reproduces the thesis tables with
 SHOWN = 10  # overlaps printed on the terminal; run.json lists them all
@@ -69,8 +69,8 @@ def _source_digests(
         if spec is None:
             raise ConfigError(sources_path, "sources", f"the meta-evaluation set '{name}' is not a source here")
         task = catalog.task(spec.task)
-        for row in _rows(spec, resolve_source_path(spec, sources_path, data_root)):
-            item = _to_input(spec, task, row)
+        for row in source_rows(spec, resolve_source_path(spec, sources_path, data_root)):
+            item = source_input(spec, task, row)
             yield input_digest(item.inputs), f"{name}/{item.input_id}"
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from spanjudge.inference.locks import Busy, exclusive
+from spanjudge.core.locks import Busy, exclusive
 
 LOCK_FILE = ".spanjudge.lock"
 

@@ -10,10 +10,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from spanjudge.core.configio import configs_dir, load_yaml_model
+from spanjudge.core.errors import ConfigError, InputError
 from spanjudge.inference.backends.base import SamplingParams
 from spanjudge.inference.backends.spec import BackendSpec
-from spanjudge.inference.configio import configs_dir, load_yaml_model
-from spanjudge.inference.errors import ConfigError, InputError
 
 from .config import env_endpoint_overrides
 

@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from spanjudge.core.errors import InputError
+from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl
+from spanjudge.core.progress import Tracker
+from spanjudge.core.sharding import Shard, input_key
 from spanjudge.inference.backends import CachedBackend, LLMCache, make_backend
 from spanjudge.inference.catalog import Catalog, Task
 from spanjudge.inference.contract import (
@@ -27,21 +31,18 @@ from spanjudge.inference.contract import (
     Evaluation,
     ParseFailure,
     anchor_errors,
+    cap_errors,
     parse_annotator,
     parse_supervisor,
 )
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl
-from spanjudge.inference.progress import Tracker
 from spanjudge.inference.prompts import render_annotator_prompt, render_supervisor_prompt
-from spanjudge.inference.sharding import Shard, input_key
 
 from .aggregate import aggregate
 from .annotate import Outcome, limit_annotator, limit_supervisor, run_with_retries
 from .config import EnsembleConfig, ModelRole, SourcesConfig, resolve_source_path
 from .decontaminate import Decontamination
 from .folder_lock import one_run_per_folder
-from .records import Record, cap_errors, split_by_input, task_fields, write_split
+from .records import Record, split_by_input, task_fields, write_split
 from .sampling import EvalRequest, sample_requests
 from .shards import SHARD_RECORDS, finish_shard, settings_hash, start_shard
 from .sources import read_source
@@ -50,7 +51,7 @@ from .stats import compute_stats, write_stats
 KEEP_ALIVE = "keep_alive"  # the ollama backend's option (backends/ollama_native.py), not imported: lazy
 DEFAULT_KEEP_ALIVE = "30m"  # Ollama's own default is 5m: a slow supervisor turn could unload an annotator
 
-# progress: a Tracker (inference/progress.py) given one row per role, with `cached` and `failed` tallies
+# progress: a Tracker (core/progress.py) given one row per role, with `cached` and `failed` tallies
 
 
 @dataclass

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.jsonl import iter_jsonl
+from spanjudge.core.errors import InputError
+from spanjudge.core.jsonl import iter_jsonl
 
 QUINTD_DOMAINS: tuple[str, ...] = ("gsmarena", "ice_hockey", "openweather", "owid", "wikidata")
 QUINTD_MODELS: tuple[str, ...] = ("gpt-3.5", "llama2", "mistral", "zephyr")

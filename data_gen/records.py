@@ -8,9 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.fileio import atomic_directory, atomic_write_jsonl
 from spanjudge.inference.catalog import Task
-from spanjudge.inference.contract import MAX_ERRORS, ErrorAnnotation
-from spanjudge.inference.fileio import atomic_directory, atomic_write_jsonl
 
 Record = dict[str, Any]
 
@@ -55,14 +54,6 @@ def task_fields(task: Task, aspect_name: str) -> dict[str, Any]:
         "task_id": task.id,
         "extra_task_info": task.description,
     }
-
-
-def cap_errors(errors: Sequence[ErrorAnnotation]) -> list[ErrorAnnotation]:
-    """At most MAX_ERRORS, keeping the most severe (order otherwise as given)."""
-    if len(errors) <= MAX_ERRORS:
-        return list(errors)
-    keep = sorted(range(len(errors)), key=lambda i: (-errors[i].severity, i))[:MAX_ERRORS]
-    return [errors[i] for i in sorted(keep)]
 
 
 def _as_pairs(headed: dict[str, str]) -> list[dict[str, str]]:

@@ -1,8 +1,9 @@
-"""Runs split across machines: the shard manifest and `spanjudge merge`.
+"""Runs split across machines: the shard manifest, and the shards read back for `spanjudge merge`
+(`merge.py` joins them).
 
 `spanjudge annotate --shard K/N` and `spanjudge generate --shard K/N` plan the whole run
 (every source is read, every request drawn, exactly as one run would), keep the requests of
-the inputs in shard K (inference/sharding.py) and write them to their own folder, with
+the inputs in shard K (core/sharding.py) and write them to their own folder, with
 OUT/shard.json: which shard, a hash of everything that decides the results (the settings
 and the full plan, not the servers), the inputs it holds and each request's place in the
 full plan.
@@ -22,12 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
-from spanjudge.inference.jsonl import iter_jsonl
-from spanjudge.inference.sharding import Shard
+from spanjudge.core.errors import InputError
+from spanjudge.core.fileio import atomic_write_json
+from spanjudge.core.jsonl import iter_jsonl
+from spanjudge.core.sharding import Shard
 
-from .folder_lock import one_run_per_folder
 from .records import Record
 
 MANIFEST = "shard.json"
@@ -180,90 +180,3 @@ def _disjoint(parts: Sequence[ShardPart]) -> None:
             if key in owner:
                 raise InputError(f"input {'/'.join(key)} is in two shards: {owner[key]} and {part.folder}")
             owner[key] = part.folder
-
-
-def _in_order(parts: Sequence[ShardPart], name: str) -> list[Record]:
-    """The rows of every shard's `name`, in the single run's order."""
-    positioned = [(part.order[row["id"]], row) for part in parts for row in part.rows(name)]
-    return [row for _, row in sorted(positioned, key=lambda pair: pair[0])]
-
-
-def _summed(dicts: Sequence[Mapping[str, int]]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for counts in dicts:
-        for key, value in counts.items():
-            total[key] = total.get(key, 0) + value
-    return total
-
-
-@one_run_per_folder("out_dir", "spanjudge merge")
-def merge_shards(folders: Sequence[Path], out_dir: Path) -> dict[str, Any]:
-    """Join the shards of one `annotate` or `generate` run into `out_dir`; returns its run.json."""
-    command, parts = load_shards(folders, out_dir)
-    if command == "annotate":
-        return _merge_annotate(parts, out_dir)
-    if command == "generate":
-        return _merge_generate(parts, out_dir)
-    raise InputError(f"{parts[0].folder / MANIFEST}: unknown command '{command}'")
-
-
-def _merge_annotate(parts: Sequence[ShardPart], out_dir: Path) -> dict[str, Any]:
-    from .pipeline import RunSummary, write_dataset
-
-    runs = [part.run_json() for part in parts]
-    first, manifest = runs[0], parts[0].manifest
-    summary = RunSummary(
-        out_dir=out_dir,
-        skipped=first["skipped"],  # every shard reads all the sources: the same list in each
-        model_calls=_summed([r["model_calls"] for r in runs]),
-        cache_hits=_summed([r["cache_hits"] for r in runs]),
-        requests=sum(r["requests"] for r in runs),
-        not_sampled=first["not_sampled"],
-        beyond_limit_inputs=first["beyond_limit_inputs"],
-        decontamination=first["decontamination"],
-    )
-    write_dataset(
-        out_dir,
-        _in_order(parts, SHARD_RECORDS),
-        _in_order(parts, "unscored.jsonl"),
-        _in_order(parts, "incomplete.jsonl"),
-        manifest["annotators"],
-        manifest["validation_fraction"],
-        manifest["seed"],
-        summary,
-        merged_from=[str(part.folder) for part in parts],
-    )
-    return json.loads((out_dir / "run.json").read_text(encoding="utf-8"))
-
-
-def _merge_generate(parts: Sequence[ShardPart], out_dir: Path) -> dict[str, Any]:
-    """What `generate._write` writes, from the shards' files."""
-    runs = [part.run_json() for part in parts]
-    first = runs[0]
-    outputs = {name: _in_order(parts, f"outputs/{name}.jsonl") for name in first["per_source"]}
-    rejected, incomplete = _in_order(parts, "rejected.jsonl"), _in_order(parts, "incomplete.jsonl")
-    (out_dir / "outputs").mkdir(parents=True, exist_ok=True)
-    for name, rows in outputs.items():
-        atomic_write_jsonl(out_dir / "outputs" / f"{name}.jsonl", rows)
-    atomic_write_text(out_dir / "sources.yaml", (parts[0].folder / "sources.yaml").read_text(encoding="utf-8"))
-    atomic_write_jsonl(out_dir / "rejected.jsonl", rejected)
-    atomic_write_jsonl(out_dir / "incomplete.jsonl", incomplete)
-    reasons: dict[str, int] = {}
-    for row in rejected:  # in the single run's order, as it counts them
-        reasons[row["reject_reason"]] = reasons.get(row["reject_reason"], 0) + 1
-    summary = {
-        "out_dir": str(out_dir),
-        "skipped": first["skipped"],
-        "model_calls": _summed([r["model_calls"] for r in runs]),
-        "cache_hits": _summed([r["cache_hits"] for r in runs]),
-        "jobs": sum(r["jobs"] for r in runs),
-        "outputs": sum(len(rows) for rows in outputs.values()),
-        "rejected": len(rejected),
-        "incomplete": len(incomplete),
-        "truncated": sum(r["truncated"] for r in runs),
-        "per_source": {name: len(rows) for name, rows in outputs.items()},
-        "rejected_reasons": reasons,
-        "merged_from": [str(part.folder) for part in parts],
-    }
-    atomic_write_json(out_dir / "run.json", summary)
-    return summary

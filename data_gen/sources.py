@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.errors import InputError
+from spanjudge.core.tabular import iter_csv, iter_json_list, iter_jsonl
 from spanjudge.inference.catalog import Task
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.tabular import iter_csv, iter_json_list, iter_jsonl
 
 from .config import FieldMap, SourceSpec
 
@@ -49,7 +49,8 @@ class Row:
     where: str
 
 
-def _rows(spec: SourceSpec, path: Path) -> Iterator[Row]:
+def source_rows(spec: SourceSpec, path: Path) -> Iterator[Row]:
+    """The rows of a source's file (or Hub dataset), read by its format, each with where it came from."""
     if not path.exists() and spec.format != "hf":
         raise InputError(f"source '{spec.name}': {path} not found")
     reader = spec.format
@@ -129,7 +130,8 @@ def _headed(row: Row, dotted: str) -> dict[str, str]:
     return dict(value)
 
 
-def _fields(spec: SourceSpec) -> FieldMap:
+def source_fields(spec: SourceSpec) -> FieldMap:
+    """The field map of a source: its format's preset with the source's own fields over it."""
     preset = PRESETS.get(spec.format)
     if preset is None:
         return spec.fields
@@ -137,7 +139,8 @@ def _fields(spec: SourceSpec) -> FieldMap:
     return preset.model_copy(update=overrides)
 
 
-def _to_item(spec: SourceSpec, task: Task, fields: FieldMap, row: Row) -> SourceItem:
+def source_item(spec: SourceSpec, task: Task, fields: FieldMap, row: Row) -> SourceItem:
+    """One row of a source as an item to evaluate: the task's inputs, the output and their ids."""
     data = row.data
     if spec.format == "qags_mturk":  # the summary is a list of sentences
         data = {**data, "summary": _get(row, "summary_sentences")}
@@ -230,11 +233,11 @@ def _place_output(seen: _Seen, item: SourceItem, unnamed: bool) -> SourceItem | 
 
 def read_source(spec: SourceSpec, path: Path, task: Task) -> ReadReport:
     """All usable items of a source (respecting `limit_inputs`), plus what was set aside and why."""
-    fields = _fields(spec)
+    fields = source_fields(spec)
     report = ReadReport(items=[], oversized=[], empty_outputs=[])
     seen = _Seen()
-    for row in _rows(spec, path):
-        item = _to_item(spec, task, fields, row)
+    for row in source_rows(spec, path):
+        item = source_item(spec, task, fields, row)
         if item.input_id not in seen.inputs and spec.limit_inputs is not None and len(seen.inputs) >= spec.limit_inputs:
             report.beyond_limit += 1
             continue
@@ -272,8 +275,9 @@ class InputsReport:
     oversized: list[str] = field(default_factory=list)
 
 
-def _to_input(spec: SourceSpec, task: Task, row: Row) -> TaskInput:
-    inputs, input_id = _inputs_and_id(task, _fields(spec), row)
+def source_input(spec: SourceSpec, task: Task, row: Row) -> TaskInput:
+    """One row of a source as a task input (generation needs no output)."""
+    inputs, input_id = _inputs_and_id(task, source_fields(spec), row)
     return TaskInput(spec.name, input_id, task.id, inputs, row.where)
 
 
@@ -283,8 +287,8 @@ def read_inputs(spec: SourceSpec, path: Path, task: Task) -> InputsReport:
     `limit_inputs`); oversized ones set aside."""
     report = InputsReport()
     seen: set[str] = set()
-    for row in _rows(spec, path):
-        item = _to_input(spec, task, row)
+    for row in source_rows(spec, path):
+        item = source_input(spec, task, row)
         if item.input_id in seen:
             continue
         if spec.limit_inputs is not None and len(seen) >= spec.limit_inputs:

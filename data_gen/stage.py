@@ -1,5 +1,5 @@
 """The data-generation stage as functions, one per command: `annotate_outputs`,
-`generate_outputs` and `import_records` (with `merge_shards` in `shards`).
+`generate_outputs` and `import_records` (with `merge_shards` in `merge`).
 
 Each takes the command's inputs already parsed (paths, endpoint overrides as a mapping) and
 returns what the run left behind; the commands print it, the demo calls these directly.
@@ -17,8 +17,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from spanjudge.inference.paths import optional_data_dir
-from spanjudge.inference.progress import Tracker, tracker_bars
+from spanjudge.core.paths import optional_data_dir
+from spanjudge.core.progress import Tracker, tracker_bars
 
 Say = Callable[[str], None]
 
@@ -51,8 +51,8 @@ def annotate_outputs(
     """Annotate the sources' outputs with the ensemble, merge with its supervisor and build the
     training data in `out` (see `spanjudge annotate --help`). `warn` hears, before the run,
     that `allow_overlap` keeps meta-evaluation inputs."""
+    from spanjudge.core.sharding import parse_shard, shard_path
     from spanjudge.inference.catalog import load_catalog
-    from spanjudge.inference.sharding import parse_shard, shard_path
 
     from .config import load_ensemble, load_sources
     from .decontaminate import prepare
@@ -86,8 +86,8 @@ def generate_outputs(
 ) -> StageRun:
     """New outputs from the systems for every input of the sources, in `out` (see
     `spanjudge generate --help`)."""
+    from spanjudge.core.sharding import parse_shard, shard_path
     from spanjudge.inference.catalog import load_catalog
-    from spanjudge.inference.sharding import parse_shard, shard_path
 
     from .config import load_sources
     from .generate import run_generate

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.fileio import atomic_write_json, atomic_write_text
+from spanjudge.core.fileio import atomic_write_json, atomic_write_text
 
 from .records import Record
 

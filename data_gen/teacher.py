@@ -19,26 +19,25 @@ a bad input is one message naming the file and line, and nothing is half-written
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from spanjudge.core.configio import load_yaml_model
+from spanjudge.core.errors import InputError
+from spanjudge.core.fileio import atomic_write_json
 from spanjudge.inference.catalog import Catalog, Task
-from spanjudge.inference.configio import load_yaml_model
-from spanjudge.inference.contract import MAX_ERRORS, ErrorAnnotation, Evaluation, anchor_errors, parse_judge
-from spanjudge.inference.contract.model import ParseFailure
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.fileio import atomic_write_json
-from spanjudge.inference.tabular import iter_json_list
+from spanjudge.inference.contract import MAX_ERRORS, ErrorAnnotation, Evaluation, cap_errors
+from spanjudge.inference.openlgauge import iter_openlgauge
 
 from .annotate import limit_errors
 from .config import FieldLimits
 from .decontaminate import Decontamination
 from .quintd import QUINTD_CATEGORIES, QUINTD_DOMAINS, Mismatch, QuintdOutput, read_quintd
-from .records import Record, cap_errors, split_by_input, task_fields, write_split
+from .records import Record, split_by_input, task_fields, write_split
 from .stats import compute_stats, write_stats
 
 
@@ -207,7 +206,7 @@ def _quintd_records(
     source: QuintdImport, catalog: Catalog, summary: ImportSummary, data_root: Path | None = None
 ) -> list[Record]:
     """`data_root`: --data-dir, which wins over the config's data_root."""
-    from spanjudge.inference.paths import data_dir
+    from spanjudge.core.paths import data_dir
 
     task = catalog.task(source.task)
     task.aspect(source.aspect)  # unknown aspect: one clear error before reading
@@ -227,72 +226,6 @@ def _quintd_records(
 
 # --- OpeNLGauge ---------------------------------------------------------------------------------
 
-OPENLGAUGE_FIELDS = ("inputs", "outputs", "aspect_name", "task_name", "evaluation")
-
-
-def _headed(value: Any, where: str, name: str) -> dict[str, str]:
-    """{header: text}, or [{header, text}, ...] as Arrow stores it."""
-    if isinstance(value, Mapping):
-        return {str(k): str(v) for k, v in value.items()}
-    if isinstance(value, list) and all(isinstance(v, Mapping) and {"header", "text"} <= set(v) for v in value):
-        return {str(v["header"]): str(v["text"]) for v in value}
-    raise InputError(f"{where}: '{name}' must map headers to texts")
-
-
-def _find_task(record: Mapping[str, Any], catalog: Catalog, task_map: Mapping[str, str], where: str) -> Task:
-    name = str(record["task_name"])
-    if name in task_map:
-        return catalog.task(task_map[name])
-    wanted = name.strip().lower()
-    category = str(record.get("task_type", "")).strip().lower()
-    matches = [
-        t
-        for t in catalog.tasks.values()
-        if wanted in (t.id.lower(), t.title.lower()) and (not category or category in (t.category, ""))
-    ]
-    if len(matches) != 1:
-        found = (
-            "no catalog task" if not matches else f"{len(matches)} catalog tasks ({', '.join(t.id for t in matches)})"
-        )
-        raise InputError(f"{where}: task_name '{name}' matches {found}; map it with task_map: {{'{name}': TASK_ID}}")
-    return matches[0]
-
-
-def _structured_evaluation(value: Mapping[str, Any], where: str) -> Evaluation:
-    errors = []
-    for index, error in enumerate(value.get("errors") or []):
-        if not isinstance(error, Mapping):
-            raise InputError(f"{where}: evaluation.errors[{index}] is not an object")
-        location = error.get("location", error.get("span"))
-        try:
-            errors.append(
-                ErrorAnnotation(
-                    location=location, explanation=str(error.get("explanation", "")), severity=error.get("severity")
-                )
-            )
-        except ValidationError as exc:
-            raise InputError(f"{where}: evaluation.errors[{index}]: {exc.errors()[0]['msg']}") from None
-    try:
-        return Evaluation(errors=errors, score=value.get("score"))
-    except ValidationError as exc:
-        raise InputError(f"{where}: evaluation.score: {exc.errors()[0]['msg']}") from None
-
-
-def openlgauge_evaluation(value: Any, where: str) -> Evaluation:
-    """Structured `{errors, score}` or the judge's text format; a missing score is an error."""
-    if isinstance(value, str):
-        parsed = parse_judge(value)
-        if isinstance(parsed, ParseFailure):
-            raise InputError(f"{where}: evaluation text does not parse ({parsed.reason})")
-        evaluation = parsed
-    elif isinstance(value, Mapping):
-        evaluation = _structured_evaluation(value, where)
-    else:
-        raise InputError(f"{where}: 'evaluation' must be the judge's text or an object with errors and score")
-    if evaluation.score is None:
-        raise InputError(f"{where}: the evaluation has no score")
-    return evaluation
-
 
 def _limited(errors: list[ErrorAnnotation], limits: FieldLimits, where: str) -> list[ErrorAnnotation]:
     """The annotate field limits on imported errors: an over-long field stops the import naming
@@ -301,66 +234,6 @@ def _limited(errors: list[ErrorAnnotation], limits: FieldLimits, where: str) -> 
     if limited.value is None:
         raise InputError(f"{where}: {limited.reason}; shorten it, or set source.field_limits.too_long: cap")
     return limited.value
-
-
-def openlgauge_record(
-    record: Mapping[str, Any],
-    where: str,
-    catalog: Catalog,
-    task_map: Mapping[str, str],
-    number: int,
-    limits: FieldLimits | None = None,
-) -> Record:
-    missing = [k for k in OPENLGAUGE_FIELDS if k not in record]
-    if missing:
-        raise InputError(f"{where}: missing field '{missing[0]}'")
-    task = _find_task(record, catalog, task_map, where)
-    inputs = _headed(record["inputs"], where, "inputs")
-    outputs = record["outputs"]
-    outputs = {task.output: outputs} if isinstance(outputs, str) else _headed(outputs, where, "outputs")
-    if len(outputs) != 1:
-        raise InputError(f"{where}: 'outputs' must hold the one evaluated text, got {len(outputs)}")
-    output = next(iter(outputs.values()))
-    if not output.strip():
-        raise InputError(f"{where}: missing output (the evaluated text is empty)")
-    evaluation = openlgauge_evaluation(record["evaluation"], where)
-    errors = _limited(evaluation.errors, limits or FieldLimits(), where)
-    anchored = Evaluation(errors=cap_errors(anchor_errors(errors, output)), score=evaluation.score)
-    aspect = str(record["aspect_name"])
-    definition = record.get("aspect_definition")
-    if aspect not in task.aspects and not definition:
-        raise InputError(f"{where}: task '{task.id}' has no aspect '{aspect}' and the record gives no definition")
-    return {
-        "id": f"{record.get('dataset', 'openlgauge')}/{record.get('input_id', number)}/{record.get('system', '-')}/"
-        f"{aspect}",
-        "dataset": str(record.get("dataset", "openlgauge")),
-        "input_id": str(record.get("input_id", number)),
-        "system": str(record.get("system", "-")),
-        "inputs": inputs,
-        "outputs": {task.output: output},
-        "aspect_name": aspect,
-        "aspect_definition": str(definition or task.aspects[aspect].definition),
-        "task_type": task.category,
-        "task_name": task.title,
-        "task_id": task.id,
-        "extra_task_info": record.get("extra_task_info") or task.description,
-        "evaluation": anchored.model_dump(),
-        "provenance": {
-            "source": where,
-            "teacher": "OpeNLGauge release",
-            "annotators": [{"name": "openlgauge", "parse_failure": None, "dropped_outlier": False}],
-        },
-    }
-
-
-def iter_openlgauge(
-    path: Path, catalog: Catalog, task_map: Mapping[str, str] | None = None, limits: FieldLimits | None = None
-) -> Iterator[Record]:
-    """OpeNLGauge's JSON array as records; `train` reads such a file directly through this."""
-    if not path.is_file():
-        raise InputError(f"{path}: file not found")
-    for number, (where, record) in enumerate(iter_json_list(path)):
-        yield openlgauge_record(record, where, catalog, task_map or {}, number, limits)
 
 
 # --- both ---------------------------------------------------------------------------------------
@@ -374,7 +247,8 @@ def build_records(
         records = _quintd_records(source, catalog, summary, data_root)
     else:
         path = source.path if source.path.is_absolute() else config_dir / source.path
-        records = list(iter_openlgauge(path, catalog, source.task_map, source.field_limits))
+        limits = source.field_limits
+        records = list(iter_openlgauge(path, catalog, source.task_map, lambda e, where: _limited(e, limits, where)))
         summary.spans = sum(len(r["evaluation"]["errors"]) for r in records)  # each imported error is a span
     ids = Counter(r["id"] for r in records)
     repeated = [i for i, n in ids.items() if n > 1]

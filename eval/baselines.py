@@ -13,11 +13,11 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.progress import Advance
+from spanjudge.core.errors import InputError
+from spanjudge.core.progress import Advance
 
 from .datasets import MetaDataset, MetaItem
-from .judges import Judgment
+from .judgment import Judgment
 from .suite import AspectSpec
 
 NEEDS_MODEL_WEIGHTS = {

@@ -32,7 +32,8 @@ class Interval:
     undefined: int  # resamples where the coefficient did not exist (e.g. all groups constant)
 
 
-def _interval(value: float, samples: np.ndarray, confidence: float) -> Interval:
+def percentile_interval(value: float, samples: np.ndarray, confidence: float) -> Interval:
+    """The percentile interval of the finite `samples` around `value`; nan bounds when none is finite."""
     finite = samples[~np.isnan(samples)]
     if finite.size == 0:
         return Interval(value, float("nan"), float("nan"), len(samples), len(samples))
@@ -59,7 +60,7 @@ def bootstrap_interval(
     if weights is None:
         weights = input_weights(groups.n_inputs, n_resamples, seed)
     samples = level_values(judge, human, groups, level, coefficient, weights, kendall_variant).values
-    return _interval(float(plain), samples, confidence)
+    return percentile_interval(float(plain), samples, confidence)
 
 
 @dataclass(frozen=True)
@@ -96,4 +97,4 @@ def paired_bootstrap(
     difference = a - b
     finite = difference[~np.isnan(difference)]
     p_value = float((finite <= 0).mean()) if finite.size else float("nan")
-    return PairedTest(a_plain, b_plain, _interval(a_plain - b_plain, difference, confidence), p_value)
+    return PairedTest(a_plain, b_plain, percentile_interval(a_plain - b_plain, difference, confidence), p_value)

@@ -8,104 +8,75 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 import typer
 from rich.console import Console
+
+from spanjudge.core.options import option, settings_command
 
 meta_eval = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
 def _options(values: list[str]) -> dict[str, str]:
-    from spanjudge.inference.keyvalue import parse_texts  # typed as YAML by the judge (judge_files._judge_options)
+    from spanjudge.core.keyvalue import parse_texts  # typed as YAML by the judge (judge_files._judge_options)
 
     return parse_texts(values, "--judge-option", "engine=openai")
 
 
-# The options of `spanjudge meta-eval`, one alias each, so that the command stays a short read.
-OutOption = Annotated[Path, typer.Option("--out", help="Output folder (created; re-running resumes).")]
-SuiteOption = Annotated[
-    Path | None, typer.Option("--suite", help="Suite YAML of human-judgment sets (configs/eval/thesis.yaml).")
-]
-BenchmarkOption = Annotated[
-    Path | None,
-    typer.Option("--benchmark", help="Instead of --suite: a perturbation benchmark built by `spanjudge perturb`."),
-]
-SpansOption = Annotated[
-    str | None,
-    typer.Option("--spans", help="Instead of --suite: error-span P/R/F1 on rotowire or quintd1 (human spans)."),
-]
-DhpWeightOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--dhp-weight",
+@dataclass(frozen=True)
+class MetaEvalSettings:
+    """`spanjudge meta-eval`'s options, each declared once (`core.options`): name, type, default, help."""
+
+    out: Path = option(help="Output folder (created; re-running resumes).")
+    suite: Path | None = option(None, help="Suite YAML of human-judgment sets (configs/eval/thesis.yaml).")
+    benchmark: Path | None = option(
+        None, help="Instead of --suite: a perturbation benchmark built by `spanjudge perturb`."
+    )
+    spans: str | None = option(None, help="Instead of --suite: error-span P/R/F1 on rotowire or quintd1 (human spans).")
+    dhp_weight: list[str] | None = option(
+        None,
         help="DHP expert weight PERTURBATION:ASPECT=W, or a YAML file {perturbation: {aspect: w}} (repeatable; "
         "each perturbation's weights sum to 1; default none: no EW variant).",
-    ),
-]
-NormalisedOption = Annotated[
-    bool, typer.Option("--normalised-p", help="DHP: harmonic mean M/sum(1/p) instead of the printed 1/sum(1/p).")
-]
-JudgeOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--judge",
+    )
+    normalised_p: bool = option(False, help="DHP: harmonic mean M/sum(1/p) instead of the printed 1/sum(1/p).")
+    judge: list[str] | None = option(
+        None,
         help="Judge to evaluate (repeatable; the first is paired-tested against the others): "
         "scores:FILE.jsonl | distilled:MODEL_OR_ADAPTER | prompted:ENSEMBLE.yaml[#model,...] | "
         "metric:rouge1|rouge2|rougeL[-recall|-precision]|bleu|chrf",
-    ),
-]
-DataDirOption = Annotated[
-    Path | None, typer.Option("--data-dir", help="Shared data folder (default ../shared/data or $SPANJUDGE_DATA).")
-]
-DatasetOption = Annotated[
-    list[str] | None, typer.Option("--dataset", help="Only these sets of the suite (repeatable).")
-]
-MaxItemsOption = Annotated[
-    int | None,
-    typer.Option(
-        "--max-items",
-        min=1,
+    )
+    data_dir: Path | None = option(None, help="Shared data folder (default ../shared/data or $SPANJUDGE_DATA).")
+    dataset: list[str] | None = option(None, help="Only these sets of the suite (repeatable).")
+    max_items: int | None = option(
+        None,
         help="A quick sample: whole inputs (every system of each) drawn with seed 0, at most N items per "
         "set (at least one input), so input-level correlations stay defined; with --spans, the first N documents.",
-    ),
-]
-ResamplesOption = Annotated[
-    int | None, typer.Option("--resamples", min=0, help="Bootstrap resamples (default: the suite's; 0 = none).")
-]
-JudgeOptionOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--judge-option",
+        min=1,
+    )
+    resamples: int | None = option(None, help="Bootstrap resamples (default: the suite's; 0 = none).", min=0)
+    judge_option: list[str] | None = option(
+        None,
         help="KEY=VALUE for distilled: (Judge.from_pretrained), e.g. engine=openai; engine_arg.KEY=VALUE is an "
         "engine argument (vllm LLM(...), transformers from_pretrained), e.g. engine_arg.max_model_len=8192; "
         "score=expected correlates the judge's expected score (its probabilities, transformers engine), "
         "score=consensus with samples=N the score of N sampled replies merged, instead of the written one "
         "(score=written, the default).",
-    ),
-]
-EndpointOption = Annotated[
-    list[str] | None,
-    typer.Option("--endpoint", help="prompted: point a model at other servers, NAME=URL[,URL...] (repeatable)."),
-]
-PlotsOption = Annotated[bool, typer.Option("--plots/--no-plots", help="Write PNG plots.")]
-SamplesOption = Annotated[
-    int,
-    typer.Option(
-        "--samples",
-        min=1,
+    )
+    endpoint: list[str] | None = option(
+        None, help="prompted: point a model at other servers, NAME=URL[,URL...] (repeatable)."
+    )
+    plots: bool = option(True, flag="--plots/--no-plots", help="Write PNG plots.")
+    samples: int = option(
+        1,
         help="Judge each item N times (sample k decodes with a seed from k; sample 1 of N is today's judgment) "
         "and aggregate as the papers did: mean (human-correlation sets, dhp, attacks, prompt); dual: mode "
         "for global, mean for local. Each sample is stored, so a re-run asks nothing again.",
-    ),
-]
-ExportRequestsOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--export-requests",
+        min=1,
+    )
+    export_requests: Path | None = option(
+        None,
         help="Write the suite's items as a JSONL for `spanjudge score --data` (ids are ITEM@ASPECT) and stop.",
-    ),
-]
+    )
 
 
 @dataclass(frozen=True)
@@ -122,25 +93,7 @@ class _Judging:
     samples: int
 
 
-@meta_eval.command()
-def meta_eval_command(
-    out: OutOption,
-    suite: SuiteOption = None,
-    benchmark: BenchmarkOption = None,
-    spans: SpansOption = None,
-    dhp_weight: DhpWeightOption = None,
-    normalised_p: NormalisedOption = False,
-    judge: JudgeOption = None,
-    data_dir: DataDirOption = None,
-    dataset: DatasetOption = None,
-    max_items: MaxItemsOption = None,
-    resamples: ResamplesOption = None,
-    judge_option: JudgeOptionOption = None,
-    endpoint: EndpointOption = None,
-    plots: PlotsOption = True,
-    samples: SamplesOption = 1,
-    export_requests: ExportRequestsOption = None,
-) -> None:
+def meta_eval_command(s: MetaEvalSettings) -> None:
     """Correlate judges with human judgments (thesis §4.1, Tables 5.1-5.8).
 
     For each set of the suite, each judge scores every item for every aspect (stored in
@@ -149,19 +102,25 @@ def meta_eval_command(
     used, with bootstrap intervals over inputs. Writes OUT/report.md, OUT/results.json and PNG
     plots; published numbers from the thesis are shown beside the measured ones, labelled.
     """
-    from spanjudge.inference.errors import InputError
+    from spanjudge.core.errors import InputError
 
-    if sum(x is not None for x in (suite, benchmark, spans)) != 1:
+    if sum(x is not None for x in (s.suite, s.benchmark, s.spans)) != 1:
         raise InputError("give exactly one of --suite, --benchmark and --spans")
-    how = _Judging(out, judge or [], _options(judge_option or []), endpoint or [], plots, data_dir, max_items, samples)
-    if benchmark is not None:
-        _benchmark_mode(benchmark, how, dhp_weight or [], normalised_p)
-    elif spans is not None:
-        _spans_mode(spans, how)
-    elif export_requests is not None:
-        _export_mode(suite, export_requests, resamples, dataset, data_dir, max_items)  # type: ignore[arg-type]
+    how = _Judging(
+        s.out, s.judge or [], _options(s.judge_option or []), s.endpoint or [], s.plots, s.data_dir, s.max_items,
+        s.samples,
+    )  # fmt: skip
+    if s.benchmark is not None:
+        _benchmark_mode(s.benchmark, how, s.dhp_weight or [], s.normalised_p)
+    elif s.spans is not None:
+        _spans_mode(s.spans, how)
+    elif s.export_requests is not None:
+        _export_mode(s.suite, s.export_requests, s.resamples, s.dataset, s.data_dir, s.max_items)  # type: ignore[arg-type]
     else:
-        _suite_mode(suite, how, resamples, dataset)  # type: ignore[arg-type]
+        _suite_mode(s.suite, how, s.resamples, s.dataset)  # type: ignore[arg-type]
+
+
+settings_command(meta_eval, MetaEvalSettings, meta_eval_command)
 
 
 def _console() -> Console:
@@ -170,8 +129,8 @@ def _console() -> Console:
 
 def _suite_mode(suite: Path, how: _Judging, resamples: int | None, datasets: list[str] | None) -> None:
     """--suite: correlations with human judgments; exit 1 when judgments are incomplete."""
-    from spanjudge.inference.errors import InputError
-    from spanjudge.inference.paths import optional_data_dir
+    from spanjudge.core.errors import InputError
+    from spanjudge.core.paths import optional_data_dir
 
     from .meta_eval import load_suite_config, open_judges, run_suite, trained_on
 
@@ -207,7 +166,7 @@ def _export_mode(
     max_items: int | None,
 ) -> None:
     """--suite with --export-requests: the suite's items for `spanjudge score`, no judging."""
-    from spanjudge.inference.paths import optional_data_dir
+    from spanjudge.core.paths import optional_data_dir
 
     from .meta_eval import export_requests, load_suite_config
 
@@ -218,7 +177,7 @@ def _export_mode(
 
 def _benchmark_mode(benchmark: Path, how: _Judging, weights: list[str], normalised: bool) -> None:
     """--benchmark: score the judges on a perturbation benchmark."""
-    from spanjudge.inference.errors import InputError
+    from spanjudge.core.errors import InputError
 
     from .meta_eval import open_judges, run_benchmark
     from .perturb.kinds.dhp import parse_weights
@@ -235,7 +194,7 @@ def _benchmark_mode(benchmark: Path, how: _Judging, weights: list[str], normalis
 
 def _spans_mode(spans: str, how: _Judging) -> None:
     """--spans: error-span P/R/F1 against human spans."""
-    from spanjudge.inference.errors import InputError
+    from spanjudge.core.errors import InputError
 
     from .meta_eval import open_judges, run_spans
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.errors import ConfigError, InputError
 from spanjudge.data_gen.config import SourcesConfig, SourceSpec, load_sources, resolve_source_path
-from spanjudge.data_gen.sources import Row, _fields, _rows, _to_item
+from spanjudge.data_gen.sources import Row, source_fields, source_item, source_rows
 from spanjudge.inference.catalog import Catalog, Task, load_catalog
-from spanjudge.inference.errors import ConfigError, InputError
 
 from .qags import summary_score
 from .suite import DatasetSpec, References, SuiteConfig, resolve_config_path
@@ -163,11 +163,11 @@ def load_dataset(
     """Every row of the source as a MetaItem; with `max_items`, a seeded sample of whole inputs
     (see `sample_inputs`)."""
     path = resolve_source_path(source, sources_path, data_root)
-    fields = _fields(source)
+    fields = source_fields(source)
     items: list[MetaItem] = []
     rows: list[Row] = []
-    for index, row in enumerate(_rows(source, path)):
-        base = _to_item(source, task, fields, row)
+    for index, row in enumerate(source_rows(source, path)):
+        base = source_item(source, task, fields, row)
         human = {a.name: v for a in spec.aspects if (v := human_value(row, a.human)) is not None}
         ratings = {a.name: r for a in spec.aspects if a.human != QAGS_MAJORITY and (r := rater_scores(row, a.human))}
         items.append(

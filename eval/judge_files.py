@@ -26,17 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.errors import InputError, SpanjudgeError
-from spanjudge.inference.jsonl import iter_jsonl
-from spanjudge.inference.judge_prompt import JudgeRequest
-from spanjudge.inference.progress import Advance
+from spanjudge.core.errors import InputError, SpanjudgeError
+from spanjudge.core.jsonl import iter_jsonl
+from spanjudge.core.progress import Advance
+from spanjudge.inference.judge_conversation import JudgeRequest
 from spanjudge.inference.prompts import template_sha256
 
 from .datasets import MetaDataset, MetaItem
-from .judges import Judgment
+from .judgment import Judgment
 from .suite import AspectSpec
-
-CHUNK = 16
 
 
 def _score_of(row: Mapping[str, Any], where: str) -> float | None:
@@ -72,11 +70,6 @@ class ScoresFile:
     judgments: dict[ScoreKey, Judgment] = field(default_factory=dict)
     lines: dict[ScoreKey, str] = field(default_factory=dict)  # key -> "file:line", for messages
     aspects: dict[str, str] = field(default_factory=dict)  # aspect -> "file:line" of its first line
-
-
-def read_scores_file(path: Path) -> dict[ScoreKey, Judgment]:
-    """(item id, aspect or None) -> Judgment."""
-    return load_scores_file(path).judgments
 
 
 def load_scores_file(path: Path) -> ScoresFile:
@@ -185,7 +178,7 @@ ENGINE_ARG = "engine_arg."  # --judge-option engine_arg.max_model_len=8192: an e
 def _judge_options(options: Mapping[str, str]) -> dict[str, Any]:
     """Judge.from_pretrained keyword arguments, typed as YAML as every setting is (retries=0 an
     int, constrained=true a bool); `engine_arg.KEY` options go to its engine_options."""
-    from spanjudge.inference.keyvalue import yaml_value
+    from spanjudge.core.keyvalue import yaml_value
 
     found: dict[str, Any] = {}
     engine: dict[str, Any] = {}

@@ -6,41 +6,18 @@
     metric:<name>                   a classic metric (rouge1, rouge2, rougeL, rougeLsum[-recall|-precision],
                                     bleu, chrf; +stem, +refs=max|mean: see eval/baselines.py)
 
-A judge returns, per item, a score or an unscored reason; it never invents a score.
+A judge returns, per item, a score or an unscored reason; it never invents a score (the interface
+every kind implements is in `judgment.py`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.progress import Advance
+from spanjudge.core.errors import InputError
 
-from .datasets import MetaDataset, MetaItem
-from .suite import AspectSpec
-
-
-@dataclass(frozen=True)
-class Judgment:
-    score: float | None
-    unscored_reason: str | None = None
-    detail: dict[str, object] | None = None  # per-model scores, reply counts ... (kept in the store)
-
-
-class MetaJudge(Protocol):
-    name: str
-
-    def judge(
-        self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Advance | None = None
-    ) -> dict[str, Judgment]:
-        """item id -> Judgment for each item it could decide; an item left out (a model call
-        that failed) is not stored and is tried again on the next run."""
-        ...
-
-    def close(self) -> None: ...
+from .judgment import MetaJudge
 
 
 def make_judge(
@@ -58,7 +35,7 @@ def make_judge(
 
         return DistilledJudge(value, dict(options or {}))
     if kind == "prompted":
-        from .judge_prompted import PromptedJudge
+        from .prompted_judge import PromptedJudge
 
         path, _, models = value.partition("#")
         selected = tuple(m.strip() for m in models.split(",") if m.strip())

@@ -21,7 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
-from spanjudge.inference.errors import InputError
+from spanjudge.core.errors import InputError
 
 from .runner import MetaEvalResult
 from .suite import SuiteConfig
@@ -101,7 +101,7 @@ def run_suite(
     """Judge every item of the suite's sets (stored under OUT/judgments/: a re-run only does
     what is missing), correlate with the human scores, write OUT/report.md, OUT/results.json
     and, with `plots`, the PNG plots. Progress goes to `console` (default: standard error)."""
-    from spanjudge.inference.progress import labelled_bars
+    from spanjudge.core.progress import labelled_bars
 
     from .plots import bar_plots, scatter_plots
     from .reference import load_reference_tables
@@ -170,7 +170,7 @@ def export_requests(
     max_items: int | None = None,
 ) -> int:
     """Write the suite's items as score requests (ids ITEM@ASPECT) to `path`; returns how many."""
-    from spanjudge.inference.fileio import atomic_write_text
+    from spanjudge.core.fileio import atomic_write_text
 
     from .datasets import load_suite_dataset, open_suite
 

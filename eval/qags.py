@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spanjudge.inference.errors import InputError
+from spanjudge.core.errors import InputError
 
 
 def sentence_vote(responses: Sequence[Mapping[str, Any]], where: str) -> float:

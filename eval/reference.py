@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from spanjudge.inference.configio import load_yaml_model
+from spanjudge.core.configio import load_yaml_model
 
 
 class CopiedRows(BaseModel):

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.fileio import atomic_write_text
+from spanjudge.core.fileio import atomic_write_text
 
 from .reference import ReferenceIndex
 from .runner import AVERAGE, EMPTY, Cell, MetaEvalResult

@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from spanjudge.inference.progress import Tracker
-from spanjudge.inference.run_info import run_info
+from spanjudge.core.progress import Tracker
+from spanjudge.core.run_info import run_info
 
-from .bootstrap import _interval, input_weights, paired_bootstrap
+from .bootstrap import input_weights, paired_bootstrap, percentile_interval
 from .correlation import Groups, level_values
 from .datasets import MetaDataset, load_suite_dataset, open_suite
-from .judges import MetaJudge
+from .judgment import MetaJudge
 from .sampling import deterministic_warning, mean_scores, sample_judges
 from .store import JudgmentStore, judgment_path
 from .suite import SuiteConfig, resolve_config_path
@@ -94,7 +94,7 @@ class MetaEvalResult:
     unscored_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
     incomplete: dict[str, int] = field(default_factory=dict)  # judge -> judgments a model call never made
     warnings: list[str] = field(default_factory=list)  # judge inputs that look wrong but do not stop the run
-    run: dict[str, Any] = field(default_factory=dict)  # what produced it (spanjudge.inference.run_info)
+    run: dict[str, Any] = field(default_factory=dict)  # what produced it (spanjudge.core.run_info)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -197,7 +197,7 @@ def correlate_dataset(
                 has_human = ~np.isnan(s.human)
                 mask = has_human & ~np.isnan(s.judge)
                 plain, boot = values(s.judge, s.human, mask, coefficient)
-                interval = _interval(float(plain.values[0]), boot, confidence) if boot.size else None
+                interval = percentile_interval(float(plain.values[0]), boot, confidence) if boot.size else None
                 plains.append(float(plain.values[0]))
                 boots.append(boot)
                 items, scored = int(has_human.sum()), int(mask.sum())
@@ -217,7 +217,7 @@ def correlate_dataset(
                 with np.errstate(invalid="ignore"):
                     mean = float(np.mean(plains))
                     boot_mean = np.mean(np.vstack(boots), axis=0) if weights is not None else np.empty(0)
-                interval = _interval(mean, boot_mean, confidence) if boot_mean.size else None
+                interval = percentile_interval(mean, boot_mean, confidence) if boot_mean.size else None
                 result.cells.append(
                     Cell(
                         judge_name, spec.name, AVERAGE, coefficient, spec.level, _num(mean),
@@ -346,8 +346,8 @@ def run_meta_eval(
 def training_inputs(location: str) -> frozenset[str] | None:
     """The input digests a distilled judge was trained on, from the `train_inputs` of the
     spanjudge.json in its folder (or in its run folder's adapter/); None when it records none."""
-    from spanjudge.inference.artifacts import read_adapter_metadata
-    from spanjudge.inference.errors import SpanjudgeError
+    from spanjudge.core.artifacts import read_adapter_metadata
+    from spanjudge.core.errors import SpanjudgeError
 
     folder = Path(location).expanduser()
     for candidate in (folder, folder / "adapter"):
@@ -363,7 +363,7 @@ def training_inputs(location: str) -> frozenset[str] | None:
 
 def _trained_items(dataset: MetaDataset, digests: frozenset[str]) -> tuple[int, int]:
     """(inputs, items) of `dataset` whose inputs are among a judge's training inputs."""
-    from spanjudge.inference.overlap import input_digest
+    from spanjudge.core.overlap import input_digest
 
     hits = [item for item in dataset.items if input_digest(item.inputs) in digests]
     return len({item.input_id for item in hits}), len(hits)

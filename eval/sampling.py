@@ -22,19 +22,10 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 import numpy as np
 
-from .judges import Judgment, MetaJudge
-
-
-class Sampling(Protocol):
-    name: str
-
-    def for_sample(self, k: int) -> MetaJudge:
-        """The same judge decoding sample k (k >= 1) with seed `sample_seed(k)`, under its own store key."""
-        ...
+from .judgment import Judgment, MetaJudge
 
 
 def sample_seed(k: int) -> int:
@@ -46,6 +37,8 @@ def sample_seed(k: int) -> int:
 
 
 def can_sample(judge: MetaJudge) -> bool:
+    """Whether the judge samples: it has `for_sample(k)`, the same judge decoding sample k (k >= 1) with seed
+    `sample_seed(k)` under its own store key."""
     return callable(getattr(judge, "for_sample", None))
 
 

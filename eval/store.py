@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.jsonl import JsonlStore
+from spanjudge.core.errors import InputError
+from spanjudge.core.jsonl import JsonlStore
+from spanjudge.core.progress import Advance
 
-from .judges import Judgment
+from .datasets import MetaDataset, MetaItem
+from .judgment import Judgment, MetaJudge
+from .suite import AspectSpec
 
 Key = tuple[str, str, str]  # dataset, aspect, item id
 
@@ -75,3 +78,21 @@ class JudgmentStore:
 
     def close(self) -> None:
         self._store.close()
+
+
+# items handed to a judge at a time: each chunk is stored as soon as it is judged
+JUDGE_CHUNK = 16
+
+
+def judge_missing(
+    judge: MetaJudge,
+    store: JudgmentStore,
+    dataset: MetaDataset,
+    aspect: AspectSpec,
+    todo: Sequence[MetaItem],
+    step: Advance | None = None,
+) -> None:
+    """Judge `todo` in chunks, each chunk stored as it comes (a kill loses at most one chunk)."""
+    for start in range(0, len(todo), JUDGE_CHUNK):
+        chunk = todo[start : start + JUDGE_CHUNK]
+        store.add(dataset.name, aspect.name, judge.judge(dataset, aspect, chunk, step).items())

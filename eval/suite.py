@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from spanjudge.inference.configio import configs_dir, load_yaml_model
+from spanjudge.core.configio import configs_dir, load_yaml_model
 
 from .correlation import Coefficient, KendallVariant, Level
 

@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .configio import configs_dir, load_yaml_model
-from .errors import ConfigError, InputError
+from spanjudge.core.configio import configs_dir, load_yaml_model
+from spanjudge.core.errors import ConfigError, InputError
 
 CATALOG_ENV = "SPANJUDGE_CATALOG"
 Role = Literal["training", "meta_eval"]

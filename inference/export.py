@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .artifacts import ADAPTER_METADATA, read_adapter_metadata
-from .errors import InputError, SpanjudgeError
-from .fileio import atomic_directory, check_replaceable
+from spanjudge.core.artifacts import ADAPTER_METADATA, read_adapter_metadata
+from spanjudge.core.errors import InputError, SpanjudgeError
+from spanjudge.core.fileio import atomic_directory, check_replaceable
 
 MERGED_EXPORT = "merged export"  # the marker of a folder `merge_adapter` wrote (fileio.OUTPUT_MARKER)
 GGUF_EXPORT_KEY = "spanjudge.export"  # a GGUF key naming the file an adapter export of ours

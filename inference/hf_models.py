@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import SpanjudgeError
-from .fileio import atomic_directory
+from spanjudge.core.errors import SpanjudgeError
+from spanjudge.core.fileio import atomic_directory
+
 from .llamacpp import gemma3_gguf, model_cache_dir, smollm2_gguf
 
 if TYPE_CHECKING:

@@ -43,8 +43,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from .artifacts import read_adapter_metadata
-from .backends import BackendSpec, JudgeEngine, make_backend
+from spanjudge.core.artifacts import read_adapter_metadata
+from spanjudge.core.errors import SpanjudgeError
+from spanjudge.core.progress import Advance
+
+from .backends import BackendSpec, judge_engine, make_backend
 from .backends.adapters import check_safetensors_adapter
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
 from .catalog import Aspect, Catalog, load_catalog
@@ -52,17 +55,15 @@ from .chat import encode_prompt
 from .consensus import Consensus, consensus
 from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
 from .contract.grammar import errors_within, judge_grammar, server_grammar_fields
-from .errors import SpanjudgeError
 from .hf_models import load_tokenizer, local_folder, resolve_model_source
-from .judge_prompt import JudgeRequest, judge_chat_prompt, judge_messages, stored_template
+from .judge_conversation import JudgeRequest, judge_chat_prompt, judge_messages, stored_template
 from .probabilities import ReplyProbabilities
-from .progress import Advance
 from .prompts import PromptTemplate
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-Engine = JudgeEngine  # the backend kinds with judge=True (backends/registry.py)
+Engine = str  # a backend kind with judge=True (backends/registry.py)
 MAX_NEW_TOKENS = 1536
 RETRY_SAMPLING = SamplingParams(temperature=0.1, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
 # self-consistency's replies: diverse enough to disagree where the judge is unsure (Wang et al. 2023 sample at 0.7)
@@ -186,7 +187,11 @@ class Judge:
         `samples`: also ask N sampled replies per output and merge them (`consensus.consensus`: the
         spans at least half of them mark, with that share as confidence, and Algorithm 1's score)."""
         location = str(model_or_adapter)
-        if probabilities and engine != "transformers":
+        try:
+            record = judge_engine(engine)
+        except ValueError as exc:
+            raise SpanjudgeError(str(exc)) from None
+        if probabilities and not record.probabilities:
             raise SpanjudgeError(
                 f"probabilities are read on the transformers engine, not {engine!r} (vLLM, llama.cpp and "
                 "OpenAI-compatible servers: not yet)"
@@ -195,14 +200,14 @@ class Judge:
         template = resolve_prompt_template(location, prompt_template)
         adapter, model = _adapter_and_model(location, base)
         tokenizer_folder = adapter or (model if Path(model).is_dir() else None)
-        if engine == "openai":
+        if record.server:
             if not base_url:
-                raise SpanjudgeError("engine 'openai' needs base_url (e.g. http://127.0.0.1:8080/v1)")
+                raise SpanjudgeError(f"engine {engine!r} needs base_url (e.g. http://127.0.0.1:8080/v1)")
             tokenizer = (
                 load_tokenizer(tokenizer_folder, trust_remote_code=trust_remote_code) if tokenizer_folder else None
             )
             spec = BackendSpec(
-                kind="openai",
+                kind=engine,
                 model=served_model or Path(location).name or "judge",
                 endpoints=(base_url,),
                 api="prompt" if tokenizer is not None else "chat",
@@ -215,8 +220,8 @@ class Judge:
         else:
             tokenizer = load_tokenizer(tokenizer_folder or model, trust_remote_code=trust_remote_code)
             options: dict[str, Any] = {"trust_remote_code": trust_remote_code}
-            if engine == "transformers":
-                options.update(batch_size=batch_size, dtype=dtype)
+            given = {"batch_size": batch_size, "dtype": dtype}
+            options.update({name: given[name] for name in record.judge_options})
             options.update(engine_options or {})  # the user's engine arguments win over the defaults above
             ours = sorted({"adapter", "grammar"} & options.keys())
             if ours:

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from .errors import SpanjudgeError
+from spanjudge.core.errors import SpanjudgeError
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"

@@ -25,10 +25,11 @@ import jinja2.nodes
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedEnvironment
 
+from spanjudge.core.configio import configs_dir
+from spanjudge.core.errors import InputError
+
 from .catalog import Aspect, Task, validate_inputs
-from .configio import configs_dir
 from .contract import MAX_ERRORS, ErrorAnnotation, render_errors
-from .errors import InputError
 
 _BACKTICKS = re.compile(r"`+")
 
@@ -164,7 +165,7 @@ class PromptTemplate:
     def load(cls, path: Path | str) -> PromptTemplate:
         """The template at `path`, checked: InputError naming the file and line of a syntax
         error or of a variable the judge does not provide."""
-        from .tabular import read_text
+        from spanjudge.core.tabular import read_text
 
         path = Path(path)
         if not path.is_file():

@@ -23,14 +23,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from .catalog import Aspect, Catalog, Task, validate_inputs
-from .errors import InputError
-from .hub_data import iter_rows, parse_dataset_id
-from .jsonl import JsonlStore
-from .judge_prompt import JudgeRequest
-from .prompts import PromptTemplate, template_sha256
-from .sharding import Shard
-from .tabular import (
+from spanjudge.core.errors import InputError
+from spanjudge.core.hub_data import iter_rows, parse_dataset_id
+from spanjudge.core.jsonl import JsonlStore
+from spanjudge.core.sharding import Shard
+from spanjudge.core.tabular import (
     PARALLEL_FIELDS,
     Located,
     iter_csv,
@@ -40,6 +37,10 @@ from .tabular import (
     iter_parallel_text,
     only_value,
 )
+
+from .catalog import Aspect, Catalog, Task, validate_inputs
+from .judge_conversation import JudgeRequest
+from .prompts import PromptTemplate, template_sha256
 
 
 @dataclass(frozen=True)
@@ -454,7 +455,7 @@ def run_info_path(out: Path) -> Path:
 
 def write_run_info(out: Path, info: Mapping[str, Any]) -> Path:
     """Write what produces `out` (`run_info.run_info`) beside it, before its rows are scored."""
-    from .fileio import atomic_write_json
+    from spanjudge.core.fileio import atomic_write_json
 
     path = run_info_path(out)
     path.parent.mkdir(parents=True, exist_ok=True)

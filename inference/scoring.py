@@ -15,8 +15,11 @@ from typing import Any
 
 from rich.console import Console
 
-from .backends.registry import ENGINE_ARG_KINDS, JUDGE_ENGINES, one_of
-from .keyvalue import parse_texts
+from spanjudge.core.keyvalue import parse_texts
+from spanjudge.core.options import option
+from spanjudge.core.sharding import SHARD_HELP
+
+from .backends.registry import BY_NAME, ENGINE_ARG_KINDS, JUDGE_ENGINES, one_of
 
 CHUNK = 32  # items handed to the judge at a time (each result is written as soon as it is final)
 FORMATS = ("jsonl", "html")
@@ -24,40 +27,87 @@ FORMATS = ("jsonl", "html")
 
 @dataclass(frozen=True)
 class ScoreSettings:
-    """Everything one scoring run is given; the field names are `spanjudge score`'s option
-    names, and all of them are recorded in OUT.run.json (the results' provenance)."""
+    """Everything one scoring run is given, each field declared once: it is also `spanjudge score`'s
+    option (`core.options`), and all of them are recorded in OUT.run.json (the results' provenance)."""
 
-    model: str
-    out: Path
-    data: str | None = None
-    data_format: str = "auto"
-    src: Path | None = None
-    hyp: Path | None = None
-    ref: Path | None = None
-    prompt_template: Path | None = None
-    task: str | None = None
-    aspect: str | None = None
-    aspect_definition: str | None = None
-    base: str | None = None
-    engine: str = "transformers"
-    engine_arg: list[str] | None = None
-    base_url: str | None = None
-    served_model: str | None = None
-    input_field: list[str] | None = None
-    output_field: str = "output"
-    id_field: str = "id"
-    split: str = "test"
-    limit: int | None = None
-    batch_size: int = 8
-    max_new_tokens: int = 1536
-    retries: int = 3
-    max_context: int | None = None
-    output_format: str = "jsonl"
-    constrained: bool = False
-    probabilities: bool = False
-    samples: int = 0
-    refresh_unscored: bool = False
-    shard: str | None = None
+    model: str = option(help="Adapter folder (spanjudge train), merged model folder or hub id.")
+    out: Path = option(
+        help="Results JSONL (one evaluation per line; re-running resumes); what produced it (versions, git "
+        "commit, options) goes beside it in OUT with .run.json."
+    )
+    data: str | None = option(
+        None,
+        help="Rows to score: .jsonl, .json, .csv, a saved HF dataset or a Hub dataset id owner/name[:split] "
+        "(or see --data-format, --src/--hyp).",
+    )
+    data_format: str = option(
+        "auto",
+        help="auto (by the file), or lm-eval: the samples_*.jsonl of `lm_eval --log_samples`; the output is "
+        "the sample's filtered_resps (--output-field resps: the raw generation), the id its doc_id, and "
+        'inputs come from its doc: --input "Article=doc.document".',
+    )
+    src: Path | None = option(None, help="Plain text, one source per line: the task's first input (or --input H=src).")
+    hyp: Path | None = option(None, help="Plain text, one output to evaluate per line (with --src).")
+    ref: Path | None = option(
+        None, help='Plain text, one reference per line, for an input mapped with --input "H=ref".'
+    )
+    prompt_template: Path | None = option(
+        None,
+        help="The judge's prompt as a Jinja file (variables: task_name, aspect_name, aspect_definition, "
+        "extra_task_info, inputs, outputs), e.g. the one a foreign judge was trained with; default: the one "
+        "stored in the adapter folder (data.prompt_template in training), else the built-in prompt.",
+    )
+    task: str | None = option(None, help="Task id (spanjudge tasks); else each row's task_id.")
+    aspect: str | None = option(None, help="Aspect name (else each row's aspect_name).")
+    aspect_definition: str | None = option(None, help="Define a custom aspect.")
+    base: str | None = option(None, help="Base model (default: recorded in the adapter).")
+    engine: str = option("transformers", help=f"{' | '.join(JUDGE_ENGINES)}.")
+    engine_arg: list[str] | None = option(
+        None,
+        help="KEY=VALUE (repeatable; VALUE read as YAML) for the engine: vllm's LLM(...), e.g. "
+        "max_model_len=8192, gpu_memory_utilization=0.8, tensor_parallel_size=2, quantization=fp8; "
+        "transformers' from_pretrained(...), e.g. dtype=bfloat16, device_map=auto.",
+    )
+    base_url: str | None = option(None, help="engine openai: the server, e.g. http://127.0.0.1:8080/v1.")
+    served_model: str | None = option(None, help="engine openai: served model name.")
+    input_field: list[str] | None = option(
+        None, flag="--input", help='Map a task input to a field: "HEADER=FIELD" (repeatable).'
+    )
+    output_field: str = option("output", help="Field holding the text to evaluate.")
+    id_field: str = option("id", help="Field with a unique id (else row number).")
+    split: str = option("test", help="Split of a DatasetDict folder or Hub dataset.")
+    limit: int | None = option(None, help="Score only the first N rows.", min=1)
+    batch_size: int = option(8, help="transformers: batch size.", min=1)
+    max_new_tokens: int = option(1536, help="The longest reply the judge may write, in tokens.", min=16)
+    retries: int = option(3, help="Sampled retries of a reply that does not parse.", min=0)
+    max_context: int | None = option(None, help="Context length to fit prompts in (default: the model's).")
+    output_format: str = option(
+        "jsonl", flag="--format", help="jsonl, or html to also write OUT with .html: highlighted spans."
+    )
+    constrained: bool = option(
+        False,
+        help="Hold every reply to the output contract's grammar (llama.cpp GBNF, vLLM structured outputs, "
+        "transformers: xgrammar, pip install 'spanjudge[constrained]').",
+    )
+    probabilities: bool = option(
+        False,
+        help="Also read the judge's probabilities along each written evaluation (transformers engine): "
+        "P(no error), the expected number of errors, each error's confidence and expected severity, and the "
+        "expected score over 0-100, beside the written values (`probabilities` in each row).",
+    )
+    samples: int = option(
+        0,
+        help="Self-consistency: also ask N sampled replies (temperature 0.7) per output and merge them: the "
+        "spans at least half of them mark, each with the share that did as its confidence, and their scores by "
+        "the thesis's Algorithm 1 (`consensus` in each row). N more generations per output.",
+        min=0,
+    )
+    refresh_unscored: bool = option(
+        False,
+        help="Score again the rows of OUT left unscored (no reply parsed), e.g. by a server that was "
+        "broken; a plain re-run keeps them.",
+    )
+    shard: str | None = option(None, help=SHARD_HELP + " The N results files together hold every row.", metavar="K/N")
 
 
 @dataclass
@@ -90,7 +140,7 @@ def page_path(results: Path) -> Path:
 
 def check_page_path(results: Path, page: Path, option: str) -> None:
     """The results file and its page are never one file (the page would overwrite the rows)."""
-    from .errors import InputError
+    from spanjudge.core.errors import InputError
 
     if page.resolve() == results.resolve():
         raise InputError(
@@ -106,16 +156,18 @@ def model_identity(model: str, base: str | None, engine: str, served_model: str 
     name = str(local.resolve()) if local.exists() else model
     if base:
         name += f" (base {base})"
-    if engine == "openai" and served_model:
+    record = BY_NAME.get(engine)
+    if record is not None and record.server and served_model:
         name += f" (served as {served_model})"
     return name
 
 
 def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
     """One-line errors before anything is read; returns the shard (or None) and the engine options."""
+    from spanjudge.core.errors import InputError
+    from spanjudge.core.sharding import parse_shard
+
     from .backends import parse_engine_args
-    from .errors import InputError
-    from .sharding import parse_shard
 
     part = parse_shard(settings.shard)  # a bad K/N is one line before anything is read
     if settings.output_format not in FORMATS:
@@ -124,7 +176,7 @@ def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
         check_page_path(settings.out, page_path(settings.out), "--out")
     if settings.engine not in JUDGE_ENGINES:
         raise InputError(f"--engine must be {one_of(JUDGE_ENGINES)}, not '{settings.engine}'")
-    if settings.probabilities and settings.engine != "transformers":
+    if settings.probabilities and not BY_NAME[settings.engine].probabilities:
         raise InputError(
             f"--probabilities is read on --engine transformers, not {settings.engine} (vLLM, llama.cpp and "
             "OpenAI-compatible servers: not yet)"
@@ -137,7 +189,8 @@ def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
 
 def _requests(settings: ScoreSettings, part: Any, catalog: Any) -> tuple[str, list[Any], Any]:
     """(data name, the requests of this run, the prompt template) from the settings' data."""
-    from .errors import InputError
+    from spanjudge.core.errors import InputError
+
     from .judge import resolve_prompt_template
     from .score_data import FieldMapping, read_requests, score_source, shard_requests
 
@@ -148,9 +201,9 @@ def _requests(settings: ScoreSettings, part: Any, catalog: Any) -> tuple[str, li
     data_name, rows, mapping = score_source(
         s.data, s.data_format, texts, mapping, catalog.task(s.task) if s.task else None
     )
-    for option, given in (("--data", s.data), *((f"--{key}", path) for key, path in texts.items())):
+    for flag, given in (("--data", s.data), *((f"--{key}", path) for key, path in texts.items())):
         if given is not None and Path(given).exists() and out.exists() and out.resolve() == Path(given).resolve():
-            raise InputError(f"--out {out} is the {option} file; write the results to another file")
+            raise InputError(f"--out {out} is the {flag} file; write the results to another file")
     template = resolve_prompt_template(s.model, s.prompt_template)
     requests = read_requests(
         data_name, catalog, s.task, s.aspect, s.aspect_definition, mapping,
@@ -162,7 +215,8 @@ def _requests(settings: ScoreSettings, part: Any, catalog: Any) -> tuple[str, li
 def _drop_to_score_again(out: Path, done: dict[str, Any], wanted: set[str], unscored: bool) -> dict[str, Any]:
     """Remove from the results file the wanted rows whose model call failed (always) or that are
     unscored (`unscored`: --refresh-unscored), so that they are scored again."""
-    from .fileio import atomic_write_jsonl
+    from spanjudge.core.fileio import atomic_write_jsonl
+
     from .score_data import read_results
 
     again = {
@@ -189,8 +243,9 @@ def _judge_todo(
     failed model calls."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
+    from spanjudge.core.progress import tracker_bars
+
     from .judge import Judge
-    from .progress import tracker_bars
 
     s, failed = settings, 0
     judge = Judge.from_pretrained(
@@ -225,8 +280,9 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
     """Score the settings' rows into `settings.out` (resuming), and return what it holds for them.
 
     `console` receives the progress (default: standard error)."""
+    from spanjudge.core.run_info import run_info
+
     from .catalog import load_catalog
-    from .run_info import run_info
     from .score_data import ScoreStore, check_results_file, read_results, resume_key, run_info_path, write_run_info
 
     s, out = settings, settings.out
@@ -256,7 +312,8 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
         rows = [row for row in read_results(out) if row["id"] in wanted]
         run = ScoreRun(out, rows, len(requests), len(requests) - len(todo), failed)
         if s.output_format == "html":
-            from .fileio import atomic_write_text
+            from spanjudge.core.fileio import atomic_write_text
+
             from .html_report import render_html
 
             run.page = page_path(out)

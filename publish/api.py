@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from spanjudge.inference.errors import InputError, SpanjudgeError
-from spanjudge.inference.keyvalue import parse_texts
+from spanjudge.core.errors import InputError, SpanjudgeError
+from spanjudge.core.keyvalue import parse_texts
 
 from .card import CardOptions
 from .dataset import read_dataset_folder
@@ -22,7 +22,7 @@ from .dataset_staging import stage_dataset
 from .hub import check_repo_id, hub_token, upload
 from .model_staging import stage
 from .results import read_eval_results
-from .run import card_base_model, read_run
+from .run_folder import card_base_model, read_run
 from .staging import check_dry_run_target
 
 Say = Callable[[str], None]

@@ -11,7 +11,7 @@ from typing import Any
 
 from .markdown import category_rows, cell, render
 from .results import EvalResults
-from .run import HUB_BASES, RunFolder
+from .run_folder import HUB_BASES, RunFolder
 from .staging import CONFIG_FILE, staged_config_text
 
 TAGS = ("spanjudge", "nlg-evaluation", "llm-as-a-judge", "lora")

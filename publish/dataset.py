@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.tabular import iter_jsonl
+from spanjudge.core.errors import InputError
+from spanjudge.core.tabular import iter_jsonl
 
-from .run import read_json
+from .run_folder import read_json
 from .staging import CARD_FILE, check_inside, strip_local_paths
 
 SPLITS = ("train", "validation")

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spanjudge.inference.errors import InputError
+from spanjudge.core.errors import InputError
 
 from .dataset import HF_FOLDER, DatasetFolder
 from .markdown import category_rows, cell, render

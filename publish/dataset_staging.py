@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.errors import SpanjudgeError
-from spanjudge.inference.fileio import atomic_directory, atomic_write_jsonl
-from spanjudge.inference.hub_data import to_hub_row
+from spanjudge.core.errors import SpanjudgeError
+from spanjudge.core.fileio import atomic_directory, atomic_write_jsonl
+from spanjudge.core.hub_data import to_hub_row
 
 from .dataset import HF_FOLDER, METADATA_FILES, DatasetFolder, staged_name
 from .dataset_card import DatasetCardOptions, render_dataset_card

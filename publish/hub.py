@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from spanjudge.inference.errors import InputError, SpanjudgeError
-from spanjudge.inference.fileio import OUTPUT_MARKER
+from spanjudge.core.errors import InputError, SpanjudgeError
+from spanjudge.core.fileio import OUTPUT_MARKER
 
 # what the Hub accepts as owner/name (for a repo and for a base model)
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from spanjudge.inference.configio import configs_dir
+from spanjudge.core.configio import configs_dir
 
 
 def cell(value: Any) -> str:

@@ -17,12 +17,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from spanjudge.inference.artifacts import ADAPTER_METADATA, AdapterMetadata
-from spanjudge.inference.errors import SpanjudgeError
-from spanjudge.inference.fileio import atomic_directory
+from spanjudge.core.artifacts import ADAPTER_METADATA, AdapterMetadata
+from spanjudge.core.errors import SpanjudgeError
+from spanjudge.core.fileio import atomic_directory
 
 from .card import CardOptions, render_card
-from .run import HUB_BASES, RunFolder
+from .run_folder import HUB_BASES, RunFolder
 from .staging import (
     CARD_FILE,
     CONFIG_FILE,

@@ -8,7 +8,7 @@ JSON list of rows, or an object holding that list under "rows", "results", "corr
     [{"dataset": "SummEval", "aspect": "coherence", "level": "summary",
       "coefficient": "kendall", "value": 0.41, "ci_low": 0.37, "ci_high": 0.45, "n": 1600}, ...]
 
-Each row becomes a `ResultRow` (inference/artifacts.py: `dataset` and a numeric `value` are
+Each row becomes a `ResultRow` (core/artifacts.py: `dataset` and a numeric `value` are
 required, `metric` may stand for `coefficient`, `low`/`high` for `ci_low`/`ci_high`); rows that
 do not validate are skipped and counted. The card holds the rows of one judge only: the one
 named by `--judge-name`, else the only judge that is not a baseline (`metric:`, `prompted:`).
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.artifacts import MetaEvalFile, ResultRow, validated
-from spanjudge.inference.errors import InputError
+from spanjudge.core.artifacts import MetaEvalFile, ResultRow, validated
+from spanjudge.core.errors import InputError
 
 # the meta-eval judges that are references, never the judge being published
 BASELINE_KINDS = ("metric:", "prompted:")

@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from spanjudge.inference.artifacts import ADAPTER_METADATA
-from spanjudge.inference.errors import InputError, SpanjudgeError
-from spanjudge.inference.judge_prompt import TEMPLATE_FILE
+from spanjudge.core.artifacts import ADAPTER_METADATA
+from spanjudge.core.errors import InputError, SpanjudgeError
+from spanjudge.inference.judge_conversation import TEMPLATE_FILE
 
 ADAPTER_FILES = frozenset({"adapter_model.safetensors", "adapter_config.json"})
 TOKENIZER_FILES = frozenset(

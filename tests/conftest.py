@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from judge_records import write_qags_records
-from standin import Reply, StandIn, start_stand_in, stop_stand_in
-from training_runs import TrainedRun, launch, smoke_args
+from support.judge_records import write_qags_records
+from support.standin import Reply, StandIn, start_stand_in, stop_stand_in
+from support.training_runs import TrainedRun, launch, smoke_args
 
-from spanjudge.inference.errors import SpanjudgeError
+from spanjudge.core.errors import SpanjudgeError
+from spanjudge.core.paths import data_dir
 from spanjudge.inference.llamacpp import LlamaCppServer, gemma3_gguf, smollm2_gguf
-from spanjudge.inference.paths import data_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -69,7 +69,7 @@ def train_command(
     final adapter in adapter/, metrics.json and the resolved config; re-running the same
     command resumes from the last checkpoint, and does nothing once the run has finished.
     """
-    from spanjudge.inference.errors import SpanjudgeError
+    from spanjudge.core.errors import SpanjudgeError
 
     from .config import parse_override
     from .stage import plan_training, train_judge

@@ -14,10 +14,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from spanjudge.inference.configio import configs_dir, load_yaml_model, read_yaml, validate
-from spanjudge.inference.errors import ConfigError, InputError
-from spanjudge.inference.hub_data import local_data
-from spanjudge.inference.keyvalue import parse_setting
+from spanjudge.core.configio import configs_dir, load_yaml_model, read_yaml, validate
+from spanjudge.core.errors import ConfigError, InputError
+from spanjudge.core.hub_data import local_data
+from spanjudge.core.keyvalue import parse_setting
 from spanjudge.inference.prompts import PromptTemplate
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from spanjudge.core.errors import InputError
+from spanjudge.core.jsonl import Located, iter_jsonl
+from spanjudge.core.overlap import input_digest
 from spanjudge.inference.catalog import Catalog
 from spanjudge.inference.chat import encode_prompt
 from spanjudge.inference.contract import Evaluation
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.jsonl import Located, iter_jsonl
-from spanjudge.inference.judge_prompt import judge_training_texts, request_from_record
-from spanjudge.inference.overlap import input_digest
+from spanjudge.inference.judge_conversation import judge_training_texts, request_from_record
 from spanjudge.inference.prompts import PromptTemplate
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class TokenizedSplit:
     labels: list[list[int]] = field(default_factory=list)
     too_long: list[str] = field(default_factory=list)  # "file:line (N tokens)"
     repeated: int = 0  # extra copies of 'No Error' records (data.repeat_no_error)
-    input_digests: set[str] = field(default_factory=set)  # inputs trained on (spanjudge.inference.overlap)
+    input_digests: set[str] = field(default_factory=set)  # inputs trained on (spanjudge.core.overlap)
 
     @property
     def tokens(self) -> int:
@@ -80,7 +80,7 @@ def tokenize_example(tokenizer: PreTrainedTokenizerBase, prompt: str, completion
 def iter_records(path: Path, catalog: Catalog) -> Iterator[Located]:
     """(where, record) from train.jsonl, or from a JSON array in OpeNLGauge's released format."""
     if path.suffix == ".json":
-        from spanjudge.data_gen.teacher import iter_openlgauge
+        from spanjudge.inference.openlgauge import iter_openlgauge
 
         for record in iter_openlgauge(path, catalog):
             yield record["provenance"]["source"], record

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.configio import configs_dir
-from spanjudge.inference.errors import SpanjudgeError
+from spanjudge.core.configio import configs_dir
+from spanjudge.core.errors import SpanjudgeError
 
 from .config import TrainConfig
 

@@ -29,13 +29,13 @@ from typing import Any
 
 import yaml
 
-from spanjudge.inference.artifacts import ADAPTER_METADATA
+from spanjudge.core.artifacts import ADAPTER_METADATA
+from spanjudge.core.errors import ConfigError, SpanjudgeError
+from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from spanjudge.core.overlap import RULE as OVERLAP_RULE
 from spanjudge.inference.catalog import load_catalog
-from spanjudge.inference.errors import ConfigError, SpanjudgeError
-from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.inference.hf_models import load_causal_lm, load_tokenizer, local_folder, resolve_model_source
-from spanjudge.inference.judge_prompt import TEMPLATE_FILE
-from spanjudge.inference.overlap import RULE as OVERLAP_RULE
+from spanjudge.inference.judge_conversation import TEMPLATE_FILE
 from spanjudge.inference.prompts import template_sha256
 
 from .config import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spanjudge.inference.errors import ConfigError
+from spanjudge.core.errors import ConfigError
 
 from .config import TrainConfig
 

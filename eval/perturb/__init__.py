@@ -1,7 +1,8 @@
 """Perturbation benchmarks (BENCHMARKS.md, seeds 000-003): build once, score any judge.
 
-    kinds/          the registry (`kinds.KINDS`) and one module per benchmark kind: dhp, dual,
-                    attacks, prompt, each with its sources, build, analyse, report and plots
+    registry        the benchmark kinds (`KINDS`, `BenchmarkKind`, `get_kind`)
+    kinds/          one module per benchmark kind: dhp, dual, attacks, prompt, each with its
+                    sources, build, analyse, report and plots
     perturbations   the perturbation library; its tables are configs/perturb/perturbations.yaml
     rules           the rule-based perturbations the tables name
     llm_perturb     LLM-made perturbations through the backend layer, frozen with provenance
@@ -19,10 +20,10 @@ How to add a benchmark (two files):
    it is built from, `build(BuildRequest) -> Built` (use `build.reference_sources` or
    `expert_sources` and `build.build_perturbed_sets`), `analyse(benchmark, scored, options)`
    returning a JSON-ready dict, `report(metrics, benchmark)` returning markdown lines,
-   `plots(metrics, folder)` (or `kinds.no_plots`), why a cell can be undefined and how
+   `plots(metrics, folder)` (or `registry.no_plots`), why a cell can be undefined and how
    `--samples` aggregate. New perturbations are rows of configs/perturb/perturbations.yaml
    (plus a prompt in prompts.yaml when LLM-made, or a function in `rules.RULES`).
-2. Add "<name>" to `KINDS` in `kinds/__init__.py`. The CLI's `--benchmark` choices, the demo
+2. Add "<name>" to `KINDS` in `registry.py`. The CLI's `--benchmark` choices, the demo
    config, the published numbers and the manifest reader take the list from there, and
-   tests/test_benchmark_registry.py checks the new kind has every part.
+   tests/unit/test_benchmark_registry.py checks the new kind has every part.
 """

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..judges import Judgment
+from ..judgment import Judgment
 from ..spans.metrics import PRF, micro_total, overlap_span_prf, token_prf
 from .benchmark import BenchItem, Benchmark, originals_by_group
 

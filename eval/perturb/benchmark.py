@@ -27,13 +27,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from spanjudge.core.configio import validation_to_config_error
+from spanjudge.core.errors import InputError
+from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl
+from spanjudge.core.jsonl import jsonl_lines
 from spanjudge.inference.catalog import Task
-from spanjudge.inference.configio import validation_to_config_error
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.fileio import atomic_write_json, atomic_write_jsonl
-from spanjudge.inference.jsonl import jsonl_lines
 
-from .kinds import KindName
+from .registry import KindName
 
 FORMAT = "spanjudge-benchmark/1"
 MANIFEST = "benchmark.json"
@@ -123,7 +123,7 @@ def read_manifest(path: Path) -> BenchmarkManifest:
 
 @dataclass
 class Benchmark:
-    kind: str  # a name of kinds.KINDS
+    kind: str  # a name of registry.KINDS
     name: str
     dataset: str
     task: Task

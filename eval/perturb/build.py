@@ -18,17 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from spanjudge.core.configio import configs_dir
+from spanjudge.core.errors import InputError
+from spanjudge.core.paths import data_dir
+from spanjudge.core.progress import Tracker
 from spanjudge.inference.catalog import Task
-from spanjudge.inference.configio import configs_dir
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.paths import data_dir
-from spanjudge.inference.progress import Tracker
 
 from ..datasets import MetaItem, load_suite_dataset, open_suite
 from ..suite import load_suite
 from .benchmark import BenchItem, Benchmark
-from .kinds import get_kind
 from .perturbations import Outcome, Perturbation, Perturbed, apply_rule, get, split_sentences
+from .registry import get_kind
 
 GROUND_TRUTH = "Original Ground Truth"  # TopicalChat's human reference response
 # the experts' scales of our source datasets: SummEval 1-5, TopicalChat (USR) 1-3

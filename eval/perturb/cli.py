@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from pydantic import BaseModel, ConfigDict
 
+from spanjudge.core.progress import labelled_bars
 from spanjudge.inference.backends import BackendSpec, SamplingParams
-from spanjudge.inference.progress import labelled_bars
 
-from .kinds import KINDS
+from .registry import KINDS
 
 if TYPE_CHECKING:
     from .benchmark import Benchmark
@@ -35,8 +35,8 @@ def open_perturber(config_path: Path, store: Path, endpoints: Sequence[str] = ()
     """The LLMPerturber a perturber YAML names (optionally on other servers: `--endpoint`
     items, NAME=URL[,URL...] with NAME its backend's model) and its description for the
     benchmark manifest."""
-    from spanjudge.inference.configio import load_yaml_model
-    from spanjudge.inference.keyvalue import endpoint_urls
+    from spanjudge.core.configio import load_yaml_model
+    from spanjudge.core.keyvalue import endpoint_urls
 
     from .llm_perturb import LLMPerturber
 
@@ -50,7 +50,7 @@ def open_perturber(config_path: Path, store: Path, endpoints: Sequence[str] = ()
 
 def _command_help() -> str:
     """The command's help: what it does, then each registered kind's one-line summary."""
-    from .kinds import all_kinds
+    from .registry import all_kinds
 
     kinds = "\n\n".join(f"{kind.name} ({', '.join(kind.sources)}): {kind.summary}." for kind in all_kinds())
     return (
@@ -116,7 +116,7 @@ def build_folder(
     the benchmark and the perturber's summary (None without one)."""
     from dataclasses import replace
 
-    from spanjudge.inference.errors import InputError
+    from spanjudge.core.errors import InputError
 
     from .benchmark import write_benchmark
     from .build import build_request

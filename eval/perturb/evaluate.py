@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.progress import labelled_bars
+from spanjudge.core.progress import labelled_bars
 
 
 def evaluate_benchmark(
@@ -26,9 +26,9 @@ def evaluate_benchmark(
     from ..store import judge_slug
     from .analysis import analyze_spans
     from .benchmark import load_benchmark
-    from .kinds import AnalysisOptions, get_kind
+    from .judgments import score_benchmark
+    from .registry import AnalysisOptions, get_kind
     from .report import write_report
-    from .scoring import score_benchmark
 
     benchmark = load_benchmark(folder)
     kind = get_kind(benchmark.kind)

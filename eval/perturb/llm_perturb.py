@@ -31,6 +31,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.configio import configs_dir, read_yaml
+from spanjudge.core.errors import InputError
+from spanjudge.core.jsonl import JsonlStore
+from spanjudge.core.progress import Advance, Tracker
 from spanjudge.inference.backends import (
     Backend,
     BackendError,
@@ -42,10 +46,6 @@ from spanjudge.inference.backends import (
     SamplingParams,
     make_backend,
 )
-from spanjudge.inference.configio import configs_dir, read_yaml
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.jsonl import JsonlStore
-from spanjudge.inference.progress import Advance, Tracker
 from spanjudge.inference.prompts import fence
 
 from .perturbations import INJECTION_ASPECTS, Outcome, Perturbation, Perturbed, Rejected, changed_spans, derive_seed

@@ -38,8 +38,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from spanjudge.inference.configio import configs_dir, load_yaml_model
-from spanjudge.inference.errors import ConfigError, InputError
+from spanjudge.core.configio import configs_dir, load_yaml_model
+from spanjudge.core.errors import ConfigError, InputError
 
 from .rules import RULES, Rejected, RuleFn, Span, split_sentences
 

@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from spanjudge.inference.configio import configs_dir, load_yaml_model
-from spanjudge.inference.errors import ConfigError
+from spanjudge.core.configio import configs_dir, load_yaml_model
+from spanjudge.core.errors import ConfigError
 
-from .kinds import KINDS, KindName
-from .metrics import ATTACK_ASPECTS, ATTACK_PERTURBATIONS
+from .registry import KINDS, KindName
+from .statistics import ATTACK_ASPECTS, ATTACK_PERTURBATIONS
 
 
 class PublishedRow(BaseModel):

@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.fileio import atomic_write_text
+from spanjudge.core.fileio import atomic_write_text
 
 from .benchmark import Benchmark
-from .kinds import get_kind
 from .published import PublishedRow, load_published, rows_for
+from .registry import get_kind
 
 
 def fmt(value: Any) -> str:

@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 import typo
 
-from spanjudge.inference.errors import InputError
+from spanjudge.core.errors import InputError
 
 Span = tuple[int, int]
 

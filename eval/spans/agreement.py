@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..bootstrap import _interval, input_weights
+from ..bootstrap import input_weights, percentile_interval
 from .documents import SpanDocument
 from .metrics import (
     PRF,
@@ -250,7 +250,7 @@ def span_agreement(
         if metric not in samples:
             row |= {f"{metric}_low": None, f"{metric}_high": None, f"{metric}_undefined": n_resamples}
             continue
-        interval = _interval(np.nan, samples[metric], confidence)
+        interval = percentile_interval(np.nan, samples[metric], confidence)
         row |= {
             f"{metric}_low": _finite(interval.low),
             f"{metric}_high": _finite(interval.high),

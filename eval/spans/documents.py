@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.jsonl import jsonl_lines
-from spanjudge.inference.paths import data_dir
+from spanjudge.core.errors import InputError
+from spanjudge.core.jsonl import jsonl_lines
+from spanjudge.core.paths import data_dir
 
-from .metrics import Span
+Span = tuple[int, int]  # character offsets into one output text, half-open [start, end)
 
 # No catalog task is RotoWire-specific; table-to-text (input header "Table") is the closest
-# data-to-text task, and tests/test_spans.py checks it still exists. quintd-1 has its own.
+# data-to-text task, and tests/integration/test_spans.py checks it still exists. quintd-1 has its own.
 SPAN_TASK_ID = "table_to_text"
 SPAN_INPUT_HEADER = "Table"
 QUINTD_TASK_ID = "quintd1"

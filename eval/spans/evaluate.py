@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.progress import labelled_bars
+from spanjudge.core.progress import labelled_bars
 
 
 def evaluate_span_set(
@@ -22,13 +22,12 @@ def evaluate_span_set(
     """
     import json
 
+    from spanjudge.core.errors import InputError
+    from spanjudge.core.fileio import atomic_write_text
     from spanjudge.inference.catalog import load_catalog
-    from spanjudge.inference.errors import InputError
-    from spanjudge.inference.fileio import atomic_write_text
 
     from ..datasets import MetaDataset, MetaItem
-    from ..perturb.scoring import judge_missing
-    from ..store import JudgmentStore, judgment_path
+    from ..store import JudgmentStore, judge_missing, judgment_path
     from ..suite import AspectSpec, DatasetSpec
     from .agreement import metric_interval, span_agreement
     from .metrics import evaluate_spans, mark_numbers

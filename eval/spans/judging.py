@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.errors import InputError, SpanjudgeError
+from spanjudge.core.fileio import atomic_write_json
+from spanjudge.core.jsonl import JsonlStore
+from spanjudge.core.progress import Advance
 from spanjudge.data_gen.quintd import QUINTD_DOMAINS
-from spanjudge.inference.errors import InputError, SpanjudgeError
-from spanjudge.inference.fileio import atomic_write_json
-from spanjudge.inference.jsonl import JsonlStore
-from spanjudge.inference.progress import Advance
 
 from .documents import SpanDocument
 from .quintd import load_quintd1

@@ -9,12 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .documents import SpanDocument
-
-Span = tuple[int, int]
+from .documents import Span, SpanDocument
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.errors import InputError
+from spanjudge.core.errors import InputError
 
 from .documents import SPAN_INPUT_HEADER, SPAN_TASK_ID, GoldSpan, SpanDocument, default_root, read_jsonl, require_file
 from .metrics import token_spans
@@ -109,11 +109,6 @@ def _rotowire_gold(path: Path) -> dict[str, list[tuple[int, int, str, str, str]]
             text_id = (row["TEXT_ID"] or "").removesuffix(".txt")
             rows.setdefault(text_id, []).append((first, last, row["TYPE"], row["TOKENS"], where))
     return rows
-
-
-def rotowire_token_text(tokens: str) -> str:
-    """A gold TOKENS cell with its whitespace normalised, for comparing with the output text."""
-    return " ".join(tokens.split())
 
 
 def load_rotowire(root: Path | str | None = None, split: str = "test", limit: int | None = None) -> list[SpanDocument]:

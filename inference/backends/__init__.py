@@ -9,16 +9,16 @@ CPU machine never imports vLLM and a missing optional package is one clear error
 The kinds are the records of `registry.BACKENDS`; the `kind` Literal, the distilled judge's
 engines (`score --engine`) and the kinds that take `--engine-arg` derive from them.
 
-How to add a backend (say `sglang`), three files:
+How to add a backend (say `sglang`):
 1. `inference/backends/sglang_native.py`: a `Backend` subclass whose `__init__(spec)` takes a
    `BackendSpec` (a server: subclass `runner.ServerBackend`, as `ollama_native.py` does).
 2. `inference/backends/registry.py`: one `BackendRecord("sglang", "sglang_native:SGLangBackend",
-   ...)` in `BACKENDS` (its packages and install hint; `judge=True` if the distilled judge may
-   run on it, `engine_args=True` if it runs in this process), and its name in `BackendKind`
-   (and in `JudgeEngine` when `judge=True`); `tests/test_backends.py` fails until they agree.
+   ...)` in `BACKENDS`: its packages and install hint; `judge=True` if the distilled judge may
+   run on it, `server=True` if it is reached over HTTP, `engine_args=True` if it runs in this
+   process and takes engine arguments (`judge_options` names the judge's own arguments it takes).
 3. `pyproject.toml`, only if its packages are optional: an extra named in the record's `extra`.
-A judge engine also needs its case in `Judge.from_pretrained` (inference/judge.py) when it is
-neither a server (`openai`) nor an in-process engine taking `options`.
+YAML kinds, `score --engine`, `--engine-arg` and `Judge.from_pretrained` read the record;
+tests/unit/test_recipes.py adds a toy backend exactly so.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from .base import (
     SamplingParams,
 )
 from .cache import CachedBackend, LLMCache
-from .registry import BACKENDS, BY_NAME, JUDGE_ENGINES, BackendRecord, JudgeEngine
+from .registry import BACKENDS, BY_NAME, JUDGE_ENGINES, BackendRecord, judge_engine
 from .spec import BackendKind, BackendSpec, parse_engine_args
 
 __all__ = [
@@ -55,11 +55,11 @@ __all__ = [
     "ChatRequest",
     "Completion",
     "FailureKind",
-    "JudgeEngine",
     "LLMCache",
     "Message",
     "ResultCallback",
     "SamplingParams",
+    "judge_engine",
     "make_backend",
     "parse_engine_args",
 ]

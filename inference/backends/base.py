@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import SpanjudgeError
+from spanjudge.core.errors import SpanjudgeError
 
 
 class _Frozen(BaseModel):

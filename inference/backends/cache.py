@@ -26,7 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import cast
 
-from ..errors import SpanjudgeError
+from spanjudge.core.errors import SpanjudgeError
+
 from .base import Backend, CallFailure, CallResult, ChatRequest, Completion, FailureKind, ResultCallback
 
 _SCHEMA = """

@@ -1,16 +1,18 @@
-"""The backend registry: one record per `kind`; every list of kinds or engines derives from it.
+"""The backend registry: one record per `kind`; everything about a kind is its record.
 
-`BackendKind` (the `kind:` of a YAML model) is the Literal of the record names, written out so
-that type checkers read it; `tests/test_backends.py` checks that the two agree. The distilled
-judge's engines (`Judge.from_pretrained(engine=...)`, `spanjudge score --engine`) are the
-records with `judge=True`; those with `engine_args=True` run in this process and take engine
-arguments (`--engine-arg`).
+The `kind:` a YAML model may name (`BackendKind`, checked against the records when a file is
+read), the distilled judge's engines (`Judge.from_pretrained(engine=...)`, `spanjudge score
+--engine`: the records with `judge=True`), the kinds that take engine arguments (`--engine-arg`),
+which engine is reached over HTTP and which reads token probabilities all derive from the
+records, so a new backend is its module and one record here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,9 @@ class BackendRecord:
     judge:       the distilled judge may run on it (`Judge.from_pretrained(engine=name)`)
     engine_args: runs in this process; `options` / `--engine-arg` go to its engine
     extra:       the pip extra of spanjudge that installs its packages, if they are optional
+    server:      reached over HTTP at `endpoints` (a judge on it needs `base_url`)
+    judge_options: the `Judge.from_pretrained` arguments passed on to its engine's options
+    probabilities: the judge can read its token probabilities on it (`probabilities=True`)
     """
 
     name: str
@@ -35,6 +40,9 @@ class BackendRecord:
     judge: bool = False
     engine_args: bool = False
     extra: str | None = None
+    server: bool = False
+    judge_options: tuple[str, ...] = ()
+    probabilities: bool = False
 
 
 BACKENDS: tuple[BackendRecord, ...] = (
@@ -45,6 +53,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         ("openai",),
         "pip install openai",
         judge=True,
+        server=True,
     ),
     BackendRecord(
         "ollama",
@@ -52,6 +61,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         "Ollama's native API (model options such as num_ctx)",
         ("ollama", "httpx"),
         "pip install ollama",
+        server=True,
     ),
     BackendRecord(
         "vllm",
@@ -71,18 +81,33 @@ BACKENDS: tuple[BackendRecord, ...] = (
         "pip install transformers",
         judge=True,
         engine_args=True,
+        judge_options=("batch_size", "dtype"),
+        probabilities=True,
     ),
 )
-
-# the record names, written out for type checkers (a test checks they equal BACKENDS' names)
-BackendKind = Literal["openai", "ollama", "vllm", "transformers"]
-# the records with judge=True, in registry order (same test)
-JudgeEngine = Literal["openai", "vllm", "transformers"]
 
 BY_NAME: dict[str, BackendRecord] = {record.name: record for record in BACKENDS}
 KINDS: tuple[str, ...] = tuple(BY_NAME)
 JUDGE_ENGINES: tuple[str, ...] = tuple(r.name for r in BACKENDS if r.judge)
 ENGINE_ARG_KINDS: tuple[str, ...] = tuple(r.name for r in BACKENDS if r.engine_args)
+
+
+def _known_kind(name: str) -> str:
+    if name not in BY_NAME:
+        raise ValueError(f"unknown backend kind {name!r}; choose {one_of(KINDS)}")
+    return name
+
+
+BackendKind = Annotated[str, AfterValidator(_known_kind)]
+"""A backend kind in a pydantic model (a YAML model's `kind:`): a record name of `BACKENDS`."""
+
+
+def judge_engine(name: str) -> BackendRecord:
+    """The record of judge engine `name`; ValueError naming the engines when it is none."""
+    record = BY_NAME.get(name)
+    if record is None or not record.judge:
+        raise ValueError(f"engine {name!r} is not a judge engine; choose {one_of(JUDGE_ENGINES)}")
+    return record
 
 
 def one_of(names: tuple[str, ...]) -> str:

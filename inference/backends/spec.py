@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..keyvalue import parse_settings
+from spanjudge.core.keyvalue import parse_settings
+
 from .registry import BackendKind
 
 

@@ -14,6 +14,7 @@ from .model import (
     Evaluation,
     ParseFailure,
     ScoreLabel,
+    cap_errors,
     rating_to_score,
     round_to_multiple_of_five,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "ScoreLabel",
     "anchor_errors",
     "anchor_evaluation",
+    "cap_errors",
     "format_score",
     "parse_annotator",
     "parse_judge",

@@ -16,7 +16,7 @@ write (`render.render_judge` of a scored Evaluation with integer score)::
 with `No Error` in place of the blocks when there are none; blocks are numbered 1, 2, ... in
 order, at most MAX_ERRORS of them. It is built from the renderer's own pieces (`render.py`)
 and the model's bounds (`model.py`), so it cannot drift from them, and every text it accepts
-reads back with `parse.parse_judge` (tests/test_constrained.py checks both with a real
+reads back with `parse.parse_judge` (tests/integration/test_constrained.py checks both with a real
 grammar engine).
 
 One grammar text serves every engine:
@@ -49,7 +49,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..errors import SpanjudgeError
+from spanjudge.core.errors import SpanjudgeError
+
 from .model import MAX_ERRORS, ErrorAnnotation, Evaluation
 from .render import (
     BLOCK_SEPARATOR,

@@ -7,6 +7,7 @@ them as completions, inference parses model replies into them and eval reads the
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from enum import IntEnum
 from typing import Literal
 
@@ -145,3 +146,11 @@ class ParseFailure(BaseModel):
 
     reason: str
     raw: str
+
+
+def cap_errors(errors: Sequence[ErrorAnnotation]) -> list[ErrorAnnotation]:
+    """At most MAX_ERRORS, keeping the most severe (order otherwise as given)."""
+    if len(errors) <= MAX_ERRORS:
+        return list(errors)
+    keep = sorted(range(len(errors)), key=lambda i: (-errors[i].severity, i))[:MAX_ERRORS]
+    return [errors[i] for i in sorted(keep)]

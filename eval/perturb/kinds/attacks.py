@@ -13,18 +13,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.errors import InputError
+from spanjudge.core.paths import data_dir
 from spanjudge.inference.catalog import Aspect
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.paths import data_dir
 
-from .. import metrics
+from .. import statistics
 from ..analysis import Scores, paired_scores
 from ..benchmark import Benchmark
 from ..build import BuildRequest, Built, build_perturbed_sets, reference_sources, select_aspects, select_keys
+from ..judgments import ScoringResult
 from ..perturbations import ATTACKS
+from ..registry import AnalysisOptions, BenchmarkKind
 from ..report import published_rows, table
-from ..scoring import ScoringResult
-from . import AnalysisOptions, BenchmarkKind
 
 
 def build(request: BuildRequest) -> Built:
@@ -44,7 +44,7 @@ def _pku_aspects(data_root: Path | None) -> dict[str, Aspect]:
     if not path.is_file():
         raise InputError(f"the aspect-attack benchmark needs {path} (002's aspect descriptions)")
     criteria = json.loads(path.read_text(encoding="utf-8"))
-    names = {a.replace("-", "_").lower(): a for a in metrics.ATTACK_ASPECTS}
+    names = {a.replace("-", "_").lower(): a for a in statistics.ATTACK_ASPECTS}
     names["overall_quality"] = "overall"
     aspects: dict[str, Aspect] = {}
     for key, variants in criteria.items():
@@ -62,10 +62,10 @@ def _pku_aspects(data_root: Path | None) -> dict[str, Aspect]:
             lowest=f"is rated 1 of 5: {rubric['1']}" if "1" in rubric else None,
             highest=f"is rated 5 of 5: {rubric['5']}" if "5" in rubric else None,
         )
-    missing = [a for a in metrics.ATTACK_ASPECTS if a not in aspects]
+    missing = [a for a in statistics.ATTACK_ASPECTS if a not in aspects]
     if missing:
         raise InputError(f"{path}: no description for aspect(s) {', '.join(missing)}")
-    return {a: aspects[a] for a in metrics.ATTACK_ASPECTS}
+    return {a: aspects[a] for a in statistics.ATTACK_ASPECTS}
 
 
 def analyze_attacks(benchmark: Benchmark, scores: Scores) -> dict[str, Any]:
@@ -76,24 +76,24 @@ def analyze_attacks(benchmark: Benchmark, scores: Scores) -> dict[str, Any]:
         name = str(info.get("name"))
         for aspect in benchmark.aspects:
             original, perturbed, lost = paired_scores(benchmark, scores, key, aspect)
-            value, used = metrics.attack_delta(
-                [metrics.to_likert(s) for s in original], [metrics.to_likert(s) for s in perturbed]
+            value, used = statistics.attack_delta(
+                [statistics.to_likert(s) for s in original], [statistics.to_likert(s) for s in perturbed]
             )
-            expected = metrics.EXPECTED_EFFECT.get(name, {}).get(aspect, "?")
-            if name in metrics.EXPECTED_EFFECT and aspect in metrics.ATTACK_ASPECTS:
+            expected = statistics.EXPECTED_EFFECT.get(name, {}).get(aspect, "?")
+            if name in statistics.EXPECTED_EFFECT and aspect in statistics.ATTACK_ASPECTS:
                 delta[(name, aspect)] = value
             cells.append(
                 {"perturbation": name, "aspect": aspect, "delta": value, "items": used, "unscored": lost,
                  "expected": expected}
             )  # fmt: skip
-    return {"cells": cells, "summary": metrics.attack_summary(delta), "scale": "1 + 4*score/100"}
+    return {"cells": cells, "summary": statistics.attack_summary(delta), "scale": "1 + 4*score/100"}
 
 
 def report(result: Mapping[str, Any], benchmark: Benchmark) -> list[str]:
     summary = result["summary"]
     lines = [f"Δ = mean(original − perturbed) on the 1-5 scale ({result['scale']}).", ""]
     published = [r for r in published_rows("attacks") if r.judge == "GPT-3.5"]
-    reference = metrics.attack_summary({(r.perturbation, r.aspect): r.value for r in published if r.perturbation})
+    reference = statistics.attack_summary({(r.perturbation, r.aspect): r.value for r in published if r.perturbation})
     keys = ["mean_delta_T", "mean_abs_delta_F", "pass_rate_T", "pass_rate_F", "n_T", "n_F", "missing_T", "missing_F"]
     rows = [["this judge", *[summary[k] for k in keys]]]
     if published:
@@ -115,8 +115,8 @@ def heatmap(result: Mapping[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    rows = list(metrics.ATTACK_PERTURBATIONS)
-    cols = list(metrics.ATTACK_ASPECTS)
+    rows = list(statistics.ATTACK_PERTURBATIONS)
+    cols = list(statistics.ATTACK_ASPECTS)
     grid = np.full((len(rows), len(cols)), np.nan)
     for cell in result["cells"]:
         if cell["perturbation"] in rows and cell["aspect"] in cols and cell["delta"] is not None:
@@ -127,7 +127,7 @@ def heatmap(result: Mapping[str, Any], path: Path) -> Path:
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-limit, vmax=limit)
     for i, name in enumerate(rows):
         for j, aspect in enumerate(cols):
-            if metrics.EXPECTED_EFFECT[name][aspect] == "T":
+            if statistics.EXPECTED_EFFECT[name][aspect] == "T":
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=1.5, ec="black"))
             if np.isfinite(grid[i, j]):
                 ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", fontsize=7)

@@ -12,17 +12,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.keyvalue import split_item, yaml_value
+from spanjudge.core.errors import InputError
+from spanjudge.core.keyvalue import split_item, yaml_value
 
-from .. import metrics
+from .. import statistics
 from ..analysis import Scores, paired_scores
 from ..benchmark import Benchmark
 from ..build import BuildRequest, Built, build_perturbed_sets, reference_sources, select_aspects, select_keys
+from ..judgments import ScoringResult
 from ..perturbations import DHP_SUMMARIZATION, load_tables
+from ..registry import AnalysisOptions, BenchmarkKind
 from ..report import fmt, table
-from ..scoring import ScoringResult
-from . import AnalysisOptions, BenchmarkKind
 
 LEVELS = {"character": "C", "word": "W", "sentence": "S"}
 
@@ -75,13 +75,13 @@ def analyze_dhp(
     aspects = list(benchmark.aspects)
     w = check_weights(benchmark, weights) if weights else None
     sets: dict[str, Any] = {}
-    plain: list[metrics.DHPSet] = []
-    weighted: list[metrics.DHPSet] = []
+    plain: list[statistics.DHPSet] = []
+    weighted: list[statistics.DHPSet] = []
     for key, info in benchmark.perturbations.items():
         per_aspect: dict[str, Any] = {}
         for aspect in aspects:
             original, perturbed, lost = paired_scores(benchmark, scores, key, aspect)
-            p = metrics.wilcoxon_greater(original, perturbed) if original else None
+            p = statistics.wilcoxon_greater(original, perturbed) if original else None
             per_aspect[aspect] = {"p": p, "pairs": len(original), "unscored_pairs": lost}
         ps = [v["p"] for v in per_aspect.values()]
         entry: dict[str, Any] = {"name": info.get("name"), "level": info.get("level"), "degree": info.get("degree"),
@@ -90,21 +90,21 @@ def analyze_dhp(
         if any(p is None for p in ps):  # an aspect with no scored pair: no honest combined p
             continue
         level = LEVELS.get(str(info.get("level")), str(info.get("level")))
-        entry["p"] = metrics.harmonic_p(ps, normalised=normalised)
-        entry["D"] = metrics.discernment(entry["p"])
-        plain.append(metrics.DHPSet(key, level, entry["p"]))
+        entry["p"] = statistics.harmonic_p(ps, normalised=normalised)
+        entry["D"] = statistics.discernment(entry["p"])
+        plain.append(statistics.DHPSet(key, level, entry["p"]))
         if w is not None:
-            entry["p_EW"] = metrics.harmonic_p(ps, weights=w[key])
-            entry["D_EW"] = metrics.discernment(entry["p_EW"])
-            weighted.append(metrics.DHPSet(key, level, entry["p_EW"]))
+            entry["p_EW"] = statistics.harmonic_p(ps, weights=w[key])
+            entry["D_EW"] = statistics.discernment(entry["p_EW"])
+            weighted.append(statistics.DHPSet(key, level, entry["p_EW"]))
     summary: dict[str, Any] = {"D_avg": None, "D_min": None}
     if w is not None:
         summary |= {"D_avg_EW": None, "D_min_EW": None}
     if plain:
-        s = metrics.dhp_summary(plain)
+        s = statistics.dhp_summary(plain)
         summary |= {"D_avg": s["D_avg"], "D_min": s["D_min"]}
     if weighted:
-        s_ew = metrics.dhp_summary(weighted)
+        s_ew = statistics.dhp_summary(weighted)
         summary |= {"D_avg_EW": s_ew["D_avg"], "D_min_EW": s_ew["D_min"]}
     return {
         "sets": sets,
@@ -134,7 +134,7 @@ def parse_weights(values: Sequence[str]) -> dict[str, dict[str, float]]:
 
 
 def _weights_file(path: Path) -> dict[str, dict[str, float]]:
-    from spanjudge.inference.configio import read_yaml
+    from spanjudge.core.configio import read_yaml
 
     if not path.is_file():
         raise InputError(f"--dhp-weight: weights file not found: {path}")

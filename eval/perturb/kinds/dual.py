@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from spanjudge.core.errors import InputError
+from spanjudge.core.progress import Tracker
 from spanjudge.inference.catalog import Aspect, Task
-from spanjudge.inference.errors import InputError
-from spanjudge.inference.progress import Tracker
 
 from ...sampling import mode_class
-from .. import metrics
+from .. import statistics
 from ..analysis import Scores, num, score_of
 from ..benchmark import BenchItem, Benchmark
 from ..build import (
@@ -29,10 +29,10 @@ from ..build import (
     reference_sources,
     run_perturbation,
 )
+from ..judgments import ScoringResult
 from ..perturbations import INJECTION_ASPECTS, get
+from ..registry import AnalysisOptions, BenchmarkKind, no_plots
 from ..report import published_rows, table
-from ..scoring import ScoringResult
-from . import AnalysisOptions, BenchmarkKind, no_plots
 
 # 001's gold scales where an aspect differs from its dataset's: USR rates these two 0-1, and 001
 # (Table 15 and Table 7's "0-1 & 1-3") turns them into a 2-point scale (1..2)
@@ -146,7 +146,7 @@ def analyze_dual(benchmark: Benchmark, scores: Scores, gap: int = 2, samples: Se
     binners: dict[str, str] = {}
     for aspect in benchmark.aspects:
         classes = tuple(int(c) for c in scales.get(aspect, default))  # USR's binary aspects: 1..2
-        binner = metrics.EqualWidthBinner(0.0, 100.0, classes)
+        binner = statistics.EqualWidthBinner(0.0, 100.0, classes)
         binners[aspect] = binner.describe()
         items = [i for i in benchmark.items if aspect in i.aspects]
         gold, predicted, unscored = [], [], 0
@@ -161,13 +161,13 @@ def analyze_dual(benchmark: Benchmark, scores: Scores, gap: int = 2, samples: Se
             modal = mode_class([score_of(one, aspect, item) for one in samples], binner) if len(samples) > 1 else None
             predicted.append(binner(score) if modal is None else modal)
         sequences = [[s for _, s in sorted(chain)] for chain in chains.values()]
-        accuracy, pairs = metrics.adjacent_pair_accuracy(sequences)
-        gap_acc, gap_pairs = metrics.gap_accuracy(sequences, gap)
+        accuracy, pairs = statistics.adjacent_pair_accuracy(sequences)
+        gap_acc, gap_pairs = statistics.gap_accuracy(sequences, gap)
         per_aspect[aspect] = {
             "texts": len(items),
             "unscored": unscored,
-            "kappa": num(metrics.linear_weighted_kappa(gold, predicted, classes)) if gold else None,
-            "cem_ord": num(metrics.cem_ord(gold, predicted, classes)) if gold else None,
+            "kappa": num(statistics.linear_weighted_kappa(gold, predicted, classes)) if gold else None,
+            "cem_ord": num(statistics.cem_ord(gold, predicted, classes)) if gold else None,
             "pair_accuracy": num(accuracy),
             "pairs": pairs,
             f"gap{gap}_accuracy": num(gap_acc),

@@ -13,13 +13,13 @@ from typing import Any
 
 from spanjudge.inference.catalog import InputSpec, Task
 
-from .. import metrics
+from .. import statistics
 from ..analysis import Scores, num, score_of
 from ..benchmark import BenchItem, Benchmark, originals_by_group
 from ..build import DEFAULT_SCALE, BuildRequest, Built, Collector, Source, expert_sources
+from ..judgments import ScoringResult
+from ..registry import AnalysisOptions, BenchmarkKind, no_plots
 from ..report import published_rows, table
-from ..scoring import ScoringResult
-from . import AnalysisOptions, BenchmarkKind, no_plots
 
 EXPERT_INPUT = "Human expert rating"  # the extra input of the perturbed-prompt benchmark
 # TopicalChat's expert scales (USR): 1-3 except groundedness (0-1); SummEval's are 1-5
@@ -61,10 +61,10 @@ def expert_rating(mean: float, ratings: Sequence[float], scale: Sequence[int]) -
         counts = Counter(ratings)
         top = max(counts.values())
         r = int(max(v for v, c in counts.items() if c == top))
-        return r, metrics.perturbed_rating(list(ratings), scale), RATING_MODE, True
+        return r, statistics.perturbed_rating(list(ratings), scale), RATING_MODE, True
     r = min(scale, key=lambda point: (abs(point - mean), -point))
-    decided = len(metrics.perturbed_ratings_for_mean(mean, scale)) == 1
-    return r, metrics.perturbed_rating([r], scale), RATING_MEAN, decided
+    decided = len(statistics.perturbed_ratings_for_mean(mean, scale)) == 1
+    return r, statistics.perturbed_rating([r], scale), RATING_MEAN, decided
 
 
 def build_prompt(task: Task, sources: Sequence[Source], scales: Mapping[str, tuple[int, ...]]) -> Collector:
@@ -126,7 +126,7 @@ def analyze_prompt(benchmark: Benchmark, scores: Scores) -> dict[str, Any]:
     per_aspect: dict[str, Any] = {}
     binners: dict[str, str] = {}
     for aspect in benchmark.aspects:
-        binner = metrics.EqualWidthBinner(0.0, 100.0, tuple(int(c) for c in scales.get(aspect, (1, 2, 3, 4, 5))))
+        binner = statistics.EqualWidthBinner(0.0, 100.0, tuple(int(c) for c in scales.get(aspect, (1, 2, 3, 4, 5))))
         binners[aspect] = binner.describe()
         injected = [i for i in benchmark.items if i.perturbation and aspect in i.aspects]
         plain_scores, injected_scores, experts, raters = [], [], [], []
@@ -138,7 +138,7 @@ def analyze_prompt(benchmark: Benchmark, scores: Scores) -> dict[str, Any]:
             injected_scores.append(score_of(scores, aspect, item))
         individual = bool(raters) and all(len(r) > 1 for r in raters)  # every item's own experts
         rows = _expert_rows(raters) if individual else [experts]
-        rate, pairs = metrics.exact_match_rate(plain_scores, injected_scores)
+        rate, pairs = statistics.exact_match_rate(plain_scores, injected_scores)
         per_aspect[aspect] = {
             "items": len(injected),
             "alpha_plain": _alpha(plain_scores, rows, binner),
@@ -159,12 +159,12 @@ def _expert_rows(raters: list[list[float]]) -> list[list[float | None]]:
 
 
 def _alpha(
-    values: Sequence[float | None], experts: Sequence[Sequence[float | None]], binner: metrics.EqualWidthBinner
+    values: Sequence[float | None], experts: Sequence[Sequence[float | None]], binner: statistics.EqualWidthBinner
 ) -> float | None:
     judge = [None if v is None else float(binner(v)) for v in values]
     if sum(v is not None for v in judge) < 2:
         return None
-    return num(metrics.krippendorff_alpha_ordinal(judge, experts))
+    return num(statistics.krippendorff_alpha_ordinal(judge, experts))
 
 
 def report(result: Mapping[str, Any], benchmark: Benchmark) -> list[str]:

@@ -1,0 +1,80 @@
+"""One definition per option: a command's settings are a dataclass whose fields declare name, type,
+default and help once (`option(...)`), and the command line is derived from it with typer.
+
+    @dataclass(frozen=True)
+    class ScoreSettings:
+        model: str = option(help="Adapter folder, merged model folder or hub id.")
+        batch_size: int = option(8, help="transformers: batch size.", min=1)
+
+    settings_command(score, ScoreSettings, run_score)   # `--model`, `--batch-size`, ...
+
+Why typer over the dataclass (not tyro, jsonargparse or HfArgumentParser): every spanjudge
+command is a typer app already (the root loads them lazily as click commands, one-line errors,
+rich help), and the settings stay the plain dataclasses the stage functions take from Python;
+the bridge is this one function over typer's documented `Annotated[..., typer.Option(...)]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+Settings = TypeVar("Settings")
+_REQUIRED = dataclasses.MISSING
+
+
+def option(
+    default: Any = _REQUIRED,
+    *,
+    help: str,
+    flag: str | None = None,
+    min: int | None = None,
+    metavar: str | None = None,
+) -> Any:
+    """A settings field that is also a command-line option: `--field-name` (or `flag`), its help,
+    and an optional lower bound and metavar. Without a default the option is required."""
+    metadata = {"help": help, "flag": flag, "min": min, "metavar": metavar}
+    if isinstance(default, list):  # a mutable default: one fresh copy per settings object
+        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def option_flag(field: dataclasses.Field[Any]) -> str:
+    """The command-line flag of a settings field."""
+    return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+
+
+def settings_command(app: typer.Typer, settings: type[Settings], run: Callable[[Settings], None]) -> None:
+    """Register on `app` a command whose options are the fields of `settings` (in their order) and
+    that calls `run(settings(...))`; its help is `run`'s docstring."""
+    hints = typing.get_type_hints(settings)
+    parameters = []
+    for field in dataclasses.fields(settings):  # type: ignore[arg-type]
+        if "help" not in field.metadata:
+            raise TypeError(f"{settings.__name__}.{field.name} is not declared with option(...)")
+        bound = {"min": field.metadata["min"]} if field.metadata["min"] is not None else {}
+        info = typer.Option(option_flag(field), help=field.metadata["help"], metavar=field.metadata["metavar"], **bound)
+        default = field.default
+        if field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+        parameters.append(
+            inspect.Parameter(
+                field.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=inspect.Parameter.empty if default is dataclasses.MISSING else default,
+                annotation=Annotated[hints[field.name], info],
+            )
+        )
+
+    def command(**values: Any) -> None:
+        run(settings(**values))
+
+    command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    command.__doc__ = run.__doc__
+    command.__name__ = f"{settings.__name__}_command"
+    app.command()(command)

@@ -1,0 +1,89 @@
+"""The registry of benchmark kinds: one line per kind in `KINDS`, one module per kind in `kinds/`.
+
+A kind's module (`kinds/<name>.py`) defines `KIND = BenchmarkKind(...)`: the datasets it is
+built from, and its build, analyse, report and plots functions. Everything else (the CLI's
+`--benchmark` choices, the demo config, the published-numbers file, the manifest reader)
+takes the kind list from `KINDS`; modules are imported only when a kind is used, so reading
+the list costs nothing. See the package docstring for how to add a kind.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import AfterValidator
+
+from spanjudge.core.errors import InputError
+
+if TYPE_CHECKING:  # the steps' types only: the registry imports no step at run time
+    from .benchmark import Benchmark
+    from .build import BuildRequest, Built
+    from .judgments import ScoringResult
+
+# The registry: each name is also its module in `kinds/`.
+KINDS: tuple[str, ...] = (
+    "dhp",  # 000: discernment of hierarchical perturbation
+    "dual",  # 001: dual perspective, error-injection chains
+    "attacks",  # 002: aspect-targeted perturbation attacks
+    "prompt",  # 003: a misleading expert rating in the prompt
+)
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """What `meta-eval --benchmark` passes to every kind's analysis (each uses what it needs)."""
+
+    weights: Mapping[str, Mapping[str, float]] | None = None  # dhp: expert weights per perturbation
+    normalised: bool = False  # dhp: M / sum(1/p) instead of the printed 1 / sum(1/p)
+
+
+@dataclass(frozen=True)
+class BenchmarkKind:
+    """One benchmark kind: what it is built from and the four steps from sources to report."""
+
+    name: str
+    summary: str  # one line: what the benchmark measures (CLI help)
+    sources: tuple[str, ...]  # the datasets it can be built from
+    build: Callable[[BuildRequest], Built]
+    analyse: Callable[[Benchmark, ScoringResult, AnalysisOptions], dict[str, Any]]
+    report: Callable[[Mapping[str, Any], Benchmark], list[str]]  # the metrics' markdown lines
+    plots: Callable[[Mapping[str, Any], Path], list[Path]]  # PNGs written into the folder
+    undefined_why: str  # why a table cell can be undefined ("–")
+    aggregation: str  # how `--samples N` aggregates the N judgments of a text
+    wrong_source_hint: str = ""  # appended to the error for a dataset outside `sources`
+
+
+def get_kind(name: str) -> BenchmarkKind:
+    """The registered kind `name` (its module imported on first use); an InputError lists the kinds."""
+    if name not in KINDS:
+        raise InputError(f"unknown benchmark kind {name!r}; choose from {', '.join(KINDS)}")
+    kind: BenchmarkKind = importlib.import_module(f"{__package__}.kinds.{name}").KIND
+    if kind.name != name:  # a copied module that kept its old name would report as the wrong kind
+        raise AssertionError(f"module kinds/{name}.py registers kind {kind.name!r}")
+    return kind
+
+
+def all_kinds() -> list[BenchmarkKind]:
+    return [get_kind(name) for name in KINDS]
+
+
+def _check_kind(name: str) -> str:
+    if name not in KINDS:
+        raise ValueError(f"unknown benchmark kind {name!r}; choose from {', '.join(KINDS)}")
+    return name
+
+
+KindName = Annotated[str, AfterValidator(_check_kind)]
+"""A benchmark kind in a pydantic model (config files, published numbers): one of `KINDS`."""
+
+
+def no_plots(result: Mapping[str, Any], out: Path) -> list[Path]:
+    """The plots of a kind that draws none."""
+    return []
+
+
+__all__ = ["KINDS", "AnalysisOptions", "BenchmarkKind", "KindName", "all_kinds", "get_kind", "no_plots"]

@@ -1,0 +1,150 @@
+"""The distilled judge's conversation: one function for training and for scoring.
+
+Training builds (prompt, completion) pairs with `judge_training_texts`; scoring sends
+`judge_chat_prompt` to the model. Both start from `judge_messages`, and the chat template is
+applied the same way in both, so the model sees at inference exactly the context it was
+trained on (the published OpeNLGauge code does not guarantee this).
+
+A judge trained with its own prompt template (`data.prompt_template`, or a foreign judge such
+as OpeNLGauge's released adapter) carries it on each request (`JudgeRequest.template`); the
+trained adapter folder keeps a copy (`TEMPLATE_FILE`, named in spanjudge.json), which scoring
+picks up (`stored_template`), so both sides render the same file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spanjudge.core.artifacts import ADAPTER_METADATA, read_adapter_metadata
+from spanjudge.core.errors import InputError, SpanjudgeError
+
+from .catalog import Aspect, Catalog, Task, validate_inputs
+from .chat import render_chat
+from .contract import Evaluation, render_judge
+from .prompts import PromptTemplate, render_judge_prompt
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One thing to evaluate: a task, an aspect, the task's inputs by header and the output."""
+
+    task: Task
+    aspect: Aspect
+    inputs: Mapping[str, str]
+    output: str
+    id: str | None = None
+    extra_task_info: str | None = field(default=None, compare=False)
+    template: PromptTemplate | None = None  # the judge's own prompt template; None: configs/prompts/judge.jinja
+
+    def user_prompt(self) -> str:
+        if self.template is not None:
+            try:
+                return self.template.render(
+                    self.task, self.aspect, self.inputs, self.output, extra_task_info=self.extra_task_info
+                )
+            except InputError as exc:
+                raise InputError(f"{exc} (item {self.id})" if self.id is not None else str(exc)) from None
+        return render_judge_prompt(
+            self.task, self.aspect, self.inputs, self.output, extra_task_info=self.extra_task_info
+        )
+
+
+TEMPLATE_FILE = "prompt_template.jinja"  # the copy of data.prompt_template in a trained adapter folder
+
+
+def stored_template(adapter: Path | str) -> PromptTemplate | None:
+    """The prompt template a spanjudge adapter folder was trained with (its spanjudge.json's
+    `prompt_template`), or None: trained on the built-in prompt, or not a spanjudge folder."""
+    metadata = read_adapter_metadata(Path(adapter))
+    name = metadata.prompt_template if metadata is not None else None
+    if not name:
+        return None
+    meta = Path(adapter).expanduser() / ADAPTER_METADATA
+    path = meta.parent / str(name)
+    if not path.is_file():
+        raise InputError(f"{meta} names the prompt template '{name}', which is not in {meta.parent}")
+    return PromptTemplate.load(path)
+
+
+def judge_messages(request: JudgeRequest) -> list[dict[str, str]]:
+    return [{"role": "user", "content": request.user_prompt()}]
+
+
+def _require_template(tokenizer: PreTrainedTokenizerBase) -> None:
+    if not getattr(tokenizer, "chat_template", None):
+        name = getattr(tokenizer, "name_or_path", "the tokenizer")
+        raise SpanjudgeError(
+            f"{name} has no chat template; the judge is a chat model (use an instruct model, "
+            "or set a chat template on the tokenizer before training)"
+        )
+
+
+def judge_chat_prompt(tokenizer: PreTrainedTokenizerBase, request: JudgeRequest) -> str:
+    """The exact text the judge reads: the chat template with the assistant turn opened."""
+    _require_template(tokenizer)
+    return render_chat(tokenizer, judge_messages(request))
+
+
+def judge_training_texts(
+    tokenizer: PreTrainedTokenizerBase, request: JudgeRequest, evaluation: Evaluation
+) -> tuple[str, str]:
+    """(prompt, completion): the prompt is `judge_chat_prompt`; the completion is the rendered
+    evaluation plus whatever the template closes the assistant turn with (so the model learns
+    to stop)."""
+    prompt = judge_chat_prompt(tokenizer, request)
+    conversation = [*judge_messages(request), {"role": "assistant", "content": render_judge(evaluation)}]
+    full = render_chat(tokenizer, conversation, add_generation_prompt=False)
+    if not full.startswith(prompt):
+        raise SpanjudgeError(
+            "the chat template renders the prompt differently when an answer follows it; "
+            "prompt and completion cannot be split for completion-only loss"
+        )
+    return prompt, full[len(prompt) :]
+
+
+def request_from_record(
+    record: Mapping[str, Any], catalog: Catalog, where: str, template: PromptTemplate | None = None
+) -> JudgeRequest:
+    """A data_gen record (or anything with the same fields) as a JudgeRequest, rendered with
+    `template` (None: the built-in prompt).
+
+    The task comes from the catalog; an aspect the task does not define is taken inline from
+    the record's `aspect_definition` (a custom aspect)."""
+    missing = [key for key in ("task_id", "aspect_name", "inputs", "outputs") if key not in record]
+    if missing:
+        raise InputError(f"{where}: missing field '{missing[0]}'")
+    try:
+        task = catalog.task(str(record["task_id"]))
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    name = str(record["aspect_name"])
+    if name in task.aspects:
+        aspect = task.aspects[name]
+    elif record.get("aspect_definition"):
+        aspect = Aspect.custom(name, str(record["aspect_definition"]))
+    else:
+        raise InputError(f"{where}: task '{task.id}' has no aspect '{name}' and the record gives no aspect_definition")
+    outputs = record["outputs"]
+    if not isinstance(outputs, Mapping) or len(outputs) != 1:
+        raise InputError(f"{where}: 'outputs' must map the output header to the one evaluated text")
+    inputs = record["inputs"]
+    if not isinstance(inputs, Mapping):
+        raise InputError(f"{where}: 'inputs' must map input headers to texts")
+    try:
+        return JudgeRequest(
+            task=task,
+            aspect=aspect,
+            inputs=validate_inputs(task, {str(k): str(v) for k, v in inputs.items()}),
+            output=str(next(iter(outputs.values()))),
+            id=str(record["id"]) if "id" in record else None,
+            extra_task_info=record.get("extra_task_info"),
+            template=template,
+        )
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None

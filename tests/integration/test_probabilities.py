@@ -1,0 +1,177 @@
+"""Probability-aware judging (issue #29, item 1): the judge's probabilities along its written
+evaluation. The reader's cached, batched computation must equal a brute-force one (each
+alternative reply scored by a whole forward pass of its own), on a tiny randomly initialised
+Llama with SmolLM2's real tokenizer; then the option end to end on SmolLM2-135M-Instruct with
+the contract's grammar, through `Judge` and `spanjudge score`."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spanjudge.app.cli import main as cli_main
+from spanjudge.inference.contract import Evaluation, parse_judge
+from spanjudge.inference.contract.render import render_judge
+from spanjudge.inference.hf_models import convert_gguf
+from spanjudge.inference.llamacpp import smollm2_gguf
+from spanjudge.inference.probabilities import SCORES, SEVERITIES, ProbabilityReader, _choices, expected_count
+
+TWO_ERRORS = (
+    "Error 1:\nLocation: on a hat\nExplanation: The article says mat.\nSeverity: 3\n\n"
+    "Error 2:\nLocation: A cat\nExplanation: Vague.\nSeverity: 1\n\nOverall score: 40"
+)
+NO_ERROR = "No Error\n\nOverall score: 100"
+EIGHT_ERRORS = (
+    "\n\n".join(f"Error {n}:\nLocation: cat\nExplanation: Wrong {n}.\nSeverity: {1 + n % 5}" for n in range(1, 9))
+    + "\n\nOverall score: 5"
+)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> tuple[Any, Any]:
+    """A 1-layer Llama with random weights (spread-out distributions) and SmolLM2's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(convert_gguf(smollm2_gguf()))
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=len(tokenizer), initializer_range=0.4)  # fmt: skip
+    return LlamaForCausalLM(config).eval(), tokenizer
+
+
+def _brute_force(model: Any, tokenizer: Any, prompt: list[int], text: str, evaluation: Evaluation, end: set[int]):
+    """Each alternative of each choice scored as a whole sequence (no cache, no batching), normalised."""
+    import torch
+
+    def log_p(reply: str, ends: bool) -> float:
+        ids = tokenizer(reply, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():  # the reply's rows only: each predicts the next token
+            rows = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 :].float().log_softmax(-1)
+        total = sum(float(rows[j, ids[j]]) for j in range(len(ids)))
+        if ends:
+            total += float(torch.logsumexp(rows[len(ids)][sorted(end)], dim=0))
+        return total
+
+    def distribution(choice: Any) -> list[float]:
+        values = [log_p(text[: choice.at] + alternative, choice.end) for alternative in choice.alternatives]
+        weights = [math.exp(v - max(values)) for v in values]
+        return [w / sum(weights) for w in weights]
+
+    counts, severities, score = _choices(text, evaluation, 8)
+    return [distribution(c) for c in counts], [distribution(c) for c in severities], distribution(score)
+
+
+@pytest.mark.parametrize("reply", [TWO_ERRORS, NO_ERROR, EIGHT_ERRORS], ids=["two", "none", "eight"])
+def test_read_probabilities_equal_a_brute_force_computation(tiny: tuple[Any, Any], reply: str) -> None:
+    model, tokenizer = tiny
+    evaluation = parse_judge(reply)
+    assert isinstance(evaluation, Evaluation)
+    prompt = tokenizer("Is 'A cat sat on a hat.' faithful to 'The cat sat on the mat.'?")["input_ids"]
+    end = {tokenizer.eos_token_id}
+    read = ProbabilityReader(model, tokenizer, end).read(prompt, evaluation)
+    counts, severities, score = _brute_force(model, tokenizer, prompt, render_judge(evaluation), evaluation, end)
+
+    going_on = [c[0] for c in counts]  # float32: incremental and whole-sequence attention round apart by ~1e-6
+    assert read.p_no_error == pytest.approx(counts[0][1], abs=1e-5)
+    assert read.expected_errors == pytest.approx(expected_count(going_on), abs=1e-5)
+    assert len(counts) == min(len(evaluation.errors) + 1, 8)  # no decision after the contract's last block
+    assert [e.confidence for e in read.errors] == pytest.approx(going_on[: len(evaluation.errors)], abs=1e-5)
+    for error, severity in zip(read.errors, severities, strict=True):
+        assert list(error.severity_distribution.values()) == pytest.approx(severity, abs=1e-5)
+        assert error.expected_severity == pytest.approx(
+            sum(v * p for v, p in zip(SEVERITIES, severity, strict=True)), abs=1e-5
+        )
+    assert list(read.score_distribution) == list(SCORES)  # every value the contract allows, no hand-picked subset
+    assert sum(read.score_distribution.values()) == pytest.approx(1.0, abs=1e-9)
+    assert list(read.score_distribution.values()) == pytest.approx(score, abs=1e-5)
+    assert read.expected_score == pytest.approx(sum(v * p for v, p in zip(SCORES, score, strict=True)), abs=1e-4)
+    assert 0 < read.p_no_error < 1 and 0 <= read.expected_errors <= 8
+
+
+def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, Any]) -> None:
+    """A long prompt's cache, copied once per alternative, keeps a pass within the budget; one
+    alternative a pass reads the very same probabilities as sixteen."""
+    import torch
+
+    from spanjudge.inference.probabilities import _cache_bytes, alternatives_per_pass
+
+    assert alternatives_per_pass(0.5e9, 2 * 1024**3) == 4  # an 8B model's 4k-token prompt: 0.5 GB a copy
+    assert alternatives_per_pass(10.0, 2 * 1024**3) == 16 and alternatives_per_pass(5e9, 2 * 1024**3) == 1
+    model, tokenizer = tiny
+    with torch.no_grad():
+        cache = model(torch.tensor([[1, 2, 3, 4, 5]]), use_cache=True).past_key_values
+    assert _cache_bytes(cache) == 5 * 2 * 2 * 8 * 4  # tokens x (keys, values) x 2 kv heads x head dim 8 x fp32
+
+    evaluation = parse_judge(TWO_ERRORS)
+    prompt = tokenizer("Is 'A cat sat on a hat.' faithful to 'The cat sat on the mat.'?")["input_ids"]
+    end = {tokenizer.eos_token_id}
+    batched = ProbabilityReader(model, tokenizer, end).read(prompt, evaluation)
+    one_by_one = ProbabilityReader(model, tokenizer, end, cache_budget_bytes=1).read(prompt, evaluation)
+    assert list(one_by_one.score_distribution.values()) == pytest.approx(
+        list(batched.score_distribution.values()), abs=1e-6
+    )
+    assert one_by_one.expected_errors == pytest.approx(batched.expected_errors, abs=1e-6)
+    assert [e.expected_severity for e in one_by_one.errors] == pytest.approx(
+        [e.expected_severity for e in batched.errors], abs=1e-6
+    )
+
+
+# -- end to end ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_score_with_probabilities_writes_expected_values_beside_the_written_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = convert_gguf(smollm2_gguf())
+    data = tmp_path / "items.jsonl"
+    data.write_text(json.dumps({"id": "a", "article": "The cat sat on the mat.", "summary": "A cat sat on a hat."}))
+    out = tmp_path / "scores.jsonl"
+    args = ["score", "--model", str(folder), "--data", str(data), "--out", str(out), "--task", "qags_xsum",
+            "--aspect", "factual consistency", "--input", "Article=article", "--output-field", "summary",
+            "--constrained", "--max-new-tokens", "160", "--retries", "0", "--format", "html"]  # fmt: skip
+    assert cli_main([*args, "--probabilities"]) == 0, capsys.readouterr().err
+    [row] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["evaluation"]["score"] is not None and row["decoding"]["probabilities"] is True
+    read = row["probabilities"]
+    assert set(read) == {"p_no_error", "expected_errors", "expected_score", "score_distribution"}
+    assert sum(read["score_distribution"].values()) == pytest.approx(1.0)
+    assert 0 <= read["expected_score"] <= 100 and 0 <= read["expected_errors"] <= 8
+    for error in row["evaluation"]["errors"]:  # the written severity beside the expected one
+        assert 0 <= error["confidence"] <= 1 and 1 <= error["expected_severity"] <= 5
+    page = (tmp_path / "scores.html").read_text()
+    assert "(expected " in page
+    capsys.readouterr()
+    # the same file without the option is another decoding: refused, not mixed
+    assert cli_main(args) == 2
+    assert "decoding probabilities=True, not None as now" in capsys.readouterr().err
+
+
+def test_probabilities_on_an_engine_that_cannot_read_them_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "o.jsonl"
+    code = cli_main(["score", "--model", "judge", "--engine", "openai", "--base-url", "http://127.0.0.1:9/v1",
+                     "--data", str(tmp_path / "none.jsonl"), "--out", str(out), "--probabilities"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--probabilities is read on --engine transformers" in err and len(err.splitlines()) == 1
+
+
+def test_meta_eval_expected_score_needs_an_engine_that_reads_probabilities() -> None:
+    from spanjudge.core.errors import InputError, SpanjudgeError
+    from spanjudge.eval.judge_files import DistilledJudge
+
+    with pytest.raises(InputError, match="score=median: must be written, expected or consensus"):
+        DistilledJudge("judge", {"score": "median"})
+    with pytest.raises(InputError, match="give --judge-option samples=N too"):
+        DistilledJudge("judge", {"score": "consensus"})
+    with pytest.raises(SpanjudgeError, match="probabilities are read on the transformers engine, not 'openai'"):
+        DistilledJudge("judge", {"score": "expected", "engine": "openai", "base_url": "http://127.0.0.1:9/v1"})
+    written = DistilledJudge("judge", {"engine": "openai", "base_url": "http://127.0.0.1:9/v1"})
+    assert written.name == "distilled:judge" and written.score_kind == "written"
+    written.close()

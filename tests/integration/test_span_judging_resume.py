@@ -1,0 +1,57 @@
+"""Judging a span set survives a kill (nothing lost, nothing trusted twice): every finished
+judgment is kept at once in `<name>.partial.jsonl`, a re-run asks only for the rest, a failed
+call is never kept, and another judge's partial file is refused in one line. The judge is a
+real `Judge` on engine "openai" talking to the scripted stand-in server on 127.0.0.1 (a failed
+call on demand is what no real server shows)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support.standin import Reply
+
+from spanjudge.core.errors import InputError, SpanjudgeError
+from spanjudge.eval.spans.judging import judge_span_documents, partial_path, predictions, quintd_tables
+from spanjudge.inference.judge import Judge
+
+CLEAN = Reply(text="No Error\n\nOverall score: 90")
+
+
+def _judge(url: str, name: str = "stand-in") -> Judge:
+    return Judge.from_pretrained(name, engine="openai", base_url=url, retries=0)
+
+
+def test_a_failed_call_is_asked_again_and_nothing_else(tmp_path: Path, shared_data: Path, serve) -> None:
+    docs = quintd_tables("human", (80, 81), root=shared_data)
+    assert len(docs) == 4
+    path = tmp_path / "student.json"
+    first, url = serve([CLEAN, Reply(status=400), CLEAN, CLEAN])
+    with pytest.raises(SpanjudgeError, match="1 model calls failed"):
+        judge_span_documents(_judge(url), docs, path)
+    assert not path.exists() and first.hits == 4
+    kept = [json.loads(line)["id"] for line in partial_path(path).read_text().splitlines()]
+    assert kept == [docs[0].id, docs[2].id, docs[3].id]  # the failed call is not kept
+
+    second, url = serve([CLEAN])
+    advanced: list[int] = []
+    judged = judge_span_documents(_judge(url), docs, path, advanced.append)
+    assert second.hits == 1  # only the failed one is asked again
+    assert sum(advanced) == 4  # progress counts what was already done
+    assert predictions(judged) == {d.id: [] for d in docs}
+    assert judged["wall_s"] >= 0 and judged["retries"] == 0
+    assert json.loads(path.read_text()) == judged and not partial_path(path).exists()
+    assert judge_span_documents(None, docs, path) == judged  # the finished file is reused, no judge needed
+
+
+def test_another_judges_partial_file_is_refused(tmp_path: Path, shared_data: Path, serve) -> None:
+    docs = quintd_tables("human", (80, 81), root=shared_data)
+    path = tmp_path / "student.json"
+    _, url = serve([CLEAN, Reply(status=400)])
+    with pytest.raises(SpanjudgeError):
+        judge_span_documents(_judge(url, "first"), docs, path)
+    stand_in, url = serve([CLEAN])
+    with pytest.raises(InputError, match=r"student\.partial\.jsonl:1: judged by 'first', not 'second'"):
+        judge_span_documents(_judge(url, "second"), docs, path)
+    assert stand_in.hits == 0

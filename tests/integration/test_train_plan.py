@@ -1,0 +1,112 @@
+"""`spanjudge train --plan --gpu NAME`: a memory budget and an epoch time from config.json alone.
+
+The numbers of a small Llama config are worked out by hand here from the formulas in
+training/plan.py's docstring; the thesis recipe is planned offline from the shipped config.
+(With the tiny config at hand, also the training config's reading of YAML's bare `no`.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spanjudge.app.cli import main as cli_main
+from spanjudge.core.configio import configs_dir
+from spanjudge.training import plan
+from spanjudge.training.config import PROJECTIONS, load_train_config
+
+GIB = 1024**3
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A training YAML on a config.json-only Llama folder: per-device batch 2 × 128 tokens, LoRA r 8."""
+    from transformers import LlamaConfig
+
+    root = tmp_path_factory.mktemp("plan")
+    LlamaConfig(**TINY).save_pretrained(root / "model")
+    config = {
+        "model": {"base": str(root / "model"), "dtype": "bfloat16"},
+        "lora": {"r": 8},
+        "data": {"train": str(root / "absent"), "max_length": 128},
+        "training": {"output_dir": str(root / "run"), "per_device_batch_size": 2, "gradient_checkpointing": True},
+        "logging": {"report_to": "none"},
+    }
+    path = root / "train.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_shape_and_budget_of_a_small_llama_match_the_hand_count(tiny_config: Path) -> None:
+    config = load_train_config(tiny_config, data_needed=False)
+    shape = plan.model_shape(plan.model_config(config.model.base), 8, PROJECTIONS)
+    # per layer: q 64·64, k and v 64·32, o 64·64, gate/up/down 64·128 = 36,864 Linear weights + 2 norms of 64
+    assert shape.layer_linear_params == 2 * 36_864
+    assert shape.params == 64_000 + 2 * (36_864 + 128) + 64 + 64_000  # embeddings, layers, final norm, LM head
+    assert shape.linear_params == 2 * 36_864 + 64_000
+    # LoRA r 8: q 8·(64+64), k and v 8·(64+32), o 8·128, gate, up, down 8·192, per layer
+    assert shape.lora_params == 2 * (1024 + 768 + 768 + 1024 + 3 * 1536)
+
+    result = plan.plan(config, shape, plan.find_gpu("L4"), examples=1000, mean_tokens=100, mfu=0.5)
+    parts = {line.label: line.bytes for line in result.memory}
+    assert parts["base weights"] == 202_048 * 2
+    assert parts["LoRA (weights, gradients, AdamW)"] == 16_384 * 16
+    # 256 tokens × (2 layer inputs of 64 bf16 values + one layer of 22·64 + 8·128 bytes); 10 bytes × 1000 logits
+    assert parts["activations: decoder layers"] == 256 * (2 * 64 * 2 + 2432)
+    assert parts["activations: LM head (logits, loss)"] == 256 * 10_000
+    subtotal = 404_096 + 262_144 + 256 * 12_688
+    assert parts["overhead"] == pytest.approx(GIB + 0.1 * subtotal)
+    assert result.total_bytes == pytest.approx(GIB + 1.1 * subtotal) and result.fits
+    # 4·137,728 matmul weights + 6·16,384 LoRA + 6·100 tokens·64·2 layers of attention, per token
+    assert result.model_flops_per_token == 4 * 137_728 + 6 * 16_384 + 6 * 100 * 64 * 2
+    assert result.hours_per_epoch == pytest.approx(1000 * 100 * 726_016 / (0.5 * 121e12) / 3600)
+
+    no_checkpointing = config.model_copy(
+        update={"training": config.training.model_copy(update={"gradient_checkpointing": False})}
+    )
+    parts = {
+        line.label: line.bytes
+        for line in plan.plan(no_checkpointing, shape, result.gpu, examples=1, mean_tokens=1).memory
+    }
+    assert parts["activations: decoder layers"] == 256 * 2 * 2432
+    assert result.other_checkpointing_bytes == 256 * 2 * 2432  # the first plan shows the other setting too
+    qlora = config.model_copy(update={"model": config.model.model_copy(update={"quantization": "4bit"})})
+    weights, _ = plan.weight_bytes(shape, qlora.model.dtype, "4bit")
+    assert weights == pytest.approx(73_728 * (0.5 + 0.127 / 8) + (202_048 - 73_728) * 2)
+
+
+def test_the_thesis_recipe_is_planned_offline_on_an_a40(capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = configs_dir() / "train" / "llama31_8b_lora.yaml"
+    assert cli_main(["train", "--config", str(recipe), "--plan", "--gpu", "A40", "--mean-tokens", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "8,030,261,248 parameters × 2 bytes" in out and "41,943,040 × 16 bytes" in out
+    assert "fits in 48 GiB" in out and "37,000 examples" in out
+    assert "(with gradient checkpointing off, the decoder layers' activations: 100.00)" in out
+    assert "the thesis's 6 h per epoch on this GPU would mean" in out
+
+
+def test_a_plan_that_cannot_fit_says_in_one_line_what_to_change(capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = configs_dir() / "train" / "llama31_8b_lora.yaml"
+    assert cli_main(["train", "--config", str(recipe), "--plan", "--gpu", "l4"]) == 2
+    captured = capsys.readouterr()
+    assert "does NOT fit in 24 GiB" in captured.out
+    [line] = captured.err.strip().splitlines()
+    assert line.startswith("error: does not fit one L4: needs 47.")
+    assert "training.per_device_batch_size: 1, model.quantization: 4bit (QLoRA) would need" in line
+    assert cli_main(["train", "--config", str(recipe), "--plan", "--gpu", "V100"]) == 2
+    assert "unknown GPU 'V100' for --gpu (known: A40," in capsys.readouterr().err
+    assert cli_main(["train", "--config", str(recipe), "--plan"]) == 2
+    assert "--plan and --gpu go together" in capsys.readouterr().err
+
+
+def test_an_unquoted_no_is_the_mixed_precision_no(tiny_config: Path) -> None:
+    """YAML reads `no` as false; `--set training.mixed_precision=no` (or `mixed_precision: no`) means 'no'."""
+    from spanjudge.training.config import parse_override
+
+    config = load_train_config(tiny_config, [parse_override("training.mixed_precision=no")], data_needed=False)
+    assert config.training.mixed_precision == "no"
+    config = load_train_config(tiny_config, [parse_override("training.mixed_precision=fp16")], data_needed=False)
+    assert config.training.mixed_precision == "fp16"

@@ -1,0 +1,291 @@
+"""Training: config checks, completion-only labels, GGUF → transformers, and real LoRA/QLoRA
+runs on CPU (SmolLM2-135M, a real Llama-architecture model; 2 processes over gloo), with a
+killed run resumed from its checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from support.judge_records import sfres_records, write_records
+from support.training_cli import run_cli, write_config
+from support.training_runs import BIN, ENV, REPO, SMOKE, TrainedRun, launch, smoke_args
+
+from spanjudge.inference.catalog import load_catalog
+from spanjudge.inference.contract import Evaluation, render_judge
+from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
+from spanjudge.inference.judge_conversation import judge_chat_prompt, request_from_record
+from spanjudge.inference.llamacpp import smollm2_gguf
+from spanjudge.training.data import IGNORE_INDEX, describe, tokenize_split
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf() -> Path:
+    """SmolLM2's GGUF converted once to a transformers folder (cached across runs)."""
+    return convert_gguf(smollm2_gguf())
+
+
+@pytest.fixture(scope="session")
+def tokenizer(smollm2_hf: Path):
+    return load_tokenizer(str(smollm2_hf))
+
+
+@pytest.fixture
+def records(tmp_path: Path, shared_data: Path) -> Path:
+    return write_records(tmp_path / "annotate", shared_data)
+
+
+# -- config and data errors: one line, before any model loads ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"training": {"learning_rat": 0.1}}, "training.learning_rat: unknown key"),
+        ({"training": {"max_steps": "many"}}, "training.max_steps: Input should be a valid integer"),
+        ({"data": {"train": "nowhere/train.jsonl"}}, "data.train: file not found: nowhere/train.jsonl"),
+        ({"training": {"effective_batch_size": 5}}, "not a multiple of training.per_device_batch_size"),
+        ({"model": {"quantization": "3bit"}}, "model.quantization: Input should be 'none', '4bit' or '8bit'"),
+    ],
+)
+def test_bad_config_is_one_clear_line(
+    tmp_path: Path, records: Path, capsys: pytest.CaptureFixture[str], change: dict, expected: str
+) -> None:
+    out = tmp_path / "run"
+    sections = {"data": {"train": str(records)}, "training": {"output_dir": str(out)}}
+    for section, values in change.items():
+        sections[section] = {**sections.get(section, {}), **values}
+    code, err = run_cli(["train", "--config", str(write_config(tmp_path / "c.yaml", **sections))], capsys)
+    assert code == 2
+    assert expected in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists()  # nothing started
+
+
+def test_override_with_unknown_key_is_reported(records: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run_cli(["train", "--config", str(SMOKE), "--set", "lora.rank=8"], capsys)
+    assert code == 2 and "lora.rank: unknown key" in err
+
+
+def test_max_length_smaller_than_a_prompt_stops_before_the_model_loads(
+    tmp_path: Path, records: Path, capsys: pytest.CaptureFixture[str], smollm2_hf: Path
+) -> None:
+    out = tmp_path / "run"
+    config = write_config(
+        tmp_path / "c.yaml",
+        data={"train": str(records), "max_length": 64, "too_long": "error"},
+        training={"output_dir": str(out)},
+    )
+    code, err = run_cli(["train", "--config", str(config)], capsys)
+    assert code == 2
+    assert "train.jsonl:1: example is" in err and "> data.max_length 64" in err
+    assert not out.exists()  # the model (loaded only after these checks) never was
+
+
+def test_malformed_and_unscored_records_name_their_line(
+    tmp_path: Path, records: Path, capsys: pytest.CaptureFixture[str], smollm2_hf: Path
+) -> None:
+    lines = (records / "train.jsonl").read_text().splitlines()
+    unscored = json.loads(lines[2])
+    unscored["evaluation"]["score"] = None
+    cases = {
+        "broken": ([lines[0], "{not json", *lines[1:]], "train.jsonl:2: not valid JSON"),
+        "unscored": ([*lines[:2], json.dumps(unscored)], "train.jsonl:3: the evaluation has no score"),
+        "no_task": ([json.dumps({k: v for k, v in json.loads(lines[0]).items() if k != "task_id"})], "missing field"),
+    }
+    for name, (content, expected) in cases.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "train.jsonl").write_text("\n".join(content) + "\n")
+        config = write_config(
+            tmp_path / f"{name}.yaml", data={"train": str(folder)}, training={"output_dir": str(tmp_path / "o")}
+        )
+        code, err = run_cli(["train", "--config", str(config)], capsys)
+        assert code == 2 and expected in err, (name, err)
+
+
+# -- completion-only loss ------------------------------------------------------------------
+
+
+def test_prompt_tokens_are_masked_and_the_completion_is_the_rendered_evaluation(
+    tmp_path: Path, records: Path, tokenizer
+) -> None:
+    catalog = load_catalog()
+    split = tokenize_split(records / "train.jsonl", tokenizer, catalog, max_length=1536)
+    rows = [json.loads(line) for line in (records / "train.jsonl").read_text().splitlines()]
+    assert len(split.input_ids) == len(rows) == 16
+    for row, ids, labels in zip(rows, split.input_ids, split.labels, strict=True):
+        request = request_from_record(row, catalog, "test")
+        prompt_length = labels.count(IGNORE_INDEX)
+        assert labels[:prompt_length] == [IGNORE_INDEX] * prompt_length  # masked prompt, one block at the start
+        assert labels[prompt_length:] == ids[prompt_length:]  # every completion token is learned
+        # the masked part is exactly what scoring sends; the learned part is the evaluation
+        assert tokenizer.decode(ids[:prompt_length]) == judge_chat_prompt(tokenizer, request)
+        expected = render_judge(Evaluation.model_validate(row["evaluation"])) + "<|im_end|>\n"
+        assert tokenizer.decode(ids[prompt_length:]) == expected
+
+
+def test_repeat_no_error_repeats_only_clean_records(tmp_path: Path, records: Path, tokenizer) -> None:
+    rows = [json.loads(line) for line in (records / "train.jsonl").read_text().splitlines()][:4]
+    for row in rows[:3]:  # three records with an error, one 'No Error'
+        word = next(iter(row["outputs"].values())).split()[0]
+        row["evaluation"] = {"errors": [{"location": word, "explanation": "Wrong.", "severity": 2}], "score": 60}
+    assert not rows[3]["evaluation"]["errors"]
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    once = tokenize_split(path, tokenizer, load_catalog(), max_length=1536)
+    thrice = tokenize_split(path, tokenizer, load_catalog(), max_length=1536, repeat_no_error=3)
+    assert len(once.input_ids) == 4 and once.repeated == 0
+    assert thrice.input_ids == once.input_ids + [once.input_ids[3]] * 2 and thrice.repeated == 2
+    assert thrice.labels == once.labels + [once.labels[3]] * 2
+    assert "repeats of" not in describe([once])[0] and "incl. 2 repeats of" in describe([thrice])[0]
+
+
+# -- GGUF → transformers -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_gguf_conversion_gives_the_same_model_without_the_quantizer(smollm2_hf: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = json.loads((smollm2_hf / "config.json").read_text())
+    assert "quantization_config" not in config
+    assert (smollm2_hf / "model.safetensors").is_file()
+    assert not list(smollm2_hf.glob("*.bin"))
+    gguf = smollm2_gguf()
+    from_gguf = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    assert from_gguf.hf_quantizer is not None  # what blocks training, and why we convert
+    converted = AutoModelForCausalLM.from_pretrained(str(smollm2_hf))
+    assert getattr(converted, "hf_quantizer", None) is None
+    ids = torch.tensor([[1, 504, 3458, 282, 253, 1345]])
+    with torch.no_grad():
+        assert torch.equal(from_gguf(ids).logits, converted(ids).logits)
+
+
+# -- real training runs --------------------------------------------------------------------
+
+
+def train_losses(out: Path) -> list[tuple[int, float]]:
+    history = [json.loads(line) for line in (out / "log_history.jsonl").read_text().splitlines()]
+    return [(entry["step"], entry["loss"]) for entry in history if "loss" in entry]
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_train_save_and_reload(trained_judge: TrainedRun, smollm2_hf: Path) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    out, log = trained_judge.out, trained_judge.log
+    assert "world size 2" in log  # two real processes (DDP over gloo)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["global_step"] == 16
+    losses = [entry["loss"] for entry in trained_judge.history() if "loss" in entry]
+    assert losses[-1] < losses[0] / 2  # loss goes down
+    eval_losses = [entry["eval_loss"] for entry in trained_judge.history() if "eval_loss" in entry]
+    assert eval_losses[-1] < eval_losses[0]  # on held-out inputs too
+
+    adapter = trained_judge.adapter
+    assert (adapter / "adapter_model.safetensors").is_file()
+    assert not list(adapter.glob("*.bin"))
+    meta = json.loads((adapter / "spanjudge.json").read_text())
+    assert meta["base_model"] == "@smollm2" and meta["train_examples"] == 16
+
+    # reload: the adapter changes the model, and reproduces the eval loss the trainer reported
+    tokenizer = load_tokenizer(str(adapter))
+    records = trained_judge.records
+    split = tokenize_split(records / "validation.jsonl", tokenizer, load_catalog(), max_length=1536)
+    base = AutoModelForCausalLM.from_pretrained(str(smollm2_hf))
+    tuned = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(smollm2_hf)), str(adapter))
+
+    def mean_loss(model: torch.nn.Module) -> float:
+        """Each example's per-token completion loss, averaged over the examples: as the trainer's
+        evaluation counts it with one example per process and batch (the fixture's batch size)."""
+        with torch.no_grad():
+            losses = [
+                model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels])).loss.item()
+                for ids, labels in zip(split.input_ids, split.labels, strict=True)
+            ]
+        return sum(losses) / len(losses)
+
+    tuned_loss, base_loss = mean_loss(tuned), mean_loss(base)
+    assert tuned_loss < base_loss
+    # the trainer evaluated under bf16 autocast, in batches: close, not equal
+    assert tuned_loss == pytest.approx(metrics["eval_loss"], rel=0.15)
+
+    # a finished run is not trained again
+    again = launch(["--cpu", *trained_judge.args])
+    log, _ = again.communicate(timeout=300)
+    assert again.returncode == 0 and "already holds a finished run" in log, log[-3000:]
+    # and the same folder with another config is refused, not mixed into this run
+    other = launch(["--cpu", *smoke_args(records, out)])
+    log, _ = other.communicate(timeout=300)
+    assert other.returncode != 0 and "holds a run made with training.max_steps = 16, not 8" in log, log[-3000:]
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_from_its_checkpoint(tmp_path: Path, records: Path, smollm2_hf: Path) -> None:
+    out = tmp_path / "run"
+    # the issue's command line; accelerate's CPU launcher starts one process
+    # 4 steps with a checkpoint after 2: the same kill and resume at half the smoke run's cost
+    sets = ["--set", "training.max_steps=4", "--set", "training.save_steps=2"]
+    args = ["--cpu", "--num_processes", "2", *smoke_args(records, out, *sets)]
+    process = launch(args, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not (out / "checkpoint-2" / "trainer_state.json").is_file():
+        assert process.poll() is None, process.stdout.read()[-3000:] if process.stdout else ""
+        assert time.monotonic() < deadline, "no checkpoint after 300 s"
+        time.sleep(0.2)
+    time.sleep(1.0)  # let the checkpoint finish writing, then kill mid-training
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (out / "adapter").exists()
+
+    resumed = launch(args)
+    log, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, log[-3000:]
+    assert "resuming from" in log and "checkpoint-2" in log
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["global_step"] == 4 and metrics["resumed_from"].endswith("checkpoint-2")
+    steps = [step for step, _ in train_losses(out)]
+    assert steps == sorted(set(steps)) and steps[-1] == 4  # no step lost, none repeated
+    # the mean loss covers all 4 steps (logged every step), not only the 2 after the resume
+    assert metrics["train_loss"] == pytest.approx(sum(loss for _, loss in train_losses(out)) / 4, rel=1e-5)
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_qlora_on_cpu_with_wandb_offline(tmp_path: Path, records: Path, smollm2_hf: Path) -> None:
+    out = tmp_path / "run"
+    command = [
+        str(BIN / "spanjudge"),
+        "train",
+        "--config",
+        str(SMOKE),
+        *("--set", f"data.train={records}", "--set", f"training.output_dir={out}"),
+        *("--set", "model.quantization=4bit", "--set", "model.dtype=bfloat16", "--set", "training.max_steps=2"),
+        *("--set", "logging.report_to=wandb", "--set", "logging.wandb_mode=offline"),
+    ]
+    env = {**ENV, "WANDB_MODE": "offline", "WANDB_API_KEY": ""}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["quantized_linear_layers"] == 30 * 7  # every projection of the 30 layers is 4-bit
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
+    assert list((out / "wandb").glob("offline-run-*")), "wandb wrote no offline run"
+
+
+def test_fixture_records_match_data_gen_fields(shared_data: Path) -> None:
+    """The fixture carries every field data_gen writes for a record."""
+    fields = {
+        "id", "dataset", "input_id", "system", "inputs", "outputs", "aspect_name", "aspect_definition",
+        "task_type", "task_name", "task_id", "extra_task_info", "evaluation", "provenance",
+    }  # fmt: skip
+    assert set(sfres_records(shared_data, 1)[0]) >= fields

@@ -1,0 +1,174 @@
+"""`spanjudge annotate` end to end on real SummEval data with the tiny ensemble on real
+llama.cpp servers (SmolLM2-135M-Instruct and Gemma 3 270M on 127.0.0.1): the files it
+builds, a re-run that makes no model call, and runs killed mid-way (the annotate process,
+or a model server) that a re-run finishes with exactly the expected records."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spanjudge.inference.llamacpp import LlamaCppServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+REPO = Path(__file__).resolve().parents[2]
+SPANJUDGE = str(Path(sys.executable).with_name("spanjudge"))
+ENSEMBLE = REPO / "configs" / "ensemble" / "tiny_local.yaml"
+
+
+def _sources(tmp_path: Path, inputs: int) -> Path:
+    config = yaml.safe_load((REPO / "configs" / "sources" / "summeval_tiny.yaml").read_text())
+    config["sources"][0]["limit_inputs"] = inputs
+    path = tmp_path / f"sources_{inputs}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _command(out: Path, sources: Path, smollm2: str, gemma3: str) -> list[str]:
+    return [
+        SPANJUDGE, "annotate", "--ensemble", str(ENSEMBLE), "--sources", str(sources), "--out", str(out),
+        "--endpoint", f"smollm2={smollm2}", "--endpoint", f"smollm2-supervisor={smollm2}",
+        "--endpoint", f"gemma3={gemma3}",
+        "--allow-overlap",  # SummEval is a meta-evaluation set: kept here, where the pipeline is under test
+    ]  # fmt: skip
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=1200)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _ids(out: Path) -> list[str]:
+    return [r["id"] for name in ("train", "validation", "unscored") for r in _lines(out / f"{name}.jsonl")]
+
+
+def _cached_calls(cache: Path) -> int:
+    if not cache.exists():
+        return 0
+    try:
+        with sqlite3.connect(cache, timeout=5) as db:
+            return int(db.execute("SELECT COUNT(*) FROM completions").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory: pytest.TempPathFactory, smollm2_server: LlamaCppServer, gemma3_server: LlamaCppServer):
+    tmp = tmp_path_factory.mktemp("annotate")
+    sources = _sources(tmp, 4)  # 4 inputs x (2 annotators + supervisor): the whole pipeline, on a 2-core budget
+    out = tmp / "out"
+    command = _command(out, sources, smollm2_server.base_url, gemma3_server.base_url)
+    first = _run(*command)
+    return command, out, first
+
+
+def test_annotate_builds_the_dataset(full_run) -> None:
+    _, out, first = full_run
+    assert first.returncode == 0, first.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["requests"] == 4 and run["incomplete"] == 0
+    assert run["records"] + run["unscored"] == 4
+    train, validation = _lines(out / "train.jsonl"), _lines(out / "validation.jsonl")
+    assert len(train) + len(validation) == run["records"] > 0
+    assert {r["input_id"] for r in train}.isdisjoint({r["input_id"] for r in validation})
+    for record in train + validation:
+        assert record["evaluation"]["score"] % 5 == 0 and 0 <= record["evaluation"]["score"] <= 100
+        assert len(record["evaluation"]["errors"]) <= 8
+        assert [a["name"] for a in record["provenance"]["annotators"]] == ["smollm2", "gemma3"]
+        assert all(a["raw_replies"] for a in record["provenance"]["annotators"])
+        for error in record["evaluation"]["errors"]:
+            if error["start"] is not None:
+                output = record["outputs"]["Summary"]
+                assert 0 <= error["start"] < error["end"] <= len(output)
+    for record in _lines(out / "unscored.jsonl"):
+        assert record["unscored_reason"] and "evaluation" not in record
+    import datasets
+
+    dataset = datasets.load_from_disk(str(out / "hf_dataset"))
+    assert sum(len(split) for split in dataset.values()) == run["records"]
+    stats = json.loads((out / "stats.json").read_text())
+    assert set(stats["parse_failure_rate"]) == {"smollm2", "gemma3"}
+    assert (out / "score_histogram.png").stat().st_size > 1000 and "Table 3.3" in (out / "stats.md").read_text()
+
+
+def test_second_run_makes_no_model_call(full_run) -> None:
+    command, out, _ = full_run
+    before = {name: (out / name).read_text() for name in ("train.jsonl", "validation.jsonl", "unscored.jsonl")}
+    again = _run(*command)
+    assert again.returncode == 0, again.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert sum(run["model_calls"].values()) == 0 and sum(run["cache_hits"].values()) > 0
+    assert "model calls 0" in again.stderr
+    assert {name: (out / name).read_text() for name in before} == before
+
+
+def _expected_ids(sources: Path, shared_data: Path) -> list[str]:
+    from spanjudge.data_gen.config import load_sources
+    from spanjudge.data_gen.pipeline import RunSummary, build_requests
+    from spanjudge.inference.catalog import load_catalog
+
+    requests = build_requests(load_sources(sources), sources, load_catalog(), shared_data, RunSummary(Path(".")))
+    return sorted(r.id for r in requests)
+
+
+def test_killed_annotate_process_resumes_without_loss_or_duplicates(
+    tmp_path: Path, smollm2_server: LlamaCppServer, gemma3_server: LlamaCppServer, shared_data: Path
+) -> None:
+    sources = _sources(tmp_path, 3)
+    out = tmp_path / "killed"
+    command = _command(out, sources, smollm2_server.base_url, gemma3_server.base_url)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while _cached_calls(out / "cache.sqlite") < 2 and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.1)
+    assert process.poll() is None, "the run finished before it could be killed"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (out / "train.jsonl").exists()  # nothing half-written
+    resumed = _run(*command)
+    assert resumed.returncode == 0, resumed.stderr
+    ids = _ids(out)
+    assert len(ids) == len(set(ids))  # no duplicates
+    assert sorted(ids) == _expected_ids(sources, shared_data)  # nothing lost
+    run = json.loads((out / "run.json").read_text())
+    assert sum(run["cache_hits"].values()) >= 2  # the killed run's answers were reused
+
+
+def test_dead_server_leaves_incomplete_requests_that_a_rerun_finishes(
+    tmp_path: Path, smollm2_server: LlamaCppServer, gemma3_path: Path, shared_data: Path
+) -> None:
+    sources = _sources(tmp_path, 3)
+    out = tmp_path / "dead"
+    gemma = LlamaCppServer(gemma3_path, alias="gemma3", n_ctx=4096, n_threads=1).start()
+    command = _command(out, sources, smollm2_server.base_url, gemma.base_url)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    gemma.stop()  # the model server dies mid-run
+    _, stderr = process.communicate(timeout=900)
+    assert process.returncode == 1, stderr
+    assert "incomplete" in stderr and "re-run" in stderr
+    first = json.loads((out / "run.json").read_text())
+    assert first["incomplete"] > 0
+    assert all("gemma3" in r["reason"] for r in _lines(out / "incomplete.jsonl"))
+
+    with LlamaCppServer(gemma3_path, alias="gemma3", n_ctx=4096, n_threads=1) as revived:
+        resumed = _run(*_command(out, sources, smollm2_server.base_url, revived.base_url))
+    assert resumed.returncode == 0, resumed.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["incomplete"] == 0
+    ids = _ids(out)
+    assert len(ids) == len(set(ids)) and sorted(ids) == _expected_ids(sources, shared_data)
+    assert run["model_calls"]["smollm2"] == 0  # only what failed is asked again

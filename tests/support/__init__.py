@@ -1,0 +1,1 @@
+"""Helpers the tests share (stand-in servers, records, training runs, the layer check)."""

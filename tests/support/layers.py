@@ -1,0 +1,55 @@
+"""The layer contracts of pyproject.toml ([tool.importlinter]), checked with import-linter.
+
+import-linter reads a package from the file system, and `spanjudge` is spread over the
+repository's top-level folders (setup.py maps each to `spanjudge.<folder>`), so the check runs
+on a copy of those folders assembled as one package in a temporary directory. `make check` and
+`make test` run it (tests/unit/test_layers.py, which also plants violations to show it fails).
+
+    python tests/support/layers.py      # exit 0 when every contract is kept
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CODE_FOLDERS = ("core", "inference", "data_gen", "training", "eval", "publish", "app")
+
+
+def stage_package(destination: Path, repo: Path = REPO) -> Path:
+    """The code folders of `repo` copied into `destination/spanjudge` (a regular package); returns it."""
+    package = destination / "spanjudge"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for folder in CODE_FOLDERS:
+        shutil.copytree(repo / folder, package / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return package
+
+
+def lint_imports(staged_root: Path, config: Path = REPO / "pyproject.toml") -> subprocess.CompletedProcess[str]:
+    """import-linter's run over the package staged under `staged_root` (its report in stdout)."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    return subprocess.run(
+        [str(lint), "--no-cache", str(config)],
+        cwd=staged_root,
+        env={"PYTHONPATH": str(staged_root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as temporary:
+        stage_package(Path(temporary))
+        result = lint_imports(Path(temporary))
+    report = result.stdout[result.stdout.find("Contracts") :] if "Contracts" in result.stdout else result.stdout
+    print(report + result.stderr, end="")
+    return result.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""bench/distill_quintd.py: a finished phase is reused only for the same settings, and recipes are
+compared by their mean over training seeds; bench/count_decisions.py's expected count (no model
+runs: the guards and the reports' arithmetic)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bench_module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return _bench_module("distill_quintd")
+
+
+def test_a_finished_import_is_reused_only_for_the_same_settings(bench: ModuleType, tmp_path: Path) -> None:
+    # the first run wrote its config and finished; the same settings reuse it without running anything
+    config = yaml.safe_load(bench.IMPORT_CONFIG.read_text())
+    config["source"].update(domains=["wikidata"], table_range=[0, 80])
+    (tmp_path / "teacher.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    (tmp_path / "teacher").mkdir()
+    (tmp_path / "teacher" / "run.json").write_text(json.dumps({"train": 304, "validation": 16}))
+    assert bench._import(tmp_path, "teacher", bench.IMPORT_CONFIG, ["wikidata"], (0, 80))["train"] == 304
+    # other tables under the same folder: refused, naming the folder, instead of reusing the wrong records
+    with pytest.raises(SystemExit, match="imported with other settings"):
+        bench._import(tmp_path, "teacher", bench.IMPORT_CONFIG, ["wikidata"], (0, 40))
+
+
+def test_a_finished_student_differs_by_the_settings_it_was_trained_with(bench: ModuleType) -> None:
+    saved = {"training": {"seed": 42, "output_dir": "/runs/a/student"}, "lora": {"r": 16}}
+    same = {"training.seed": 42, "training.output_dir": Path("/runs/a/student"), "lora.r": 16}
+    assert bench._differing(same, saved) == []  # paths compare as the saved YAML's text
+    differ = bench._differing({**same, "training.seed": 2, "training.decision_weight": 10.0}, saved)
+    assert differ == ["training.seed 42, not 2", "training.decision_weight None, not 10.0"]
+
+
+def _run(settings: dict[str, Any], student: dict[str, Any], teacher: dict[str, Any] | None = None) -> dict[str, Any]:
+    base = {"student_model": "gemma3", "lr": 0.0005, "rank": 16, "batch": 4, "train": {"steps": 76}}
+    rows = [{"judge": "student", **student}] + ([{"judge": "teacher", **teacher}] if teacher else [])
+    return {"settings": {**base, **settings}, "rows": rows}
+
+
+def test_recipes_are_compared_by_their_mean_over_seeds(bench: ModuleType) -> None:
+    teacher = {"overlap_f1": 0.6, "token_f1": 0.6, "count_pearson": 0.4, "token_pearson": 0.5}
+    draw = {"overlap_f1": 0.4, "token_f1": 0.4, "count_pearson": 0.3, "token_pearson": 0.1, "no_error_outputs": 0}
+    runs = {
+        "default": _run({"train_seed": 42}, draw, teacher),
+        "seed1": _run({"train_seed": 1}, {**draw, "token_pearson": 0.3, "no_error_outputs": 50}),
+        "lr": _run({"lr": 0.0002}, draw),  # one draw of another recipe: no mean to show
+    }
+    lines = bench.seeds_table(runs)
+    recipes = [line for line in lines if line.startswith("| default")]
+    assert len(recipes) == 1 and not any(line.startswith("| lr") for line in lines)
+    cells = [cell.strip() for cell in recipes[0].strip("|").split("|")]
+    assert cells[1] == "42, 1"
+    assert cells[2] == "25 [0, 50]"
+    assert cells[3] == "**0.400 [0.400, 0.400]**"  # at least half of the teacher's 0.6
+    assert cells[6] == "0.200 [0.100, 0.300]"  # the mean 0.2 stays under half of 0.5: not bold
+    # with a single draw per recipe there is no table at all
+    assert bench.seeds_table({"default": runs["default"]}) == []
+
+
+def test_the_expected_count_goes_on_with_each_decisions_probability() -> None:
+    expected_count = _bench_module("count_decisions").expected_count
+    assert expected_count([]) == 0.0
+    assert expected_count([0.0]) == 0.0  # 'No Error' for sure
+    assert expected_count([1.0, 1.0, 0.0]) == 2.0  # two errors for sure, then the score
+    assert expected_count([0.5, 0.5]) == pytest.approx(0.5 + 0.25)
+
+
+def _args(bench: ModuleType, **changes: Any) -> Any:
+    import argparse
+
+    defaults = {
+        "domains": ["wikidata"], "extra_domains": [], "extra_tables": (0, 20), "train_tables": (0, 70),
+        "dev_tables": (70, 80), "test_tables": (80, 100), "eval_domains": ["wikidata", "ice_hockey", "owid"],
+        "split": "dev",
+    }  # fmt: skip
+    return argparse.Namespace(**{**defaults, **changes})
+
+
+def test_the_protocols_splits_never_share_an_input(bench: ModuleType) -> None:
+    assert bench.leak(_args(bench)) is None
+    assert bench.held_out_tables(_args(bench)) == (70, 80)
+    assert bench.held_out_tables(_args(bench, split="test")) == (80, 100)
+    assert "--dev-tables and --test-tables overlap" in bench.leak(_args(bench, dev_tables=(70, 90)))
+    assert "--train-tables and --dev-tables" in bench.leak(_args(bench, train_tables=(0, 75)))
+    # a domain trained on only as extra data still counts: its held-out tables must be unseen too
+    extra = _args(bench, extra_domains=["owid"], extra_tables=(0, 85))
+    assert "--extra-tables and --dev-tables" in bench.leak(extra)
+    # tables trained on in a domain that is not judged share no input with the held-out ones
+    assert bench.leak(_args(bench, train_tables=(0, 100), eval_domains=["owid"])) is None
+
+
+def _protocol_run(seed: int, student: dict[str, Any], recipe: str = "r") -> dict[str, Any]:
+    def row(judge: str, domain: str, values: dict[str, float]) -> dict[str, Any]:
+        return {"judge": judge, "split": "test", "domain": domain, "scored": 40, "asked": 40,
+                "no_error_outputs": 3, "human_no_error_outputs": 9, **values}  # fmt: skip
+
+    teacher = {"overlap_f1": 0.5, "token_f1": 0.4, "count_pearson": 0.4, "token_pearson": 0.2}
+    baseline = {"overlap_f1": 0.2, "token_f1": 0.0, "count_pearson": 0.3, "token_pearson": 0.1}
+    rows = [row("student", "owid", student), row("teacher", "owid", teacher), row("number_baseline", "owid", baseline)]
+    settings = {"protocol": 1, "recipe": recipe, "train_seed": seed, "recipe_settings": {"lr": 0.0005}}
+    return {"settings": settings, "rows": rows}
+
+
+def test_the_recipes_list_gives_each_columns_mean_and_range_over_seeds_beside_the_teacher(bench: ModuleType) -> None:
+    runs = {
+        "a": _protocol_run(42, {"overlap_f1": 0.2, "token_f1": 0.3, "count_pearson": 0.1, "token_pearson": 0.0}),
+        "b": _protocol_run(1, {"overlap_f1": 0.4, "token_f1": 0.1, "count_pearson": 0.5, "token_pearson": None}),
+        "legacy": _run({}, {"overlap_f1": 0.9}),  # made before the protocol: not a recipe seed
+    }
+    (entry,) = bench.recipes(runs)
+    assert (entry["recipe"], entry["split"], entry["domain"], entry["seeds"]) == ("r", "test", "owid", [42, 1])
+    assert entry["mean"]["overlap_f1"] == pytest.approx(0.3)
+    assert (entry["min"]["count_pearson"], entry["max"]["count_pearson"]) == (0.1, 0.5)
+    assert entry["mean"]["token_pearson"] is None  # undefined for one seed: no mean is invented
+    assert entry["teacher"]["count_pearson"] == 0.4 and entry["number_baseline"]["count_pearson"] == 0.3
+    table = "\n".join(bench.protocol_tables([entry]))
+    assert (
+        "### test split" in table and "**0.300 [0.10, 0.50]** ≥" in table
+    )  # count r: half the teacher, above the baseline
+
+
+def test_a_recipes_seeds_must_share_every_setting_but_the_seed(bench: ModuleType) -> None:
+    runs = {"a": _protocol_run(42, {})}
+    assert bench.recipe_conflict("r", "b", {"lr": 0.0005}, runs) is None
+    assert bench.recipe_conflict("r", "a", {"lr": 0.1}, runs) is None  # the run itself, made again
+    assert "differs in lr" in bench.recipe_conflict("r", "b", {"lr": 0.1}, runs)
