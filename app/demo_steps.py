@@ -287,6 +287,7 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
     from spanjudge.eval.perturb.benchmark import MANIFEST, load_benchmark, write_benchmark
     from spanjudge.eval.perturb.build import build_benchmark
     from spanjudge.eval.perturb.cli import PerturberConfig, open_perturber
+    from spanjudge.eval.perturb.registry import get_kind
     from spanjudge.eval.store import judge_slug, judgment_path
 
     section = ctx.config.perturbation
@@ -312,6 +313,7 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
                 llm.close()
         write_benchmark(built, folder)
     benchmark = load_benchmark(folder)
+    kind = get_kind(benchmark.kind)
     options = {k: str(v) for k, v in section.judge_options.items()}
     with open_judges([f"distilled:{ctx.layout.adapter}"], ctx.layout.perturbation, options) as judges:
         if ctx.config.compare.base:
@@ -323,11 +325,10 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
         report = ctx.layout.perturbation / judge_slug(judge.name)
         results = json.loads((report / "results.json").read_text(encoding="utf-8"))
         judgments = read_jsonl(judgment_path(ctx.layout.perturbation, judge))
-        d_avg = results["metrics"]["summary"]["D_avg"] if benchmark.kind == "dhp" else None
         summaries[judge.name] = {
             "outputs": len(judgments),
             "scored": sum(j.get("score") is not None for j in judgments),
-            "d_avg": d_avg,
+            "headline": None if kind.headline is None else kind.headline(results["metrics"])[1],
             "missing": results["missing"],
         }
     trained = summaries[judges[0].name]
@@ -344,17 +345,19 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
             else ""
         )
     )
-    if benchmark.kind == "dhp":
-        text += f"; D_avg {trained['d_avg']:.3f}" if trained["d_avg"] is not None else "; no D (no scored pair)"
+    measure = None if kind.headline is None else kind.headline(results["metrics"])[0]
+    if measure is not None:
+        value = trained["headline"]
+        text += f"; {measure} {value:.3f}" if value is not None else f"; no {measure} (nothing scored to compute it)"
     base = summaries.get(BASE)
     compare = [parse_row(f"{benchmark.name} judgments", base, trained)]
-    if benchmark.kind == "dhp":
+    if measure is not None:
         compare.append(
             {
                 "what": f"{benchmark.name}",
-                "measure": "discernment D_avg",
-                "base": None if base is None else number(base["d_avg"]),
-                "trained": number(trained["d_avg"]),
+                "measure": measure,
+                "base": None if base is None else number(base["headline"]),
+                "trained": number(trained["headline"]),
             }
         )
     return text, {"benchmark": benchmark.name, "missing": trained["missing"], "judges": summaries, "compare": compare}

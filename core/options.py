@@ -35,10 +35,12 @@ def option(
     flag: str | None = None,
     min: int | None = None,
     metavar: str | None = None,
+    cli: bool = True,
 ) -> Any:
     """A settings field that is also a command-line option: `--field-name` (or `flag`), its help,
-    and an optional lower bound and metavar. Without a default the option is required."""
-    metadata = {"help": help, "flag": flag, "min": min, "metavar": metavar}
+    and an optional lower bound and metavar. Without a default the option is required. `cli=False`:
+    a field for Python callers only (a mapping, say), left at its default by the command line."""
+    metadata = {"help": help, "flag": flag, "min": min, "metavar": metavar, "cli": cli}
     if isinstance(default, list):  # a mutable default: one fresh copy per settings object
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -50,13 +52,18 @@ def option_flag(field: dataclasses.Field[Any]) -> str:
 
 
 def settings_command(app: typer.Typer, settings: type[Settings], run: Callable[[Settings], None]) -> None:
-    """Register on `app` a command whose options are the fields of `settings` (in their order) and
-    that calls `run(settings(...))`; its help is `run`'s docstring."""
+    """Register on `app` a command whose options are the fields of `settings` (the required ones first,
+    then in their order; `cli=False` fields left out) and that calls `run(settings(...))`; its help is
+    `run`'s docstring."""
     hints = typing.get_type_hints(settings)
     parameters = []
-    for field in dataclasses.fields(settings):  # type: ignore[arg-type]
+    fields = dataclasses.fields(settings)  # type: ignore[arg-type]
+    required = [f for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    for field in [*required, *(f for f in fields if f not in required)]:
         if "help" not in field.metadata:
             raise TypeError(f"{settings.__name__}.{field.name} is not declared with option(...)")
+        if not field.metadata["cli"]:
+            continue
         bound = {"min": field.metadata["min"]} if field.metadata["min"] is not None else {}
         info = typer.Option(option_flag(field), help=field.metadata["help"], metavar=field.metadata["metavar"], **bound)
         default = field.default

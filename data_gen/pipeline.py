@@ -43,7 +43,7 @@ from .config import EnsembleConfig, ModelRole, SourcesConfig, resolve_source_pat
 from .decontaminate import Decontamination
 from .folder_lock import one_run_per_folder
 from .records import Record, split_by_input, task_fields, write_split
-from .sampling import EvalRequest, sample_requests
+from .selection import EvalRequest, sample_requests
 from .shards import SHARD_RECORDS, finish_shard, settings_hash, start_shard
 from .sources import read_source
 from .stats import compute_stats, write_stats

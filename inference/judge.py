@@ -57,18 +57,16 @@ from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
 from .contract.grammar import errors_within, judge_grammar, server_grammar_fields
 from .hf_models import load_tokenizer, local_folder, resolve_model_source
 from .judge_conversation import JudgeRequest, judge_chat_prompt, judge_messages, stored_template
+from .judge_options import MAX_NEW_TOKENS, RETRIES, JudgeOptions, judge_options
 from .probabilities import ReplyProbabilities
 from .prompts import PromptTemplate
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-Engine = str  # a backend kind with judge=True (backends/registry.py)
-MAX_NEW_TOKENS = 1536
 RETRY_SAMPLING = SamplingParams(temperature=0.1, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
 # self-consistency's replies: diverse enough to disagree where the judge is unsure (Wang et al. 2023 sample at 0.7)
 CONSENSUS_SAMPLING = SamplingParams(temperature=0.7, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
-RETRIES = 3
 TRUNCATION_MARK = " [...]"
 
 
@@ -147,28 +145,16 @@ class Judge:
     def from_pretrained(
         cls,
         model_or_adapter: str | Path,
-        base: str | None = None,
-        engine: Engine = "transformers",
+        options: JudgeOptions | None = None,
         *,
-        base_url: str | None = None,
-        served_model: str | None = None,
-        batch_size: int = 8,
-        dtype: str = "auto",
-        max_new_tokens: int = MAX_NEW_TOKENS,
-        retries: int = RETRIES,
-        max_context: int | None = None,
         catalog: Catalog | None = None,
-        trust_remote_code: bool = False,
-        concurrency: int = 1,
-        timeout_s: float = 600.0,
-        engine_options: Mapping[str, Any] | None = None,
-        constrained: bool = False,
-        prompt_template: PromptTemplate | Path | str | None = None,
-        probabilities: bool = False,
-        samples: int = 0,
+        **changes: Any,
     ) -> Judge:
         """A judge from an adapter folder (base found in its spanjudge.json or adapter_config.json,
         or given), a merged/full model folder, a hub id, or a served model (engine "openai").
+
+        `options`: a `JudgeOptions` (each option's meaning is declared there); `changes`, keyword
+        changes to it (`Judge.from_pretrained(path, engine="openai", base_url=...)`).
         `retries`: sampled retries of an unparseable reply (3, as the thesis's scorer; fewer keeps a
         weak judge on a CPU affordable, since each retry is a whole generation).
         `constrained`: hold every reply to the output contract's grammar (see the module docstring);
@@ -186,54 +172,56 @@ class Judge:
         error's confidence and expected severity, the expected score); transformers engine only.
         `samples`: also ask N sampled replies per output and merge them (`consensus.consensus`: the
         spans at least half of them mark, with that share as confidence, and Algorithm 1's score)."""
+        o = judge_options(options, **changes)
+        base, engine, max_new_tokens, template_given = o.base, o.engine, o.max_new_tokens, o.prompt_template
         location = str(model_or_adapter)
         try:
             record = judge_engine(engine)
         except ValueError as exc:
             raise SpanjudgeError(str(exc)) from None
-        if probabilities and not record.probabilities:
+        if o.probabilities and not record.probabilities:
             raise SpanjudgeError(
                 f"probabilities are read on the transformers engine, not {engine!r} (vLLM, llama.cpp and "
                 "OpenAI-compatible servers: not yet)"
             )
         check_safetensors_adapter(Path(location).expanduser())  # a pickled adapter: one line, before anything loads
-        template = resolve_prompt_template(location, prompt_template)
+        template = resolve_prompt_template(location, template_given)
         adapter, model = _adapter_and_model(location, base)
         tokenizer_folder = adapter or (model if Path(model).is_dir() else None)
         if record.server:
-            if not base_url:
+            if not o.base_url:
                 raise SpanjudgeError(f"engine {engine!r} needs base_url (e.g. http://127.0.0.1:8080/v1)")
             tokenizer = (
-                load_tokenizer(tokenizer_folder, trust_remote_code=trust_remote_code) if tokenizer_folder else None
+                load_tokenizer(tokenizer_folder, trust_remote_code=o.trust_remote_code) if tokenizer_folder else None
             )
             spec = BackendSpec(
                 kind=engine,
-                model=served_model or Path(location).name or "judge",
-                endpoints=(base_url,),
+                model=o.served_model or Path(location).name or "judge",
+                endpoints=(o.base_url,),
                 api="prompt" if tokenizer is not None else "chat",
-                concurrency=concurrency,
-                timeout_s=timeout_s,
-                options=dict(engine_options or {}),
-                extra_body=server_grammar_fields(_contract_grammar(max_new_tokens)) if constrained else {},
+                concurrency=o.concurrency,
+                timeout_s=o.timeout_s,
+                options=dict(o.engine_options or {}),
+                extra_body=server_grammar_fields(_contract_grammar(max_new_tokens)) if o.constrained else {},
             )
-            context = max_context
+            context = o.max_context
         else:
-            tokenizer = load_tokenizer(tokenizer_folder or model, trust_remote_code=trust_remote_code)
-            options: dict[str, Any] = {"trust_remote_code": trust_remote_code}
-            given = {"batch_size": batch_size, "dtype": dtype}
-            options.update({name: given[name] for name in record.judge_options})
-            options.update(engine_options or {})  # the user's engine arguments win over the defaults above
-            ours = sorted({"adapter", "grammar"} & options.keys())
+            tokenizer = load_tokenizer(tokenizer_folder or model, trust_remote_code=o.trust_remote_code)
+            engine_kwargs: dict[str, Any] = {"trust_remote_code": o.trust_remote_code}
+            given = {"batch_size": o.batch_size, "dtype": o.dtype}
+            engine_kwargs.update({name: given[name] for name in record.judge_options})
+            engine_kwargs.update(o.engine_options or {})  # the user's engine arguments win over the defaults above
+            ours = sorted({"adapter", "grammar"} & engine_kwargs.keys())
             if ours:
                 raise SpanjudgeError(
                     f"engine arguments {ours} are set by the judge (the adapter it loads, constrained=True)"
                 )
             if adapter:
-                options["adapter"] = adapter
-            if constrained:
-                options["grammar"] = _contract_grammar(max_new_tokens)
-            spec = BackendSpec(kind=engine, model=model, options=options)
-            context = max_context or _model_context(model)
+                engine_kwargs["adapter"] = adapter
+            if o.constrained:
+                engine_kwargs["grammar"] = _contract_grammar(max_new_tokens)
+            spec = BackendSpec(kind=engine, model=model, options=engine_kwargs)
+            context = o.max_context or _model_context(model)
         return cls(
             make_backend(spec),
             tokenizer=tokenizer,
@@ -242,10 +230,10 @@ class Judge:
             max_context=context,
             max_new_tokens=max_new_tokens,
             name=location,
-            retries=retries,
+            retries=o.retries,
             prompt_template=template,
-            probabilities=probabilities,
-            samples=samples,
+            probabilities=o.probabilities,
+            samples=o.samples,
         )
 
     def request(

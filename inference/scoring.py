@@ -20,15 +20,17 @@ from spanjudge.core.options import option
 from spanjudge.core.sharding import SHARD_HELP
 
 from .backends.registry import BY_NAME, ENGINE_ARG_KINDS, JUDGE_ENGINES, one_of
+from .judge_options import JudgeOptions
 
 CHUNK = 32  # items handed to the judge at a time (each result is written as soon as it is final)
 FORMATS = ("jsonl", "html")
 
 
-@dataclass(frozen=True)
-class ScoreSettings:
-    """Everything one scoring run is given, each field declared once: it is also `spanjudge score`'s
-    option (`core.options`), and all of them are recorded in OUT.run.json (the results' provenance)."""
+@dataclass(frozen=True, kw_only=True)
+class ScoreSettings(JudgeOptions):
+    """Everything one scoring run is given: the judge's options (`JudgeOptions`) and the run's own, each
+    field declared once and also `spanjudge score`'s option (`core.options`); all of them are recorded in
+    OUT.run.json (the results' provenance)."""
 
     model: str = option(help="Adapter folder (spanjudge train), merged model folder or hub id.")
     out: Path = option(
@@ -51,25 +53,15 @@ class ScoreSettings:
     ref: Path | None = option(
         None, help='Plain text, one reference per line, for an input mapped with --input "H=ref".'
     )
-    prompt_template: Path | None = option(
-        None,
-        help="The judge's prompt as a Jinja file (variables: task_name, aspect_name, aspect_definition, "
-        "extra_task_info, inputs, outputs), e.g. the one a foreign judge was trained with; default: the one "
-        "stored in the adapter folder (data.prompt_template in training), else the built-in prompt.",
-    )
     task: str | None = option(None, help="Task id (spanjudge tasks); else each row's task_id.")
     aspect: str | None = option(None, help="Aspect name (else each row's aspect_name).")
     aspect_definition: str | None = option(None, help="Define a custom aspect.")
-    base: str | None = option(None, help="Base model (default: recorded in the adapter).")
-    engine: str = option("transformers", help=f"{' | '.join(JUDGE_ENGINES)}.")
     engine_arg: list[str] | None = option(
         None,
         help="KEY=VALUE (repeatable; VALUE read as YAML) for the engine: vllm's LLM(...), e.g. "
         "max_model_len=8192, gpu_memory_utilization=0.8, tensor_parallel_size=2, quantization=fp8; "
         "transformers' from_pretrained(...), e.g. dtype=bfloat16, device_map=auto.",
     )
-    base_url: str | None = option(None, help="engine openai: the server, e.g. http://127.0.0.1:8080/v1.")
-    served_model: str | None = option(None, help="engine openai: served model name.")
     input_field: list[str] | None = option(
         None, flag="--input", help='Map a task input to a field: "HEADER=FIELD" (repeatable).'
     )
@@ -77,30 +69,8 @@ class ScoreSettings:
     id_field: str = option("id", help="Field with a unique id (else row number).")
     split: str = option("test", help="Split of a DatasetDict folder or Hub dataset.")
     limit: int | None = option(None, help="Score only the first N rows.", min=1)
-    batch_size: int = option(8, help="transformers: batch size.", min=1)
-    max_new_tokens: int = option(1536, help="The longest reply the judge may write, in tokens.", min=16)
-    retries: int = option(3, help="Sampled retries of a reply that does not parse.", min=0)
-    max_context: int | None = option(None, help="Context length to fit prompts in (default: the model's).")
     output_format: str = option(
         "jsonl", flag="--format", help="jsonl, or html to also write OUT with .html: highlighted spans."
-    )
-    constrained: bool = option(
-        False,
-        help="Hold every reply to the output contract's grammar (llama.cpp GBNF, vLLM structured outputs, "
-        "transformers: xgrammar, pip install 'spanjudge[constrained]').",
-    )
-    probabilities: bool = option(
-        False,
-        help="Also read the judge's probabilities along each written evaluation (transformers engine): "
-        "P(no error), the expected number of errors, each error's confidence and expected severity, and the "
-        "expected score over 0-100, beside the written values (`probabilities` in each row).",
-    )
-    samples: int = option(
-        0,
-        help="Self-consistency: also ask N sampled replies (temperature 0.7) per output and merge them: the "
-        "spans at least half of them mark, each with the share that did as its confidence, and their scores by "
-        "the thesis's Algorithm 1 (`consensus` in each row). N more generations per output.",
-        min=0,
     )
     refresh_unscored: bool = option(
         False,
@@ -248,12 +218,7 @@ def _judge_todo(
     from .judge import Judge
 
     s, failed = settings, 0
-    judge = Judge.from_pretrained(
-        s.model, s.base, s.engine,  # type: ignore[arg-type]
-        base_url=s.base_url, served_model=s.served_model, batch_size=s.batch_size, max_new_tokens=s.max_new_tokens,
-        retries=s.retries, max_context=s.max_context, catalog=catalog, constrained=s.constrained,
-        engine_options=engine_options, prompt_template=template, probabilities=s.probabilities, samples=s.samples,
-    )  # fmt: skip
+    judge = Judge.from_pretrained(s.model, s, catalog=catalog, engine_options=engine_options, prompt_template=template)
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
         with tracker_bars(*columns, console=console) as progress:  # log lines when not a terminal

@@ -15,15 +15,18 @@
     cli             `spanjudge perturb` (`build_folder`)
     evaluate        `evaluate_benchmark` (`meta-eval --benchmark`)
 
-How to add a benchmark (two files):
+How to add a benchmark (two files, and table rows for new perturbations):
 1. Write `kinds/<name>.py` ending in `KIND = BenchmarkKind(name="<name>", ...)`: the datasets
    it is built from, `build(BuildRequest) -> Built` (use `build.reference_sources` or
    `expert_sources` and `build.build_perturbed_sets`), `analyse(benchmark, scored, options)`
    returning a JSON-ready dict, `report(metrics, benchmark)` returning markdown lines,
-   `plots(metrics, folder)` (or `registry.no_plots`), why a cell can be undefined and how
-   `--samples` aggregate. New perturbations are rows of configs/perturb/perturbations.yaml
-   (plus a prompt in prompts.yaml when LLM-made, or a function in `rules.RULES`).
-2. Add "<name>" to `KINDS` in `registry.py`. The CLI's `--benchmark` choices, the demo
-   config, the published numbers and the manifest reader take the list from there, and
+   `plots(metrics, folder)` (or `registry.no_plots`), why a cell can be undefined, how
+   `--samples` aggregate, and optionally `headline(metrics)`: the one number summaries show.
+2. Add "<name>" to `KINDS` in `registry.py`. The CLI's `--benchmark` choices, the demo config
+   and report, the published numbers and the manifest reader take the list from there, and
    tests/unit/test_benchmark_registry.py checks the new kind has every part.
+New perturbations are rows of `perturbations:` in configs/perturb/perturbations.yaml, each naming
+its benchmark (`perturbations.keys_of("<name>")` gives the kind its keys) and a rule of
+`rules.RULES` or, for an LLM-made one, a prompt of the same key in prompts.yaml.
+tests/unit/test_recipes.py adds a toy benchmark exactly so.
 """

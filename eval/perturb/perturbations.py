@@ -80,7 +80,7 @@ class Perturbation:
 
     key: str
     name: str
-    paper: Literal["000", "001", "002"]
+    paper: str  # the seed paper ("000"-"002"), or the benchmark kind of a `perturbations:` row
     level: Level
     method: Method
     degree: Degree | None
@@ -236,6 +236,21 @@ class SubAspect(_Strict):
     description: str = Field(min_length=1)
 
 
+class PerturbationRow(_Strict):
+    """A perturbation of any benchmark beyond the seed papers' tables: `benchmark` names the kind it
+    belongs to (`perturbations.keys_of`), `rule` one of `rules.RULES` (none: LLM-made, with the prompt
+    named by its key in configs/perturb/prompts.yaml)."""
+
+    key: str = Field(pattern=r"^[a-z0-9_.]+$")
+    name: str = Field(min_length=1)
+    benchmark: str = Field(min_length=1)
+    level: Level
+    aspects: str = Field(description="a name of `aspect_sets`: the aspects it should lower")
+    rule: str | None = None
+    degree: Degree | None = None
+    params: Params = Field(default_factory=dict)
+
+
 class RuleTables(_Strict):
     """configs/perturb/perturbations.yaml: every perturbation of the benchmarks, as data."""
 
@@ -245,14 +260,16 @@ class RuleTables(_Strict):
     replacements: tuple[ReplacementRow, ...] = ()
     attacks: tuple[AttackRow, ...]
     injection_aspects: dict[str, dict[str, tuple[SubAspect, ...]]]
+    perturbations: tuple[PerturbationRow, ...] = ()
 
     @model_validator(mode="after")
     def _names(self) -> RuleTables:
-        rules = [row.rule for row in (*self.dhp, *self.attacks) if row.rule is not None]
+        rules = [row.rule for row in (*self.dhp, *self.attacks, *self.perturbations) if row.rule is not None]
         unknown = [r for r in rules if r not in RULES]
         if unknown:
             raise ValueError(f"unknown rule {unknown[0]!r}; the rules are {', '.join(RULES)}")
-        sets = [row.aspects for row in (*self.dhp, *self.replacements) if row.aspects not in self.aspect_sets]
+        rows = (*self.dhp, *self.replacements, *self.perturbations)
+        sets = [row.aspects for row in rows if row.aspects not in self.aspect_sets]
         if sets:
             raise ValueError(f"unknown aspect set {sets[0]!r}; the sets are {', '.join(self.aspect_sets)}")
         return self
@@ -331,9 +348,28 @@ def _injections(tables: RuleTables) -> list[Perturbation]:
     ]
 
 
+def _rows(tables: RuleTables) -> list[Perturbation]:
+    """The `perturbations:` table: each row one perturbation, rule-based or LLM-made."""
+    return [
+        Perturbation(
+            key=row.key,
+            name=row.name,
+            paper=row.benchmark,
+            level=row.level,
+            method="rule" if row.rule else "llm",
+            degree=row.degree,
+            aspects=tables.aspect_sets[row.aspects],
+            params=row.params,
+            rule=RULES[row.rule] if row.rule else None,
+            template=None if row.rule else row.key,
+        )
+        for row in tables.perturbations
+    ]
+
+
 def _registry(tables: RuleTables, path: Path) -> dict[str, Perturbation]:
     registry: dict[str, Perturbation] = {}
-    for perturbation in (*_dhp(tables), *_attacks(tables), *_injections(tables)):
+    for perturbation in (*_dhp(tables), *_attacks(tables), *_injections(tables), *_rows(tables)):
         if perturbation.key in registry:
             raise ConfigError(path, None, f"two perturbations have the key {perturbation.key!r}")
         registry[perturbation.key] = perturbation
@@ -349,6 +385,11 @@ ATTACKS: tuple[str, ...] = tuple(f"attack.{_slug(row.name)}" for row in _TABLES.
 INJECTION_ASPECTS: Mapping[str, Mapping[str, tuple[SubAspect, ...]]] = MappingProxyType(
     {dataset: MappingProxyType(aspects) for dataset, aspects in _TABLES.injection_aspects.items()}
 )
+
+
+def keys_of(benchmark: str) -> tuple[str, ...]:
+    """The keys of the `perturbations:` rows of benchmark kind `benchmark`, in table order."""
+    return tuple(row.key for row in _TABLES.perturbations if row.benchmark == benchmark)
 
 
 def get(key: str) -> Perturbation:

@@ -55,6 +55,8 @@ class BenchmarkKind:
     undefined_why: str  # why a table cell can be undefined ("–")
     aggregation: str  # how `--samples N` aggregates the N judgments of a text
     wrong_source_hint: str = ""  # appended to the error for a dataset outside `sources`
+    # the one number a summary shows (the demo's base-vs-trained row): (what it measures, its value)
+    headline: Callable[[Mapping[str, Any]], tuple[str, float | None]] | None = None
 
 
 def get_kind(name: str) -> BenchmarkKind:

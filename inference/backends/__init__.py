@@ -11,7 +11,7 @@ engines (`score --engine`) and the kinds that take `--engine-arg` derive from th
 
 How to add a backend (say `sglang`):
 1. `inference/backends/sglang_native.py`: a `Backend` subclass whose `__init__(spec)` takes a
-   `BackendSpec` (a server: subclass `runner.ServerBackend`, as `ollama_native.py` does).
+   `BackendSpec` (a server: subclass `server.ServerBackend`, as `ollama_native.py` does).
 2. `inference/backends/registry.py`: one `BackendRecord("sglang", "sglang_native:SGLangBackend",
    ...)` in `BACKENDS`: its packages and install hint; `judge=True` if the distilled judge may
    run on it, `server=True` if it is reached over HTTP, `engine_args=True` if it runs in this

@@ -27,7 +27,7 @@ import httpx
 import ollama
 
 from .base import BackendError, ChatRequest, Completion, FailureKind
-from .runner import MalformedReply, ServerBackend, describe_reply, retry_after_seconds, short
+from .server import MalformedReply, ServerBackend, describe_reply, retry_after_seconds, short
 from .spec import BackendSpec
 
 SAMPLING_OPTIONS = frozenset({"temperature", "top_p", "seed", "num_predict", "stop"})

@@ -26,7 +26,7 @@ import httpx
 import openai
 
 from .base import ChatRequest, Completion, FailureKind, Message
-from .runner import MalformedReply, ServerBackend, describe_reply, retry_after_seconds, short
+from .server import MalformedReply, ServerBackend, describe_reply, retry_after_seconds, short
 from .spec import BackendSpec
 
 NO_KEY = "not-needed"  # local servers ignore the key, but the client insists on one

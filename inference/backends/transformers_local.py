@@ -48,7 +48,7 @@ from .base import (
     ResultCallback,
     SamplingParams,
 )
-from .runner import short
+from .server import short
 from .spec import BackendSpec
 
 DEFAULT_BATCH_SIZE = 8

@@ -28,7 +28,7 @@ from typing import Any
 
 from .adapters import lora_adapter
 from .base import Backend, BackendError, CallFailure, CallResult, ChatRequest, Completion, ResultCallback
-from .runner import short
+from .server import short
 from .spec import BackendSpec
 
 INSTALL_HINT = "vLLM is not installed: pip install 'spanjudge[vllm]' (needs a CUDA GPU)"

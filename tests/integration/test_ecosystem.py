@@ -48,7 +48,7 @@ from spanjudge.inference.backends import (
 from spanjudge.inference.backends.adapters import lora_adapter
 from spanjudge.inference.backends.ollama_native import OllamaBackend
 from spanjudge.inference.backends.openai_compat import OpenAIBackend
-from spanjudge.inference.backends.runner import RETRY_AFTER_CAP_S, retry_after_seconds
+from spanjudge.inference.backends.server import RETRY_AFTER_CAP_S, retry_after_seconds
 from spanjudge.inference.contract import Evaluation, render_judge
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge

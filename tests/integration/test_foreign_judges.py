@@ -360,8 +360,8 @@ def test_meta_eval_results_carry_their_provenance(tmp_path: Path) -> None:
 def test_train_stores_its_template_and_score_reads_it(serve, tmp_path: Path, shared_data: Path) -> None:
     """A real (one-step, CPU) training run with data.prompt_template: the adapter folder holds a
     copy named in spanjudge.json, and scoring the adapter sends the training prompt."""
-    from judge_records import write_qags_records
-    from training_runs import ENV, smoke_args
+    from support.judge_records import write_qags_records
+    from support.training_runs import ENV, smoke_args
 
     records = write_qags_records(tmp_path / "annotate", shared_data, train=4, validation=0)
     (records / "validation.jsonl").unlink()

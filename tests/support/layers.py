@@ -20,12 +20,13 @@ REPO = Path(__file__).resolve().parents[2]
 CODE_FOLDERS = ("core", "inference", "data_gen", "training", "eval", "publish", "app")
 
 
-def stage_package(destination: Path, repo: Path = REPO) -> Path:
-    """The code folders of `repo` copied into `destination/spanjudge` (a regular package); returns it."""
+def stage_package(destination: Path, repo: Path = REPO, configs: bool = False) -> Path:
+    """The code folders of `repo` (and with `configs`, its configs/) copied into `destination/spanjudge`
+    (a regular package); returns it. On PYTHONPATH=destination it is the `spanjudge` Python imports."""
     package = destination / "spanjudge"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    for folder in CODE_FOLDERS:
+    for folder in (*CODE_FOLDERS, "configs") if configs else CODE_FOLDERS:
         shutil.copytree(repo / folder, package / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return package
 

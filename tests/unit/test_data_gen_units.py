@@ -19,7 +19,7 @@ from spanjudge.data_gen.config import (
     resolve_source_path,
 )
 from spanjudge.data_gen.records import split_by_input, to_hf_row
-from spanjudge.data_gen.sampling import sample_requests
+from spanjudge.data_gen.selection import sample_requests
 from spanjudge.data_gen.sources import SourceItem, read_source
 from spanjudge.inference.catalog import load_catalog
 

@@ -212,7 +212,12 @@ def plots(result: Mapping[str, Any], out: Path) -> list[Path]:
     return [made] if made else []
 
 
+def headline(result: Mapping[str, Any]) -> tuple[str, float | None]:
+    return "discernment D_avg", result["summary"]["D_avg"]
+
+
 KIND = BenchmarkKind(
+    headline=headline,
     name="dhp",
     summary="SummEval references under the 12 DHP sets; discernment D per set, D_avg and D_min",
     sources=("summeval",),

@@ -1,0 +1,91 @@
+"""How a distilled judge is loaded and decodes: `Judge.from_pretrained`'s options, each declared once.
+
+`JudgeOptions` is the typed spec `Judge.from_pretrained(model, options)` takes (keyword changes are
+checked against its fields); `spanjudge score`'s settings extend it, so `--engine`, `--base-url`,
+`--max-new-tokens` ... are these fields (`core.options` derives the command line), and meta-eval's
+`--judge-option KEY=VALUE` names them too. Which engine accepts what is in the backend registry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spanjudge.core.errors import SpanjudgeError
+from spanjudge.core.options import option
+
+from .backends.registry import JUDGE_ENGINES
+
+MAX_NEW_TOKENS = 1536
+RETRIES = 3  # the thesis's scorer: three sampled retries of a reply that does not parse
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeOptions:
+    """The options of a distilled judge (see the module docstring)."""
+
+    base: str | None = option(None, help="Base model (default: recorded in the adapter).")
+    engine: str = option("transformers", help=f"{' | '.join(JUDGE_ENGINES)}.")
+    base_url: str | None = option(None, help="engine openai: the server, e.g. http://127.0.0.1:8080/v1.")
+    served_model: str | None = option(None, help="engine openai: served model name.")
+    batch_size: int = option(8, help="transformers: batch size.", min=1)
+    dtype: str = option("auto", help="transformers: the weights' dtype (auto, bfloat16, float32 ...).")
+    max_new_tokens: int = option(MAX_NEW_TOKENS, help="The longest reply the judge may write, in tokens.", min=16)
+    retries: int = option(
+        RETRIES,
+        help="Sampled retries of a reply that does not parse (fewer keep a weak judge on a CPU affordable: each "
+        "retry is a whole generation).",
+        min=0,
+    )
+    max_context: int | None = option(None, help="Context length to fit prompts in (default: the model's).")
+    trust_remote_code: bool = option(False, help="Run the model repository's own code (off unless asked).")
+    concurrency: int = option(1, help="engine openai: requests in flight.", min=1)
+    timeout_s: float = option(600.0, help="engine openai: seconds one call may take.")
+    engine_options: Mapping[str, Any] | None = option(
+        None,
+        cli=False,
+        help="Engine arguments: vllm's LLM(...) (max_model_len, gpu_memory_utilization ...), transformers' "
+        "from_pretrained (dtype, device_map ...); they win over batch_size and dtype.",
+    )
+    constrained: bool = option(
+        False,
+        help="Hold every reply to the output contract's grammar (llama.cpp GBNF, vLLM structured outputs, "
+        "transformers: xgrammar, pip install 'spanjudge[constrained]').",
+    )
+    prompt_template: Path | None = option(
+        None,
+        help="The judge's prompt as a Jinja file (variables: task_name, aspect_name, aspect_definition, "
+        "extra_task_info, inputs, outputs), e.g. the one a foreign judge was trained with; default: the one "
+        "stored in the adapter folder (data.prompt_template in training), else the built-in prompt.",
+    )
+    probabilities: bool = option(
+        False,
+        help="Also read the judge's probabilities along each written evaluation (transformers engine): "
+        "P(no error), the expected number of errors, each error's confidence and expected severity, and the "
+        "expected score over 0-100, beside the written values (`probabilities` in each row).",
+    )
+    samples: int = option(
+        0,
+        help="Self-consistency: also ask N sampled replies (temperature 0.7) per output and merge them: the "
+        "spans at least half of them mark, each with the share that did as its confidence, and their scores by "
+        "the thesis's Algorithm 1 (`consensus` in each row). N more generations per output.",
+        min=0,
+    )
+
+
+JUDGE_OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(JudgeOptions))
+
+
+def judge_options(options: JudgeOptions | None = None, **changes: Any) -> JudgeOptions:
+    """`options` (default: every default) with `changes`; an unknown name is one SpanjudgeError listing them."""
+    unknown = sorted(set(changes) - set(JUDGE_OPTION_NAMES))
+    if unknown:
+        raise SpanjudgeError(
+            f"unknown judge option(s) {', '.join(unknown)}; the options are {', '.join(JUDGE_OPTION_NAMES)}"
+        )
+    base = options if options is not None else JudgeOptions()
+    # the judge's own options only: a subclass (spanjudge score's settings) keeps its other fields out
+    return JudgeOptions(**{name: getattr(base, name) for name in JUDGE_OPTION_NAMES} | changes)

@@ -1,0 +1,206 @@
+"""ARCHITECTURE.md's "How to add …" recipes, followed exactly as written on a copy of the package:
+each test makes only the edits its recipe names, then uses the new part through the public paths."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from support.layers import stage_package
+
+
+def _python(staged: Path, code: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` with the staged copy as the `spanjudge` package."""
+    env = {"PYTHONPATH": str(staged), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True)
+
+
+TOY_BACKEND = '''
+from spanjudge.inference.backends.base import Backend, Completion
+
+
+class EchoBackend(Backend):
+    """Answers every request with its last message, upper-cased."""
+
+    def __init__(self, spec):
+        self.model_id = spec.model
+
+    def generate(self, requests, on_result=None):
+        results = []
+        for index, request in enumerate(requests):
+            result = Completion(text=request.messages[-1].content.upper(), model=self.model_id)
+            results.append(result)
+            if on_result is not None:
+                on_result(index, result)
+        return results
+'''
+
+TOY_RECORD = """    BackendRecord(
+        "echo",
+        "echo_backend:EchoBackend",
+        "a toy: echoes the request",
+        (),
+        "nothing to install",
+        judge=True,
+        engine_args=True,
+    ),
+"""
+
+
+def test_a_backend_is_its_module_and_one_registry_record(tmp_path: Path) -> None:
+    package = stage_package(tmp_path, configs=True)
+    backends = package / "inference" / "backends"
+    # 1. the module: a Backend subclass whose __init__ takes the spec
+    (backends / "echo_backend.py").write_text(TOY_BACKEND)
+    # 2. one BackendRecord in BACKENDS
+    registry = backends / "registry.py"
+    text = registry.read_text()
+    assert text.count("BACKENDS: tuple[BackendRecord, ...] = (\n") == 1
+    registry.write_text(
+        text.replace(
+            "BACKENDS: tuple[BackendRecord, ...] = (\n", "BACKENDS: tuple[BackendRecord, ...] = (\n" + TOY_RECORD
+        )
+    )
+    result = _python(
+        tmp_path,
+        """
+        from pathlib import Path
+        import yaml
+        from spanjudge.core.configio import load_yaml_model
+        from spanjudge.inference.backends import BackendSpec, ChatRequest, make_backend, registry
+        from spanjudge.inference.scoring import ScoreSettings, _check
+
+        Path("model.yaml").write_text(yaml.safe_dump({"kind": "echo", "model": "toy"}))
+        spec = load_yaml_model(BackendSpec, Path("model.yaml"))       # a YAML model may name the kind
+        (reply,) = make_backend(spec).generate([ChatRequest.user("hello")])
+        assert reply.text == "HELLO", reply
+        assert "echo" in registry.JUDGE_ENGINES                         # a judge engine: score --engine echo
+        _check(ScoreSettings(model="m", out=Path("o.jsonl"), engine="echo", engine_arg=["max_len=8"]))
+        print("ok")
+        """,
+    )
+    assert result.stdout.strip().endswith("ok"), result.stdout + result.stderr
+
+
+def test_a_human_correlation_set_is_yaml_only(tmp_path: Path) -> None:
+    package = stage_package(tmp_path, configs=True)
+    configs = package / "configs"
+    data = tmp_path / "data"
+    (data / "toy").mkdir(parents=True)
+    rows = ["id,system,source,output,fluency"]
+    for i in range(12):  # human fluency tracks how much of the source the output keeps
+        words = ["the", "cat", "sat", "on", "the", "mat", "by", "the", "door", "today"]
+        rows.append(f"s{i},sys,{' '.join(words)},{' '.join(words[: 2 + i % 8])},{2 + i % 8}")
+    (data / "toy" / "toy.csv").write_text("\n".join(rows) + "\n")
+    # 1. a task: wiki_da's simplification task already fits, so no task file
+    # 2. one source in configs/sources/meta_eval_sets.yaml
+    with (configs / "sources" / "meta_eval_sets.yaml").open("a") as sources:
+        sources.write(
+            "  - {name: toy, format: csv, path: $DATA/toy/toy.csv, task: wiki_da,\n"
+            "     fields: {input_id: id, system: system, output: output, inputs: {Source text: source}}}\n"
+        )
+    # 3. one datasets: entry in a suite
+    (configs / "eval" / "toy.yaml").write_text(
+        "name: toy\nsources: sources/meta_eval_sets.yaml\nreference_tables: null\n"
+        "datasets:\n  - name: toy\n    level: global\n    coefficients: [pearson]\n"
+        "    references: {input: Source text}\n    aspects:\n      - {name: fluency, human: fluency}\n"
+    )
+    result = _python(
+        tmp_path,
+        f"""
+        import json, sys
+        from spanjudge.app.cli import main
+        code = main(["meta-eval", "--suite", "{configs / "eval" / "toy.yaml"}", "--judge", "metric:chrf",
+                     "--data-dir", "{data}", "--out", "{tmp_path / "out"}", "--no-plots", "--resamples", "0"])
+        results = json.loads(open("{tmp_path / "out" / "results.json"}").read())
+        (cell,) = [c for c in results["cells"] if c["dataset"] == "toy"]
+        print(code, cell["coefficient"], cell["scored"], cell["value"])
+        """,
+    )
+    code, coefficient, scored, value = result.stdout.split()[-4:]
+    assert (code, coefficient, scored) == ("0", "pearson", "12"), result.stdout + result.stderr
+    assert float(value) > 0.9  # chrF against the source grows with the words kept, as the humans' fluency does
+
+
+TOY_KIND = '''"""A toy benchmark: SummEval references with k characters deleted; the mean drop of a judge's score."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..analysis import paired_scores
+from ..build import BuildRequest, Built, build_perturbed_sets, reference_sources, select_aspects, select_keys
+from ..perturbations import keys_of
+from ..registry import BenchmarkKind, no_plots
+
+
+def build(request: BuildRequest) -> Built:
+    task, sources = reference_sources(request.dataset, request.data_root, request.n, request.seed)
+    keys = select_keys(request.perturbations, keys_of("toy"))
+    aspects = select_aspects(request.aspects, ("fluency",))
+    return Built(task, build_perturbed_sets(sources, keys, aspects, request.seed, request.llm, request.progress))
+
+
+def analyse(benchmark, scored, options) -> dict[str, Any]:
+    drops = {}
+    for key in benchmark.perturbations:
+        original, perturbed, _ = paired_scores(benchmark, scored.scores, key, "fluency")
+        drops[key] = sum(o - p for o, p in zip(original, perturbed)) / len(original) if original else None
+    return {"drops": drops}
+
+
+def report(result: Mapping[str, Any], benchmark) -> list[str]:
+    return [f"- {key}: mean drop {drop}" for key, drop in result["drops"].items()]
+
+
+KIND = BenchmarkKind(
+    name="toy",
+    summary="a toy: k deleted characters, the judge's mean score drop",
+    sources=("summeval",),
+    build=build,
+    analyse=analyse,
+    report=report,
+    plots=no_plots,
+    undefined_why="a drop needs a scored pair",
+    aggregation="mean of the samples",
+    headline=lambda result: ("mean drop", next(iter(result["drops"].values()), None)),
+)
+'''
+
+
+def test_a_perturbation_benchmark_is_its_kind_module_its_name_and_table_rows(tmp_path: Path, shared_data: Path) -> None:
+    package = stage_package(tmp_path, configs=True)
+    perturb = package / "eval" / "perturb"
+    # 1. the kind's module, ending in KIND = BenchmarkKind(...)
+    (perturb / "kinds" / "toy.py").write_text(TOY_KIND)
+    # 2. its name in registry.KINDS
+    registry = perturb / "registry.py"
+    text, opening = registry.read_text(), "KINDS: tuple[str, ...] = (\n"
+    assert text.count(opening) == 1
+    registry.write_text(text.replace(opening, opening + '    "toy",\n'))
+    # its new perturbations: rows of `perturbations:` in configs/perturb/perturbations.yaml
+    tables = package / "configs" / "perturb" / "perturbations.yaml"
+    row = "  - {key: toy.deletion, name: Toy Deletion, benchmark: toy, level: character, aspects: summarization,\n"
+    row += "     rule: char_deletion, params: {k: 30}}\n"
+    assert tables.read_text().rstrip().endswith("perturbations: []")
+    tables.write_text(tables.read_text().rstrip().removesuffix("[]") + "\n" + row)
+    out = tmp_path / "toy_benchmark"
+    result = _python(
+        tmp_path,
+        f"""
+        import json
+        from spanjudge.app.cli import main
+        assert main(["perturb", "--benchmark", "toy", "--source", "summeval", "--n", "4", "--out", "{out}",
+                     "--data-dir", "{shared_data}"]) == 0
+        assert main(["meta-eval", "--benchmark", "{out}", "--judge", "metric:chrf", "--out", "{tmp_path / "eval"}",
+                     "--no-plots"]) == 0
+        (folder,) = [p for p in __import__("pathlib").Path("{tmp_path / "eval"}").iterdir() if p.is_dir()
+                     and (p / "results.json").is_file()]
+        print(json.loads((folder / "results.json").read_text())["metrics"]["drops"]["toy.deletion"])
+        """,
+    )
+    drop = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    assert drop and float(drop) > 0, result.stdout + result.stderr  # chrF against the original falls
