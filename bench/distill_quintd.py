@@ -590,6 +590,12 @@ def seeds_table(runs: dict[str, Any]) -> list[str]:
     ]
 
 
+def _walls_and_note(s: dict[str, Any]) -> str:
+    """The end of a run's description: each judge's wall time, then the run's note."""
+    walls = ", ".join(f"{k} {v} s" for k, v in s.get("judge_wall_s", {}).items())
+    return f"; wall {walls}." + (f" {s['note']}" if s.get("note") else "")
+
+
 def protocol_run_section(label: str, s: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     """One protocol run: what it trained on and how, and every judge's row per split and domain."""
     t = s["train"]
@@ -606,10 +612,7 @@ def protocol_run_section(label: str, s: dict[str, Any], rows: list[dict[str, Any
         f" Student: {s['student']}; judging greedy, ≤ {s['max_new_tokens']} new tokens, {s['retries']} sampled retry, "
         "context 4096 tokens (inputs cut to fit, longest first)"
         + ("; the judge's probabilities read along each reply" if s.get("probabilities") else "")
-        + "; wall "
-        + ", ".join(f"{k} {v} s" for k, v in s.get("judge_wall_s", {}).items())
-        + "."
-        + (f" {s['note']}" if s.get("note") else ""),
+        + _walls_and_note(s),
         "",
         "| split | domain | judge | parsed | says 'No Error' (humans) | overlap F1 | token F1 | count Pearson | "
         "token Pearson | evals/s | inputs cut / skipped |",
@@ -675,10 +678,7 @@ def markdown(runs: dict[str, Any]) -> str:
             f"{_round(t.get('train_loss'))}, eval loss {_round(t.get('eval_loss'))}. Student: {s['student']}; "
             f"judging greedy, ≤ {s['max_new_tokens']} new tokens, {s['retries']} sampled retry"
             + ("; replies held to the output contract's grammar" if s.get("constrained") else "")
-            + "; wall "
-            + ", ".join(f"{k} {v} s" for k, v in s.get("judge_wall_s", {}).items())
-            + "."
-            + (f" {s['note']}" if s.get("note") else ""),
+            + _walls_and_note(s),
             "",
             "| judge | parse rate | overlap P / R / F1 | token P / R / F1 | count Pearson | token Pearson | "
             "evals/s | retries |",
