@@ -110,6 +110,31 @@ def expected_count(continue_probabilities: Sequence[float]) -> float:
     return total
 
 
+def _assemble(
+    evaluation: Evaluation, n_counts: int, n_severities: int, probabilities: list[list[float]]
+) -> ReplyProbabilities:
+    """`ReplyProbabilities` from each choice's normalised distribution, in `_choices`' order."""
+    count_p = probabilities[:n_counts]
+    severity_p = probabilities[n_counts : n_counts + n_severities]
+    score_p = probabilities[-1]
+    going_on = [p[0] for p in count_p]
+    errors = [
+        ErrorProbabilities(
+            confidence=going_on[k] if k < len(going_on) else 1.0,  # a block past the contract's last decision
+            expected_severity=sum(v * p for v, p in zip(SEVERITIES, severity_p[k], strict=True)),
+            severity_distribution=dict(zip(SEVERITIES, severity_p[k], strict=True)),
+        )
+        for k in range(len(evaluation.errors))
+    ]
+    return ReplyProbabilities(
+        p_no_error=count_p[0][1],
+        expected_errors=expected_count(going_on),
+        errors=errors,
+        expected_score=sum(v * p for v, p in zip(SCORES, score_p, strict=True)),
+        score_distribution=dict(zip(SCORES, score_p, strict=True)),
+    )
+
+
 def _normalised(log_probabilities: Sequence[float]) -> list[float]:
     top = max(log_probabilities)
     weights = [math.exp(value - top) for value in log_probabilities]
@@ -142,7 +167,44 @@ def _cache_bytes(cache: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t is not None and hasattr(t, "numel"))
 
 
-class ProbabilityReader:
+class _ChoiceReader:
+    """What every engine's reader shares: the reply's choices, where their alternatives part from the
+    written reply (in the judge's tokenization) and the assembly of `ReplyProbabilities`; an engine gives
+    `_choice_log_probs`, each alternative's log-probability."""
+
+    def __init__(self, tokenizer: Any, end_ids: Collection[int], max_errors: int = 8) -> None:
+        self.tokenizer = tokenizer
+        self.end_ids = sorted(end_ids)
+        self.max_errors = max_errors
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def read(self, prompt_ids: Sequence[int], evaluation: Evaluation) -> ReplyProbabilities:
+        """The probabilities along `evaluation` (scored, as the judge parsed it) after the
+        encoded prompt `prompt_ids` (the chat template's generation prompt included)."""
+        text = render_judge(evaluation)
+        counts, severities, score = _choices(text, evaluation, self.max_errors)
+        choices = (*counts, *severities, score)
+        reply = self._ids(text)
+        branches = [self._branch(choice, text, reply) for choice in choices]
+        log_probs = self._choice_log_probs(prompt_ids, reply, branches, [choice.end for choice in choices])
+        return _assemble(evaluation, len(counts), len(severities), [_normalised(v) for v in log_probs])
+
+    def _branch(self, choice: _Choice, text: str, reply: Sequence[int]) -> tuple[int, list[list[int]]]:
+        """(the reply token where the alternatives part, each alternative's tokens from there)."""
+        sequences = [self._ids(text[: choice.at] + alternative) for alternative in choice.alternatives]
+        start = min(_common(sequence, reply) for sequence in sequences)
+        return start, [sequence[start:] for sequence in sequences]
+
+    def _choice_log_probs(
+        self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],
+        ends: list[bool],
+    ) -> list[list[float]]:  # fmt: skip
+        raise NotImplementedError
+
+
+class ProbabilityReader(_ChoiceReader):
     """Reads `ReplyProbabilities` from a causal LM (transformers or PEFT) and its tokenizer.
 
     `end_ids`: the tokens that end the judge's turn (eos, Gemma's `<end_of_turn>`).
@@ -159,25 +221,21 @@ class ProbabilityReader:
     ) -> None:
         import torch
 
-        self.model, self.tokenizer = model, tokenizer
-        self.end_ids = sorted(end_ids)
-        self.max_errors = max_errors
+        super().__init__(tokenizer, end_ids, max_errors)
+        self.model = model
         self.cache_budget_bytes = cache_budget_bytes
         self._torch = torch
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         # transformers 5 names the cache argument `cache`; 4.x `past_key_values`
         self._cache_argument = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
-    def _ids(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def read(self, prompt_ids: Sequence[int], evaluation: Evaluation) -> ReplyProbabilities:
-        """The probabilities along `evaluation` (scored, as the judge parsed it) after the
-        encoded prompt `prompt_ids` (the chat template's generation prompt included)."""
-        text = render_judge(evaluation)
-        counts, severities, score = _choices(text, evaluation, self.max_errors)
-        reply = self._ids(text)
-        branches = [self._branch(choice, text, reply) for choice in (*counts, *severities, score)]
+    def _choice_log_probs(
+        self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],
+        ends: list[bool],
+    ) -> list[list[float]]:  # fmt: skip
+        """For each choice, log P(tail | prompt + reply[:start]) of each alternative tail (and, where the
+        choice ends the reply, of the turn's end after it): one teacher-forced pass over prompt + reply,
+        whose KV cache each choice's alternatives reuse."""
         with self._torch.inference_mode():
             keep = sorted({len(prompt_ids) + start - 1 for start, _ in branches})
             output = self.model(
@@ -189,35 +247,10 @@ class ProbabilityReader:
             first = {
                 position: row for position, row in zip(keep, output.logits[0].float().log_softmax(-1), strict=True)
             }
-            probabilities = [
-                _normalised(self._alternative_log_probs(prompt_ids, start, tails, first, cache, choice.end))
-                for (start, tails), choice in zip(branches, (*counts, *severities, score), strict=True)
+            return [
+                self._alternative_log_probs(prompt_ids, start, tails, first, cache, end)
+                for (start, tails), end in zip(branches, ends, strict=True)
             ]
-        count_p = probabilities[: len(counts)]
-        severity_p = probabilities[len(counts) : len(counts) + len(severities)]
-        score_p = probabilities[-1]
-        going_on = [p[0] for p in count_p]
-        errors = [
-            ErrorProbabilities(
-                confidence=going_on[k] if k < len(going_on) else 1.0,  # a block past the contract's last decision
-                expected_severity=sum(v * p for v, p in zip(SEVERITIES, severity_p[k], strict=True)),
-                severity_distribution=dict(zip(SEVERITIES, severity_p[k], strict=True)),
-            )
-            for k in range(len(evaluation.errors))
-        ]
-        return ReplyProbabilities(
-            p_no_error=count_p[0][1],
-            expected_errors=expected_count(going_on),
-            errors=errors,
-            expected_score=sum(v * p for v, p in zip(SCORES, score_p, strict=True)),
-            score_distribution=dict(zip(SCORES, score_p, strict=True)),
-        )
-
-    def _branch(self, choice: _Choice, text: str, reply: Sequence[int]) -> tuple[int, list[list[int]]]:
-        """(the reply token where the alternatives part, each alternative's tokens from there)."""
-        sequences = [self._ids(text[: choice.at] + alternative) for alternative in choice.alternatives]
-        start = min(_common(sequence, reply) for sequence in sequences)
-        return start, [sequence[start:] for sequence in sequences]
 
     def _alternative_log_probs(
         self,
@@ -253,3 +286,55 @@ class ProbabilityReader:
                     last = rows[offset, len(tail) - 1] if tail else opening
                     totals[index] += float(torch.logsumexp(last[self.end_ids], dim=0))
         return totals
+
+
+class LlamaCppProbabilityReader(_ChoiceReader):
+    """Reads `ReplyProbabilities` with llama.cpp in this process (llama-cpp-python's `Llama`, created with
+    `logits_all=True`, a GGUF and optionally a GGUF LoRA): one pass over prompt + reply, then each
+    alternative evaluated from where it parts, on the same KV cache cut back there (`n_tokens`).
+
+    The token ids come from the judge's tokenizer (`tokenizer`), so both engines read the same
+    sequences; the GGUF must have been converted from that tokenizer's model (same vocabulary).
+    Through llama.cpp's *server* the same reading is not offered: llama-cpp-python returns a prompt
+    token's log-probability only with `logits_all` and sorts the whole vocabulary in Python for every
+    prompt position, so the ~110 requests an evaluation needs would take minutes each."""
+
+    def __init__(self, llm: Any, tokenizer: Any, end_ids: Collection[int], max_errors: int = 8) -> None:
+        super().__init__(tokenizer, end_ids, max_errors)
+        self.llm = llm
+
+    def _log_softmax_rows(self, first: int, count: int) -> Any:
+        import numpy as np
+
+        rows = np.asarray(self.llm.scores[first : first + count], dtype=np.float64)
+        return rows - np.logaddexp.reduce(rows, axis=1, keepdims=True)
+
+    def _choice_log_probs(
+        self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],
+        ends: list[bool],
+    ) -> list[list[float]]:  # fmt: skip
+        import numpy as np
+
+        llm, written = self.llm, [*prompt_ids, *reply]
+        llm.reset()
+        llm.eval(written)
+        # row i predicts token i + 1: the rows where a choice's alternatives start
+        first = {at - 1: self._log_softmax_rows(at - 1, 1)[0] for at in {len(prompt_ids) + s for s, _ in branches}}
+        out: list[list[float]] = [[] for _ in branches]
+        # latest branch first: cutting the cache back to a branch keeps every earlier one's prefix
+        for index in sorted(range(len(branches)), key=lambda i: -branches[i][0]):
+            (start, tails), end = branches[index], ends[index]
+            at = len(prompt_ids) + start  # the first tail token is predicted by the row before it
+            totals = out[index]
+            for tail in tails:
+                llm.n_tokens = at  # the KV cache cut back to where the alternatives part
+                if tail:
+                    llm.eval(tail)
+                rows = self._log_softmax_rows(at, len(tail))
+                total = float(first[at - 1][tail[0]]) if tail else 0.0
+                total += sum(float(rows[j - 1][tail[j]]) for j in range(1, len(tail)))
+                if end:
+                    last = rows[len(tail) - 1] if tail else first[at - 1]
+                    total += float(np.logaddexp.reduce(last[self.end_ids]))
+                totals.append(total)
+        return out

@@ -121,6 +121,54 @@ def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, 
     )
 
 
+# -- two engines, one model -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_transformers_and_llama_cpp_read_the_same_probabilities() -> None:
+    """SmolLM2-135M-Instruct read by both engines: its Q4_1 GGUF on llama.cpp in this process, and the
+    same weights dequantized to float32 on transformers. llama.cpp rounds activations to 8 bits in its
+    Q4 matrix products, so the two differ by rounding, not by method. Measured on this reply (2-core
+    CPU): P(no error) 0.0017 / 0.0012, expected errors 2.995 / 2.996, confidences within 0.001,
+    expected severities within 0.01, expected score 7.37 / 7.30, score distributions 0.063 apart in
+    total variation. Stated tolerance: probabilities of the count decisions within 0.02, expected
+    severities within 0.1, the expected score within 2 points, the score distributions within 0.1 (TV)."""
+    import torch
+    from llama_cpp import Llama
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from spanjudge.inference.probabilities import LlamaCppProbabilityReader
+
+    gguf = smollm2_gguf()
+    folder = convert_gguf(gguf)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    question = (
+        "Article: The cat sat on the mat.\nSummary: A cat sat on a hat.\nList the summary's errors, then a score."
+    )
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
+    )
+    prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+    end = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    evaluation = parse_judge(TWO_ERRORS)
+    on_transformers = ProbabilityReader(model, tokenizer, end).read(prompt, evaluation)
+    llm = Llama(model_path=str(gguf), n_ctx=1024, logits_all=True, verbose=False, n_threads=2)
+    try:
+        on_llama_cpp = LlamaCppProbabilityReader(llm, tokenizer, end).read(prompt, evaluation)
+    finally:
+        llm.close()
+    a, b = on_transformers, on_llama_cpp
+    assert sum(b.score_distribution.values()) == pytest.approx(1.0, abs=1e-9)
+    assert b.p_no_error == pytest.approx(a.p_no_error, abs=0.02)
+    assert [e.confidence for e in b.errors] == pytest.approx([e.confidence for e in a.errors], abs=0.02)
+    assert b.expected_errors == pytest.approx(a.expected_errors, abs=0.02 * len(a.errors) + 0.02)
+    assert [e.expected_severity for e in b.errors] == pytest.approx([e.expected_severity for e in a.errors], abs=0.1)
+    assert b.expected_score == pytest.approx(a.expected_score, abs=2.0)
+    total_variation = 0.5 * sum(abs(a.score_distribution[v] - b.score_distribution[v]) for v in SCORES)
+    assert total_variation <= 0.1
+
+
 # -- end to end ------------------------------------------------------------------------------
 
 
