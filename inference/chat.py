@@ -8,7 +8,7 @@ trained on.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -26,3 +26,18 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     """Token ids of already-templated text: the template wrote any BOS itself, so the
     tokenizer must not add another one."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def turn_end_ids(tokenizer: Any) -> set[int]:
+    """The special token the chat template closes an assistant turn with, when it is one (Gemma's
+    `<end_of_turn>`, which its GGUF does not name as eos): a trained judge ends its reply there."""
+    marker = "\u00a7reply\u00a7"
+    conversation = [{"role": "user", "content": "?"}, {"role": "assistant", "content": marker}]
+    try:
+        text = render_chat(tokenizer, conversation, add_generation_prompt=False)
+    except Exception:  # a template that renders no assistant turn (jinja raises its own errors)
+        return set()
+    after = text.partition(marker)[2]
+    ids = tokenizer(after, add_special_tokens=False)["input_ids"] if after else []
+    special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    return {ids[0]} if ids and ids[0] in special else set()

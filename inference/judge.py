@@ -64,6 +64,9 @@ from .prompts import PromptTemplate
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+# reads the judge's probabilities along a parsed evaluation, from the request the model was sent
+ProbabilitySource = Callable[[ChatRequest, Evaluation], ReplyProbabilities]
+
 RETRY_SAMPLING = SamplingParams(temperature=0.1, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
 # self-consistency's replies: diverse enough to disagree where the judge is unsure (Wang et al. 2023 sample at 0.7)
 CONSENSUS_SAMPLING = SamplingParams(temperature=0.7, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
@@ -118,12 +121,15 @@ class Judge:
         prompt_template: PromptTemplate | None = None,
         probabilities: bool = False,
         samples: int = 0,
+        probability_reader: ProbabilitySource | None = None,
     ) -> None:
         self.backend = backend
         if samples < 0:
             raise SpanjudgeError(f"samples must be 0 (none) or more, got {samples}")
         self.samples = samples
-        if probabilities and not hasattr(backend, "read_probabilities"):
+        # where the probabilities come from: the given reader, else the backend (transformers reads its own)
+        self._probability_reader = probability_reader or getattr(backend, "read_probabilities", None)
+        if probabilities and self._probability_reader is None:
             raise SpanjudgeError(
                 f"probabilities are read on the transformers engine; {type(backend).__name__} does not expose "
                 "them to spanjudge yet (vLLM, llama.cpp and OpenAI-compatible servers: not yet)"
@@ -148,6 +154,7 @@ class Judge:
         options: JudgeOptions | None = None,
         *,
         catalog: Catalog | None = None,
+        probability_reader: ProbabilitySource | None = None,
         **changes: Any,
     ) -> Judge:
         """A judge from an adapter folder (base found in its spanjudge.json or adapter_config.json,
@@ -155,6 +162,9 @@ class Judge:
 
         `options`: a `JudgeOptions` (each option's meaning is declared there); `changes`, keyword
         changes to it (`Judge.from_pretrained(path, engine="openai", base_url=...)`).
+        `probability_reader`: where `probabilities=True` reads them on an engine that does not expose
+        them itself, e.g. `llamacpp.LlamaCppProbabilities(gguf, tokenizer, lora).read_probabilities` for a
+        judge llama.cpp serves.
         `retries`: sampled retries of an unparseable reply (3, as the thesis's scorer; fewer keeps a
         weak judge on a CPU affordable, since each retry is a whole generation).
         `constrained`: hold every reply to the output contract's grammar (see the module docstring);
@@ -179,7 +189,7 @@ class Judge:
             record = judge_engine(engine)
         except ValueError as exc:
             raise SpanjudgeError(str(exc)) from None
-        if o.probabilities and not record.probabilities:
+        if o.probabilities and not record.probabilities and probability_reader is None:
             raise SpanjudgeError(
                 f"probabilities are read on the transformers engine, not {engine!r} (vLLM, llama.cpp and "
                 "OpenAI-compatible servers: not yet)"
@@ -234,6 +244,7 @@ class Judge:
             prompt_template=template,
             probabilities=o.probabilities,
             samples=o.samples,
+            probability_reader=probability_reader,
         )
 
     def request(
@@ -405,7 +416,8 @@ class Judge:
 
     def _read_probabilities(self, item: _Prepared, parsed: Evaluation) -> ReplyProbabilities:
         """The judge's probabilities along the written evaluation, read from the same prompt."""
-        return self.backend.read_probabilities(ChatRequest.user(item.prompt), parsed)  # type: ignore[attr-defined]
+        assert self._probability_reader is not None  # checked when the judge was made
+        return self._probability_reader(ChatRequest.user(item.prompt), parsed)
 
     def _prepare(self, request: JudgeRequest) -> _Prepared | JudgedEvaluation:
         if request.template is None and self.prompt_template is not None:

@@ -19,6 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from spanjudge.core.errors import SpanjudgeError
 
@@ -185,3 +186,43 @@ class LlamaCppServer:
 
     def __exit__(self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
         self.stop()
+
+
+class LlamaCppProbabilities:
+    """The probabilities of a judge that llama.cpp serves, read in this process from the same GGUF (and
+    GGUF LoRA): pass its `read_probabilities` to `Judge.from_pretrained(..., probability_reader=...)`.
+
+    The served judge sends the chat-templated prompt (`api: prompt`), so the request's text is what the
+    server saw; it is encoded with the judge's tokenizer (`tokenizer`, of the model the GGUF was
+    converted from) and read by `probabilities.LlamaCppProbabilityReader`. The server cannot give these
+    itself (see that class). The model is loaded with `logits_all=True` (n_ctx × vocabulary floats)."""
+
+    def __init__(
+        self,
+        gguf: Path | str,
+        tokenizer: Any,
+        lora: Path | str | None = None,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+    ) -> None:
+        from llama_cpp import Llama
+
+        from .chat import turn_end_ids
+        from .probabilities import LlamaCppProbabilityReader
+
+        self.tokenizer = tokenizer
+        end = {self.tokenizer.eos_token_id, *turn_end_ids(self.tokenizer)} - {None}
+        self.llm = Llama(
+            model_path=str(gguf), lora_path=str(lora) if lora else None, n_ctx=n_ctx, logits_all=True,
+            n_threads=n_threads or max(1, os.cpu_count() or 1), verbose=False,
+        )  # fmt: skip
+        self.reader = LlamaCppProbabilityReader(self.llm, self.tokenizer, end)
+
+    def read_probabilities(self, request: Any, evaluation: Any) -> Any:
+        """`ReplyProbabilities` along `evaluation` after the request's (templated) prompt."""
+        from .chat import encode_prompt
+
+        return self.reader.read(encode_prompt(self.tokenizer, request.messages[-1].content), evaluation)
+
+    def close(self) -> None:
+        self.llm.close()

@@ -36,7 +36,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, cast
 
-from ..chat import render_chat
+from ..chat import render_chat, turn_end_ids
 from .adapters import adapter_config
 from .base import (
     Backend,
@@ -241,21 +241,6 @@ def _batches(requests: Sequence[ChatRequest], size: int) -> list[list[int]]:
         key = (params.temperature, params.top_p, params.max_tokens, params.seed, params.stop)
         groups.setdefault(key, []).append(index)
     return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]
-
-
-def turn_end_ids(tokenizer: Any) -> set[int]:
-    """The special token the chat template closes an assistant turn with, when it is one (Gemma's
-    `<end_of_turn>`, which its GGUF does not name as eos): a trained judge ends its reply there."""
-    marker = "\u00a7reply\u00a7"
-    conversation = [{"role": "user", "content": "?"}, {"role": "assistant", "content": marker}]
-    try:
-        text = render_chat(tokenizer, conversation, add_generation_prompt=False)
-    except Exception:  # a template that renders no assistant turn (jinja raises its own errors)
-        return set()
-    after = text.partition(marker)[2]
-    ids = tokenizer(after, add_special_tokens=False)["input_ids"] if after else []
-    special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
-    return {ids[0]} if ids and ids[0] in special else set()
 
 
 def _end_token_ids(*ids: int | list[int] | None) -> frozenset[int]:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from spanjudge.app.cli import main as cli_main
+from spanjudge.core.errors import SpanjudgeError
 from spanjudge.inference.contract import Evaluation, parse_judge
 from spanjudge.inference.contract.render import render_judge
 from spanjudge.inference.hf_models import convert_gguf
@@ -167,6 +168,37 @@ def test_transformers_and_llama_cpp_read_the_same_probabilities() -> None:
     assert b.expected_score == pytest.approx(a.expected_score, abs=2.0)
     total_variation = 0.5 * sum(abs(a.score_distribution[v] - b.score_distribution[v]) for v in SCORES)
     assert total_variation <= 0.1
+
+
+@pytest.mark.slow
+def test_a_judge_llama_cpp_serves_reads_its_probabilities_from_the_same_gguf(smollm2_server: Any) -> None:
+    """`probabilities=True` on the openai engine, read in this process from the GGUF the server runs
+    (`LlamaCppProbabilities`): the written evaluation comes from the server, the probabilities along it
+    from the same weights, and they describe that evaluation."""
+    from spanjudge.inference.hf_models import load_tokenizer
+    from spanjudge.inference.judge import Judge
+    from spanjudge.inference.llamacpp import LlamaCppProbabilities
+
+    folder = convert_gguf(smollm2_gguf())
+    with pytest.raises(SpanjudgeError, match="probabilities are read on"):  # the server alone cannot
+        Judge.from_pretrained(folder, engine="openai", base_url=smollm2_server.base_url, probabilities=True)
+    reader = LlamaCppProbabilities(smollm2_gguf(), load_tokenizer(str(folder)), n_ctx=2048, n_threads=1)
+    try:
+        judge = Judge.from_pretrained(
+            folder, engine="openai", base_url=smollm2_server.base_url, served_model="smollm2", constrained=True,
+            max_new_tokens=160, retries=0, probabilities=True, probability_reader=reader.read_probabilities,
+        )  # fmt: skip
+        request = judge.request(
+            "qags_xsum", "factual consistency", {"Article": "The cat sat on the mat."}, "A cat sat."
+        )
+        (result,) = judge.score([request])
+    finally:
+        reader.close()
+    assert result.scored and result.probabilities is not None
+    reading = result.probabilities
+    assert len(reading.errors) == len(result.errors)
+    assert sum(reading.score_distribution.values()) == pytest.approx(1.0, abs=1e-9)
+    assert 0.0 <= reading.p_no_error <= 1.0 and 0.0 <= reading.expected_score <= 100.0
 
 
 # -- end to end ------------------------------------------------------------------------------
