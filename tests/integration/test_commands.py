@@ -17,7 +17,7 @@ from spanjudge.core.errors import SpanjudgeError
 
 EXPECTED = {
     "tasks", "prompt", "parse", "generate", "annotate", "import", "merge", "train", "score", "render", "export",
-    "meta-eval", "perturb", "publish", "demo",
+    "meta-eval", "compare", "perturb", "publish", "demo",
 }  # fmt: skip
 
 

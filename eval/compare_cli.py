@@ -1,0 +1,67 @@
+"""`spanjudge compare`: systems scored on the same items, compared with significance (`compare.py`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from spanjudge.core.options import option, settings_command
+
+compare = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareSettings:
+    """`spanjudge compare`'s options, each declared once (`core.options`)."""
+
+    results: list[Path] = option(
+        help="Results JSONL of each system (`spanjudge score --out`), repeatable: two or more, same item ids.",
+        flag="--results",
+    )
+    name: list[str] | None = option(None, help="A name per --results, in order (default: each file's stem).")
+    out: Path | None = option(
+        None, help="Write the comparison as JSON here, the table beside it with .md and a plot with .png."
+    )
+    resamples: int = option(1000, help="Bootstrap and permutation resamples.", min=100)
+    alpha: float = option(0.05, help="Significance level: a winner is named only below it.")
+    seed: int = option(0, help="Seed of the resamples.")
+
+
+def compare_command(s: CompareSettings) -> None:
+    """Compare systems scored on the same items: each system's mean score and its errors per output (all,
+    and severity ≥ 4) with confidence intervals, and for every pair a paired bootstrap, a paired
+    permutation test and a paired t-test, naming the better system only where the difference is
+    significant."""
+    from spanjudge.core.errors import InputError
+    from spanjudge.core.fileio import atomic_write_json, atomic_write_text
+    from spanjudge.inference.score_data import read_results
+
+    from .compare import compare_systems, markdown, plot
+
+    if s.out is not None and s.out.suffix != ".json":  # the table and the plot go beside it: never over it
+        raise InputError(
+            f"--out {s.out}: the comparison is JSON (e.g. {s.out.with_suffix('.json')}); its .md and .png go beside it"
+        )
+    names = s.name or [path.stem for path in s.results]
+    if len(names) != len(s.results):
+        raise InputError(f"{len(names)} --name for {len(s.results)} --results: give one name per results file")
+    if len(set(names)) != len(names):
+        raise InputError(f"system names repeat: {', '.join(names)}; name them with --name")
+    for path in s.results:
+        if not path.is_file():
+            raise InputError(f"results file not found: {path}")
+    systems = {name: read_results(path) for name, path in zip(names, s.results, strict=True)}
+    result = compare_systems(systems, resamples=s.resamples, alpha=s.alpha, seed=s.seed)
+    table = markdown(result)
+    typer.echo(table, nl=False)
+    if s.out is not None:
+        atomic_write_json(s.out, {**result.as_dict(), "results": [str(p) for p in s.results]})
+        atomic_write_text(s.out.with_suffix(".md"), table)
+        plot(result, s.out.with_suffix(".png"))
+        typer.echo(json.dumps({"written": [str(s.out.with_suffix(suffix)) for suffix in (".json", ".md", ".png")]}))
+
+
+settings_command(compare, CompareSettings, compare_command)

@@ -1,0 +1,92 @@
+"""`spanjudge compare`: systems on the same items, with paired tests on the score and the error profile."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy.stats import ttest_rel
+
+from spanjudge.app.cli import main
+from spanjudge.core.errors import InputError
+from spanjudge.eval.compare import compare_systems, permutation_p
+
+
+def _row(item: str, score: float | None, severities: list[int]) -> dict[str, Any]:
+    errors = [{"location": "x", "start": 0, "end": 1, "severity": s, "explanation": "e"} for s in severities]
+    return {"id": item, "evaluation": {"errors": errors, "score": score}}
+
+
+def _systems(n: int = 20) -> dict[str, list[dict[str, Any]]]:
+    """B is better than A by about 10 points and has fewer major errors; C equals A up to noise."""
+    rng = np.random.default_rng(3)
+    base = rng.uniform(30, 70, n)
+    a = [_row(f"i{k}", float(base[k]), [4, 5, 2]) for k in range(n)]
+    b = [_row(f"i{k}", float(base[k] + 10 + rng.normal(0, 3)), [2]) for k in range(n)]
+    c = [_row(f"i{k}", float(base[k] + rng.normal(0, 3)), [4, 5, 2]) for k in range(n)]
+    return {"A": a, "B": b, "C": c}
+
+
+def _pair(result: Any, measure: str, a: str, b: str) -> Any:
+    return next(p for p in result.pairs if (p.measure, p.a, p.b) == (measure, a, b))
+
+
+def test_a_clear_difference_names_the_better_system_and_noise_names_none() -> None:
+    result = compare_systems(_systems(), resamples=2000)
+    assert result.items == 20 and result.systems == ["A", "B", "C"]
+    score = _pair(result, "score", "A", "B")
+    assert score.winner == "B" and score.difference < 0 and score.high < 0 and score.p_permutation < 0.01
+    major = _pair(result, "severity ≥ 4 errors per output", "A", "B")
+    assert (major.mean_a, major.mean_b, major.winner) == (2.0, 0.0, "B")  # fewer major errors: B is better
+    assert major.p_ttest is None  # every difference equal: no t statistic, never a made-up p
+    noise = _pair(result, "score", "A", "C")
+    assert noise.winner is None and noise.p_permutation > 0.05
+
+
+def test_the_p_values_equal_their_definitions() -> None:
+    systems = _systems(12)
+    result = compare_systems(systems, resamples=500)
+    pair = _pair(result, "score", "A", "C")
+    a = np.array([r["evaluation"]["score"] for r in systems["A"]])
+    c = np.array([r["evaluation"]["score"] for r in systems["C"]])
+    assert pair.p_ttest == pytest.approx(ttest_rel(a, c).pvalue)  # comet-compare's t-test, the same call
+    d = a - c  # the exact permutation test: every one of the 2^12 sign patterns
+    flipped = [abs(np.dot(signs, d)) / len(d) for signs in itertools.product((1, -1), repeat=len(d))]
+    assert pair.p_permutation == pytest.approx(np.mean([f >= abs(d.mean()) - 1e-12 for f in flipped]))
+    assert permutation_p(np.array([1.0, 2.0, 3.0]), 100, np.random.default_rng(0)) == pytest.approx(2 / 8)
+
+
+def test_only_items_every_system_scored_are_compared() -> None:
+    systems = _systems(6)
+    systems["A"][0]["evaluation"]["score"] = None  # unscored: left out of every system's comparison
+    systems["B"] = [*systems["B"][1:], _row("other", 50.0, [])]
+    result = compare_systems(systems, resamples=200)
+    assert result.items == 5 and result.left_out == {"A": 1, "B": 1, "C": 1}
+    with pytest.raises(InputError, match="two or more systems"):
+        compare_systems({"A": systems["A"]})
+    with pytest.raises(InputError, match="share 0 scored item"):
+        compare_systems({"A": systems["A"], "X": [_row("z", 1.0, []), _row("y", 2.0, [])]})
+
+
+def test_the_command_prints_the_tables_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    paths = []
+    for name, rows in _systems().items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        paths += ["--results", str(path)]
+    out = tmp_path / "compare.json"
+    assert main(["compare", *paths, "--out", str(out), "--resamples", "200"]) == 0
+    printed = capsys.readouterr().out
+    assert "| score | A | B |" in printed and "| B |" in printed
+    written = json.loads(out.read_text())
+    assert written["items"] == 20 and len(written["pairs"]) == 9  # 3 pairs x 3 measures
+    assert out.with_suffix(".md").read_text().startswith("20 items scored by every system")
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["compare", "--results", paths[1], "--results", paths[3], "--name", "only-one"]) == 2
+    assert "one name per results file" in capsys.readouterr().err
+    assert main(["compare", *paths, "--out", str(tmp_path / "compare.md")]) == 2  # the table would overwrite it
+    assert "the comparison is JSON" in capsys.readouterr().err
