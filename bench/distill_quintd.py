@@ -834,7 +834,7 @@ def main() -> None:
     for name, folder, adapter_gguf in judges:
         constrained = args.constrained or name == "base"
         name += "+grammar" if constrained else ""
-        if name == "student" and args.probabilities:
+        if name.startswith("student") and args.probabilities:
             name += "+probabilities"
         # a SmolLM2 student is served by llama.cpp (its probabilities read from the same GGUF), a Gemma one runs
         # on transformers; the engine is in the file's name, so one engine's judgments never resume another's
