@@ -299,9 +299,15 @@ class LlamaCppProbabilityReader(_ChoiceReader):
     token's log-probability only with `logits_all` and sorts the whole vocabulary in Python for every
     prompt position, so the ~110 requests an evaluation needs would take minutes each."""
 
-    def __init__(self, llm: Any, tokenizer: Any, end_ids: Collection[int], max_errors: int = 8) -> None:
+    def __init__(
+        self, llm: Any, tokenizer: Any, end_ids: Collection[int], max_errors: int = 8, keep_cache: bool = False
+    ) -> None:
         super().__init__(tokenizer, end_ids, max_errors)
         self.llm = llm
+        # keep the prompt the model already holds (it has just written a reply to it): its KV cache is reused
+        # and the reply is evaluated again, since the logits generation left behind may be a sampler's
+        # (a grammar masks them in place) and the reading is of the model's own distribution
+        self.keep_cache = keep_cache
 
     def _log_softmax_rows(self, first: int, count: int) -> Any:
         import numpy as np
@@ -316,8 +322,14 @@ class LlamaCppProbabilityReader(_ChoiceReader):
         import numpy as np
 
         llm, written = self.llm, [*prompt_ids, *reply]
-        llm.reset()
-        llm.eval(written)
+        kept = 0
+        if self.keep_cache:
+            held = list(llm.input_ids[: llm.n_tokens])
+            while kept < min(len(held), len(written)) and held[kept] == written[kept]:
+                kept += 1
+            kept = min(kept, len(prompt_ids) - 1)  # the rows from the prompt's last token on are computed fresh
+        llm.n_tokens = kept
+        llm.eval(written[kept:])
         # row i predicts token i + 1: the rows where a choice's alternatives start
         first = {at - 1: self._log_softmax_rows(at - 1, 1)[0] for at in {len(prompt_ids) + s for s, _ in branches}}
         out: list[list[float]] = [[] for _ in branches]

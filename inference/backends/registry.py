@@ -74,6 +74,17 @@ BACKENDS: tuple[BackendRecord, ...] = (
         extra="vllm",
     ),
     BackendRecord(
+        "llamacpp",
+        "llamacpp_local:LlamaCppBackend",
+        "llama.cpp in this process: a GGUF and a GGUF LoRA (CPU); engine option gguf=PATH, lora=PATH",
+        ("llama_cpp", "transformers"),
+        "pip install 'spanjudge[llamacpp]'",
+        judge=True,
+        engine_args=True,
+        extra="llamacpp",
+        probabilities=True,
+    ),
+    BackendRecord(
         "transformers",
         "transformers_local:TransformersBackend",
         "Hugging Face transformers in this process (CPU or GPU)",

@@ -15,6 +15,7 @@ import pytest
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import SpanjudgeError
+from spanjudge.inference.backends.base import ChatRequest
 from spanjudge.inference.contract import Evaluation, parse_judge
 from spanjudge.inference.contract.render import render_judge
 from spanjudge.inference.hf_models import convert_gguf
@@ -199,6 +200,43 @@ def test_a_judge_llama_cpp_serves_reads_its_probabilities_from_the_same_gguf(smo
     assert len(reading.errors) == len(result.errors)
     assert sum(reading.score_distribution.values()) == pytest.approx(1.0, abs=1e-9)
     assert 0.0 <= reading.p_no_error <= 1.0 and 0.0 <= reading.expected_score <= 100.0
+
+
+@pytest.mark.slow
+def test_the_in_process_llama_cpp_engine_writes_and_reads_on_one_cache() -> None:
+    """`engine="llamacpp"`: llama.cpp in this process writes the evaluation (held to the contract's grammar)
+    and reads the probabilities along it on the same model, keeping the prompt it has read; the reading
+    equals one made from scratch (an emptied cache) up to llama.cpp's batch rounding."""
+    from spanjudge.inference.judge import Judge
+    from spanjudge.inference.probabilities import LlamaCppProbabilityReader
+
+    gguf = smollm2_gguf()
+    judge = Judge.from_pretrained(
+        convert_gguf(gguf), engine="llamacpp", engine_options={"gguf": str(gguf), "n_ctx": 2048, "n_threads": 2},
+        constrained=True, probabilities=True, max_new_tokens=160, retries=0, max_context=2048,
+    )  # fmt: skip
+    try:
+        request = judge.request("qags_xsum", "factual consistency", {"Article": "The cat sat on the mat."}, "A cat.")
+        (result,) = judge.score([request])
+        assert result.scored and result.probabilities is not None
+        backend = judge.backend
+        prompt = backend._prompt_ids(ChatRequest.user(judge_chat_text(judge, request)))
+        fresh = LlamaCppProbabilityReader(backend.llm, backend.tokenizer, backend._end_ids).read(
+            prompt, parse_judge(result.raw_replies[-1])
+        )
+    finally:
+        judge.close()
+    kept = result.probabilities
+    assert kept.expected_errors == pytest.approx(fresh.expected_errors, abs=1e-3)
+    assert kept.expected_score == pytest.approx(fresh.expected_score, abs=0.05)
+    assert sum(kept.score_distribution.values()) == pytest.approx(1.0, abs=1e-9)
+
+
+def judge_chat_text(judge: Any, request: Any) -> str:
+    """The user message the judge sends an in-process engine for `request` (the engine applies the template)."""
+    from spanjudge.inference.judge_conversation import judge_messages
+
+    return judge_messages(request)[0]["content"]
 
 
 # -- end to end ------------------------------------------------------------------------------

@@ -1,0 +1,98 @@
+"""llama.cpp in this process (llama-cpp-python's `Llama`): a GGUF, optionally a GGUF LoRA, on CPU.
+
+`spec.model` is the model's Hugging Face folder or hub id, for its tokenizer and chat template (an
+adapter folder's own tokenizer wins, as on transformers); `spec.options`:
+- `gguf` (required): the model's GGUF file; `lora`: a GGUF LoRA (`spanjudge export --gguf-lora`);
+- `n_ctx` (default 4096), `n_threads` (default: every core);
+- `grammar`: a GBNF grammar every reply is held to (set by the judge with `constrained=True`);
+- `adapter`, `trust_remote_code`: set by the judge (the tokenizer's folder, and whether to run its code).
+
+Generation and the judge's probabilities share one model and its KV cache: reading the
+probabilities along a reply it has just written reuses the prompt it read (`probabilities.
+LlamaCppProbabilityReader` with the cache kept), so `probabilities=True` costs the alternatives only.
+The model keeps the logits of every position (`logits_all`: n_ctx × vocabulary floats).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..chat import encode_prompt, render_chat, turn_end_ids
+from .base import Backend, BackendError, CallResult, ChatRequest, Completion, ResultCallback
+from .spec import BackendSpec
+
+
+class LlamaCppBackend(Backend):
+    """One request at a time on an in-process llama.cpp model (see the module docstring)."""
+
+    def __init__(self, spec: BackendSpec) -> None:
+        from llama_cpp import Llama, LlamaGrammar
+        from transformers import AutoTokenizer
+
+        options = dict(spec.options)
+        gguf = options.pop("gguf", None)
+        if not gguf:
+            raise BackendError(f"llamacpp model {spec.model!r}: give the model's GGUF file (engine option gguf=PATH)")
+        lora = options.pop("lora", None)
+        adapter = options.pop("adapter", None)
+        grammar = options.pop("grammar", None)
+        trust = bool(options.pop("trust_remote_code", False))
+        n_ctx = int(options.pop("n_ctx", 4096))
+        n_threads = int(options.pop("n_threads", max(1, os.cpu_count() or 1)))
+        if options:
+            raise BackendError(f"llamacpp model {spec.model!r}: unknown engine options {sorted(options)}")
+        self.spec, self.model_id = spec, spec.model_id
+        tokenizer_source = adapter if adapter and _has_tokenizer(adapter) else spec.model
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, trust_remote_code=trust)
+        self.llm = Llama(
+            model_path=str(gguf), lora_path=str(lora) if lora else None, n_ctx=n_ctx, n_threads=n_threads,
+            logits_all=True, verbose=False,
+        )  # fmt: skip
+        self._grammar = LlamaGrammar.from_string(grammar, verbose=False) if grammar else None
+        self._end_ids = {self.tokenizer.eos_token_id, *turn_end_ids(self.tokenizer)} - {None}
+        self._reader: Any = None
+
+    def _prompt_ids(self, request: ChatRequest) -> list[int]:
+        prompt = render_chat(self.tokenizer, [message.model_dump() for message in request.messages])
+        return encode_prompt(self.tokenizer, prompt)
+
+    def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
+        results: list[CallResult] = []
+        for index, request in enumerate(requests):
+            params, started = request.params, time.perf_counter()
+            ids = self._prompt_ids(request)
+            output = self.llm.create_completion(
+                prompt=ids, max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
+                top_k=0 if params.temperature else 1, seed=params.seed, stop=list(params.stop) or None,
+                grammar=self._grammar,
+            )  # fmt: skip
+            choice, usage = output["choices"][0], output["usage"]
+            result = Completion(
+                text=choice["text"], finish_reason=choice["finish_reason"], model=self.spec.model,
+                prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"],
+                seconds=time.perf_counter() - started,
+            )  # fmt: skip
+            results.append(result)
+            if on_result is not None:
+                on_result(index, result)
+        return results
+
+    def read_probabilities(self, request: ChatRequest, evaluation: Any) -> Any:
+        """The model's `ReplyProbabilities` along `evaluation` to `request`, encoded as `generate` encodes it."""
+        from ..probabilities import LlamaCppProbabilityReader
+
+        if self._reader is None:
+            self._reader = LlamaCppProbabilityReader(self.llm, self.tokenizer, self._end_ids, keep_cache=True)
+        return self._reader.read(self._prompt_ids(request), evaluation)
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+def _has_tokenizer(folder: str) -> bool:
+    from pathlib import Path
+
+    return (Path(folder) / "tokenizer_config.json").is_file()
