@@ -171,35 +171,37 @@ def test_transformers_and_llama_cpp_read_the_same_probabilities() -> None:
     assert total_variation <= 0.1
 
 
-@pytest.mark.slow
-def test_a_judge_llama_cpp_serves_reads_its_probabilities_from_the_same_gguf(smollm2_server: Any) -> None:
-    """`probabilities=True` on the openai engine, read in this process from the GGUF the server runs
-    (`LlamaCppProbabilities`): the written evaluation comes from the server, the probabilities along it
-    from the same weights, and they describe that evaluation."""
-    from spanjudge.inference.hf_models import load_tokenizer
-    from spanjudge.inference.judge import Judge
-    from spanjudge.inference.llamacpp import LlamaCppProbabilities
+def test_a_served_judge_reads_its_probabilities_through_the_given_reader(serve: Any) -> None:
+    """`probability_reader=` gives `probabilities=True` to an engine that has none (a served judge): the
+    reader gets the templated prompt the server got and the parsed evaluation, and its reading lands in
+    the result. The reader is a recording stand-in here; `LlamaCppProbabilities` is one (the same reader
+    class as the engine test below, which runs it on a real model)."""
+    from support.standin import Reply
 
+    from spanjudge.inference.judge import Judge
+    from spanjudge.inference.probabilities import ReplyProbabilities
+
+    stand_in, url = serve([Reply(text=TWO_ERRORS)])
     folder = convert_gguf(smollm2_gguf())
     with pytest.raises(SpanjudgeError, match="probabilities are read on"):  # the server alone cannot
-        Judge.from_pretrained(folder, engine="openai", base_url=smollm2_server.base_url, probabilities=True)
-    reader = LlamaCppProbabilities(smollm2_gguf(), load_tokenizer(str(folder)), n_ctx=2048, n_threads=1)
-    try:
-        judge = Judge.from_pretrained(
-            folder, engine="openai", base_url=smollm2_server.base_url, served_model="smollm2", constrained=True,
-            max_new_tokens=160, retries=0, probabilities=True, probability_reader=reader.read_probabilities,
-        )  # fmt: skip
-        request = judge.request(
-            "qags_xsum", "factual consistency", {"Article": "The cat sat on the mat."}, "A cat sat."
-        )
-        (result,) = judge.score([request])
-    finally:
-        reader.close()
-    assert result.scored and result.probabilities is not None
-    reading = result.probabilities
-    assert len(reading.errors) == len(result.errors)
-    assert sum(reading.score_distribution.values()) == pytest.approx(1.0, abs=1e-9)
-    assert 0.0 <= reading.p_no_error <= 1.0 and 0.0 <= reading.expected_score <= 100.0
+        Judge.from_pretrained(folder, engine="openai", base_url=url, probabilities=True)
+    seen: list[tuple[Any, Any]] = []
+    reading = ReplyProbabilities(p_no_error=0.1, expected_errors=1.5, errors=[], expected_score=42.0,
+                                 score_distribution={42: 1.0})  # fmt: skip
+
+    def reader(request: Any, evaluation: Any) -> ReplyProbabilities:
+        seen.append((request, evaluation))
+        return reading
+
+    judge = Judge.from_pretrained(
+        folder, engine="openai", base_url=url, served_model="judge", probabilities=True, probability_reader=reader
+    )
+    request = judge.request("qags_xsum", "factual consistency", {"Article": "The cat sat on the mat."}, "A cat.")
+    (result,) = judge.score([request])
+    assert result.probabilities == reading
+    [(sent, evaluation)] = seen
+    assert sent.messages[-1].content == stand_in.bodies[-1]["prompt"]  # the templated prompt the server got
+    assert evaluation == parse_judge(TWO_ERRORS)
 
 
 @pytest.mark.slow
