@@ -41,3 +41,8 @@ def turn_end_ids(tokenizer: Any) -> set[int]:
     ids = tokenizer(after, add_special_tokens=False)["input_ids"] if after else []
     special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
     return {ids[0]} if ids and ids[0] in special else set()
+
+
+def judge_end_ids(tokenizer: Any) -> set[int]:
+    """The tokens that end a judge's reply: the tokenizer's eos and the chat template's turn end."""
+    return {tokenizer.eos_token_id, *turn_end_ids(tokenizer)} - {None}

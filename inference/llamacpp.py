@@ -207,11 +207,11 @@ class LlamaCppProbabilities:
     ) -> None:
         from llama_cpp import Llama
 
-        from .chat import turn_end_ids
+        from .chat import judge_end_ids
         from .probabilities import LlamaCppProbabilityReader
 
         self.tokenizer = tokenizer
-        end = {self.tokenizer.eos_token_id, *turn_end_ids(self.tokenizer)} - {None}
+        end = judge_end_ids(tokenizer)
         self.llm = Llama(
             model_path=str(gguf), lora_path=str(lora) if lora else None, n_ctx=n_ctx, logits_all=True,
             n_threads=n_threads or max(1, os.cpu_count() or 1), verbose=False,

@@ -50,3 +50,9 @@ def lora_adapter(adapter: str) -> tuple[str, int]:
         raise BackendError(f"adapter {adapter!r} is a {config.peft_type} adapter, not LoRA")
     local = Path(adapter).expanduser()
     return (str(local) if local.is_dir() else huggingface_hub.snapshot_download(adapter)), rank
+
+
+def tokenizer_source(adapter: str | None, model: str) -> str:
+    """Where a judge's tokenizer and chat template come from: an adapter folder's own copy when it has one
+    (saved by training, with its chat template), else the model's."""
+    return adapter if adapter and (Path(adapter) / "tokenizer_config.json").is_file() else model

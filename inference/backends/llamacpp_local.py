@@ -20,7 +20,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..chat import encode_prompt, render_chat, turn_end_ids
+from ..chat import encode_prompt, judge_end_ids, render_chat
+from .adapters import tokenizer_source
 from .base import Backend, BackendError, CallResult, ChatRequest, Completion, ResultCallback
 from .spec import BackendSpec
 
@@ -45,14 +46,14 @@ class LlamaCppBackend(Backend):
         if options:
             raise BackendError(f"llamacpp model {spec.model!r}: unknown engine options {sorted(options)}")
         self.spec, self.model_id = spec, spec.model_id
-        tokenizer_source = adapter if adapter and _has_tokenizer(adapter) else spec.model
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, trust_remote_code=trust)
+        source = tokenizer_source(adapter, spec.model)
+        self.tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust)
         self.llm = Llama(
             model_path=str(gguf), lora_path=str(lora) if lora else None, n_ctx=n_ctx, n_threads=n_threads,
             logits_all=True, verbose=False,
         )  # fmt: skip
         self._grammar = LlamaGrammar.from_string(grammar, verbose=False) if grammar else None
-        self._end_ids = {self.tokenizer.eos_token_id, *turn_end_ids(self.tokenizer)} - {None}
+        self._end_ids = judge_end_ids(self.tokenizer)
         self._reader: Any = None
 
     def _prompt_ids(self, request: ChatRequest) -> list[int]:
@@ -90,9 +91,3 @@ class LlamaCppBackend(Backend):
 
     def close(self) -> None:
         self.llm.close()
-
-
-def _has_tokenizer(folder: str) -> bool:
-    from pathlib import Path
-
-    return (Path(folder) / "tokenizer_config.json").is_file()

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from ..chat import render_chat, turn_end_ids
-from .adapters import adapter_config
+from .adapters import adapter_config, tokenizer_source
 from .base import (
     Backend,
     BackendError,
@@ -78,8 +78,8 @@ class TransformersBackend(Backend):
             options.setdefault("use_safetensors", True)
         self.spec = spec
         self.model_id = spec.model_id
-        tokenizer_source = adapter if adapter and _has_tokenizer(adapter) else spec.model
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **shared)
+        source = tokenizer_source(adapter, spec.model)
+        self.tokenizer = AutoTokenizer.from_pretrained(source, **shared)
         if not self.tokenizer.chat_template:
             raise BackendError(
                 f"{spec.model!r} has no chat template; serve it with an OpenAI-compatible server "
@@ -214,12 +214,6 @@ class TransformersBackend(Backend):
         del self.model
         if self._torch.cuda.is_available():
             self._torch.cuda.empty_cache()
-
-
-def _has_tokenizer(folder: str) -> bool:
-    from pathlib import Path
-
-    return (Path(folder) / "tokenizer_config.json").is_file()
 
 
 def _decoding(params: SamplingParams) -> dict[str, Any]:
