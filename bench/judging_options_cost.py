@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 
-from judge_records import qags_xsum_records  # noqa: E402
+from tests.support.judge_records import qags_xsum_records  # noqa: E402
 from report_files import machine, write_report  # noqa: E402
 from score_throughput import measure  # noqa: E402
 

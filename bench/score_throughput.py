@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 
 from annotate_throughput import UpstreamServer  # noqa: E402
-from judge_records import qags_xsum_records, write_qags_records  # noqa: E402
+from tests.support.judge_records import qags_xsum_records, write_qags_records  # noqa: E402
 from report_files import machine, write_report  # noqa: E402
 
 from spanjudge.core.paths import data_dir  # noqa: E402

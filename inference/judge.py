@@ -122,8 +122,12 @@ class Judge:
         probabilities: bool = False,
         samples: int = 0,
         probability_reader: ProbabilitySource | None = None,
+        reuse_prefix: bool = True,
     ) -> None:
         self.backend = backend
+        # requests go to the backend ordered by prompt, so those sharing a prefix are adjacent (results
+        # come back in the caller's order): what lets a server's or engine's prefix cache hit
+        self.reuse_prefix = reuse_prefix
         if samples < 0:
             raise SpanjudgeError(f"samples must be 0 (none) or more, got {samples}")
         self.samples = samples
@@ -218,7 +222,7 @@ class Judge:
         else:
             tokenizer = load_tokenizer(tokenizer_folder or model, trust_remote_code=o.trust_remote_code)
             engine_kwargs: dict[str, Any] = {"trust_remote_code": o.trust_remote_code}
-            given = {"batch_size": o.batch_size, "dtype": o.dtype}
+            given = {"batch_size": o.batch_size, "dtype": o.dtype, "reuse_prefix": o.reuse_prefix}
             engine_kwargs.update({name: given[name] for name in record.judge_options})
             engine_kwargs.update(o.engine_options or {})  # the user's engine arguments win over the defaults above
             ours = sorted({"adapter", "grammar"} & engine_kwargs.keys())
@@ -245,6 +249,7 @@ class Judge:
             probabilities=o.probabilities,
             samples=o.samples,
             probability_reader=probability_reader,
+            reuse_prefix=o.reuse_prefix,
         )
 
     def request(
@@ -329,7 +334,7 @@ class Judge:
         """N sampled replies for every held (scored) result, merged into its `consensus`. A result
         whose sampled calls did not all reach the model is settled as a failed call, so a re-run
         asks again rather than keep a consensus of fewer replies."""
-        order = sorted(held)
+        order = self._in_prefix_order(prepared, sorted(held))
         calls = [
             ChatRequest.user(
                 prepared[index].prompt,
@@ -368,6 +373,7 @@ class Judge:
     ) -> list[int]:
         """One try for every pending request; settles the final ones as they arrive and
         returns those to try again."""
+        pending = self._in_prefix_order(prepared, pending)
         calls = [ChatRequest.user(prepared[index].prompt, params) for index in pending]
         again: list[int] = []
         handled: set[int] = set()
@@ -388,6 +394,10 @@ class Judge:
         for position, result in enumerate(self.backend.generate(calls, handle)):
             handle(position, result)  # a no-op unless the backend skipped on_result for it
         return sorted(again)
+
+    def _in_prefix_order(self, prepared: Mapping[int, _Prepared], indices: list[int]) -> list[int]:
+        """`indices` ordered by their prompts (those sharing a prefix adjacent), or as given without reuse."""
+        return sorted(indices, key=lambda index: prepared[index].prompt) if self.reuse_prefix else indices
 
     def _settle_reply(
         self, item: _Prepared, replies: list[str], result: CallResult, attempt: int

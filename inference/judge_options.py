@@ -40,6 +40,13 @@ class JudgeOptions:
         "retry is a whole generation).",
         min=0,
     )
+    reuse_prefix: bool = option(
+        True,
+        help="Run the outputs of one input together and read their shared prompt prefix (task, aspect, input) "
+        "once: transformers keeps its KV cache per group, llama.cpp its prompt cache, vLLM its prefix cache; a "
+        "server gets them in that order. Greedy replies do not change; off only to measure what it saves.",
+        flag="--reuse-prefix/--no-reuse-prefix",
+    )
     max_context: int | None = option(None, help="Context length to fit prompts in (default: the model's).")
     trust_remote_code: bool = option(False, help="Run the model repository's own code (off unless asked).")
     concurrency: int = option(1, help="engine openai: requests in flight.", min=1)

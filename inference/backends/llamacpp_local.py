@@ -4,6 +4,10 @@
 adapter folder's own tokenizer wins, as on transformers); `spec.options`:
 - `gguf` (required): the model's GGUF file; `lora`: a GGUF LoRA (`spanjudge export --gguf-lora`);
 - `n_ctx` (default 4096), `n_threads` (default: every core);
+- `reuse_prefix` (default True): requests run in the order of their token ids, so those sharing a
+  prompt prefix (every output of one input) follow each other, and llama.cpp reads only what a
+  prompt does not share with the one before (llama-cpp-python keeps the longest common prefix of
+  its KV cache); false clears the cache before every request, to measure what reuse saves;
 - `grammar`: a GBNF grammar every reply is held to (set by the judge with `constrained=True`);
 - `adapter`, `trust_remote_code`: set by the judge (the tokenizer's folder, and whether to run its code).
 
@@ -18,12 +22,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..chat import encode_prompt, judge_end_ids, render_chat
 from .adapters import tokenizer_source
 from .base import Backend, BackendError, CallResult, ChatRequest, Completion, ResultCallback
-from .spec import BackendSpec
+from .spec import BackendSpec, flag
 
 
 class LlamaCppBackend(Backend):
@@ -43,6 +47,7 @@ class LlamaCppBackend(Backend):
         trust = bool(options.pop("trust_remote_code", False))
         n_ctx = int(options.pop("n_ctx", 4096))
         n_threads = int(options.pop("n_threads", max(1, os.cpu_count() or 1)))
+        self.reuse_prefix = flag(options.pop("reuse_prefix", True))
         if options:
             raise BackendError(f"llamacpp model {spec.model!r}: unknown engine options {sorted(options)}")
         self.spec, self.model_id = spec, spec.model_id
@@ -61,10 +66,14 @@ class LlamaCppBackend(Backend):
         return encode_prompt(self.tokenizer, prompt)
 
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
-        results: list[CallResult] = []
-        for index, request in enumerate(requests):
+        prompts = [self._prompt_ids(request) for request in requests]
+        order = sorted(range(len(requests)), key=prompts.__getitem__) if self.reuse_prefix else range(len(requests))
+        results: list[CallResult | None] = [None] * len(requests)
+        for index in order:
+            request, ids = requests[index], prompts[index]
             params, started = request.params, time.perf_counter()
-            ids = self._prompt_ids(request)
+            if not self.reuse_prefix:
+                self.llm.reset()  # read the whole prompt again
             output = self.llm.create_completion(
                 prompt=ids, max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
                 top_k=0 if params.temperature else 1, seed=params.seed, stop=list(params.stop) or None,
@@ -76,10 +85,10 @@ class LlamaCppBackend(Backend):
                 prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"],
                 seconds=time.perf_counter() - started,
             )  # fmt: skip
-            results.append(result)
+            results[index] = result
             if on_result is not None:
                 on_result(index, result)
-        return results
+        return cast("list[CallResult]", results)  # every index was run
 
     def read_probabilities(self, request: ChatRequest, evaluation: Any) -> Any:
         """The model's `ReplyProbabilities` along `evaluation` to `request`, encoded as `generate` encodes it."""

@@ -72,6 +72,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         judge=True,
         engine_args=True,
         extra="vllm",
+        judge_options=("reuse_prefix",),
     ),
     BackendRecord(
         "llamacpp",
@@ -82,6 +83,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         judge=True,
         engine_args=True,
         extra="llamacpp",
+        judge_options=("reuse_prefix",),
         probabilities=True,
     ),
     BackendRecord(
@@ -92,7 +94,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         "pip install transformers",
         judge=True,
         engine_args=True,
-        judge_options=("batch_size", "dtype"),
+        judge_options=("batch_size", "dtype", "reuse_prefix"),
         probabilities=True,
     ),
 )

@@ -4,6 +4,12 @@
 arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of our own:
 
 - `batch_size` (default 8): requests generated together, left-padded;
+- `reuse_prefix` (default True): requests whose prompts share a prefix (every output of one input:
+  the task, the aspect and the input come first) are generated together after that prefix's KV
+  cache, computed once per group (`prefix.prefix_runs`; transformers' `DynamicCache`, copied and
+  repeated over the batch). Each row of such a batch is the prefix, then left padding, then its
+  own tokens, so positions (from the attention mask) are those of the row alone. Greedy replies
+  are those of the same engine without reuse (tested);
 - `trust_remote_code` (default False): runs code shipped with the model, so only on request;
 - `gguf_file`: load a GGUF file inside the `spec.model` folder; transformers (with the
   `gguf` package) dequantizes it to dense weights;
@@ -32,6 +38,7 @@ an end token or a stop string.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from typing import Any, cast
@@ -48,8 +55,9 @@ from .base import (
     ResultCallback,
     SamplingParams,
 )
+from .prefix import prefix_runs
 from .server import short
-from .spec import BackendSpec
+from .spec import BackendSpec, flag
 
 DEFAULT_BATCH_SIZE = 8
 GRAMMAR_INSTALL_HINT = "option 'grammar' needs xgrammar: pip install 'spanjudge[constrained]'"
@@ -64,6 +72,7 @@ class TransformersBackend(Backend):
 
         options = dict(spec.options)
         self.batch_size = int(options.pop("batch_size", DEFAULT_BATCH_SIZE))
+        self.reuse_prefix = flag(options.pop("reuse_prefix", True))
         if self.batch_size < 1:
             raise BackendError(f"transformers model {spec.model!r}: batch_size must be at least 1")
         shared: dict[str, Any] = {"trust_remote_code": bool(options.pop("trust_remote_code", False))}
@@ -124,17 +133,47 @@ class TransformersBackend(Backend):
 
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
         results: list[CallResult | None] = [None] * len(requests)
-        for batch in _batches(requests, self.batch_size):
-            for index, result in zip(batch, self._run_batch([requests[i] for i in batch]), strict=True):
-                results[index] = result
-                if on_result is not None:
-                    on_result(index, result)
+        for group in _groups(requests):
+            for prefix, batches in self._plan(requests, group):
+                for batch in batches:
+                    for index, result in zip(batch, self._run_batch([requests[i] for i in batch], prefix), strict=True):
+                        results[index] = result
+                        if on_result is not None:
+                            on_result(index, result)
+                if prefix is not None:
+                    prefix.cache = None  # its run is done: its memory goes before the next prefix's
         return cast("list[CallResult]", results)  # every batch filled its slots
 
-    def _run_batch(self, batch: list[ChatRequest]) -> list[CallResult]:
+    def _plan(self, requests: Sequence[ChatRequest], group: list[int]) -> list[tuple[_Prefix | None, list[list[int]]]]:
+        """The runs of one group of requests (same decoding parameters): each run's batches and the
+        shared prefix they are generated after (None: read whole). Without reuse, the group in order."""
+        if not self.reuse_prefix:
+            return [(None, self._cut(group))]
+        ids = [self._prompt_ids(requests[index]) for index in group]
+        alone: list[int] = []
+        planned: list[tuple[_Prefix | None, list[list[int]]]] = []
+        for run in prefix_runs(ids):
+            members = [group[i] for i in run.members]
+            if run.length == 0:
+                alone.extend(members)
+            else:
+                planned.append((_Prefix(ids[run.members[0]][: run.length]), self._cut(members)))
+        return [*planned, (None, self._cut(alone))]
+
+    def _cut(self, indices: list[int]) -> list[list[int]]:
+        return [indices[i : i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
+
+    def _prompt_ids(self, request: ChatRequest) -> list[int]:
+        prompt = render_chat(self.tokenizer, [message.model_dump() for message in request.messages])
+        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+    def _run_batch(self, batch: list[ChatRequest], prefix: _Prefix | None = None) -> list[CallResult]:
         started = time.perf_counter()
         try:
-            rows, prompt_lengths = self._generate_tokens(batch)
+            if prefix is None:
+                rows, prompt_lengths = self._generate_tokens(batch)
+            else:
+                rows, prompt_lengths = self._generate_after_prefix(batch, prefix)
         except Exception as error:  # e.g. out of memory: the batch fails, the run goes on
             reason = f"generation failed: {type(error).__name__}: {short(error)}"
             return [CallFailure(reason=reason, kind="other", attempts=1) for _ in batch]
@@ -151,8 +190,34 @@ class TransformersBackend(Backend):
         ]
         # the chat template already holds the special tokens (BOS ...)
         encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        encoded = encoded.to(self.model.device)
-        params = batch[0].params
+        return self._generate(batch[0].params, encoded.to(self.model.device), None)
+
+    def _generate_after_prefix(self, batch: list[ChatRequest], prefix: _Prefix) -> tuple[list[list[int]], list[int]]:
+        """As `_generate_tokens`, reading the batch's shared prefix from its KV cache: each row is the
+        prefix, left padding, then the row's own tokens, with the attention mask saying which is which."""
+        torch = self._torch
+        if prefix.cache is None:  # once per prefix: later batches of its run reuse it
+            from transformers import DynamicCache
+
+            prefix.cache = DynamicCache(config=self.model.config)
+            with torch.inference_mode():
+                self.model(input_ids=torch.tensor([prefix.ids], device=self.model.device), cache=prefix.cache)
+        own = [self._prompt_ids(request)[len(prefix.ids) :] for request in batch]
+        width = max(len(tokens) for tokens in own)
+        pad = self.tokenizer.pad_token_id
+        rows = [prefix.ids + [pad] * (width - len(tokens)) + tokens for tokens in own]
+        masks = [[1] * len(prefix.ids) + [0] * (width - len(tokens)) + [1] * len(tokens) for tokens in own]
+        cache = copy.deepcopy(prefix.cache)
+        cache.batch_repeat_interleave(len(batch))
+        encoded = {
+            "input_ids": torch.tensor(rows, device=self.model.device),
+            "attention_mask": torch.tensor(masks, device=self.model.device),
+        }
+        return self._generate(batch[0].params, encoded, cache)
+
+    def _generate(self, params: SamplingParams, encoded: Any, cache: Any) -> tuple[list[list[int]], list[int]]:
+        """`model.generate` on encoded rows (after `cache`, when given): each row's new token ids
+        (padding included) and each prompt's length."""
         if params.seed is not None:
             self._torch.manual_seed(params.seed)
         extra: dict[str, Any] = {}
@@ -163,6 +228,8 @@ class TransformersBackend(Backend):
             from xgrammar.contrib.hf import LogitsProcessor
 
             extra["logits_processor"] = [LogitsProcessor(self._grammar)]  # one per generate() call
+        if cache is not None:
+            extra["cache"] = cache
         with self._torch.inference_mode():
             output = self.model.generate(
                 **encoded,
@@ -205,9 +272,7 @@ class TransformersBackend(Backend):
 
         if self._reader is None:
             self._reader = ProbabilityReader(self.model, self.tokenizer, self._end_ids)
-        prompt = render_chat(self.tokenizer, [message.model_dump() for message in request.messages])
-        prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        return self._reader.read(prompt_ids, evaluation)
+        return self._reader.read(self._prompt_ids(request), evaluation)
 
     def close(self) -> None:
         """Drop the model so its memory can be reused in this process."""
@@ -227,14 +292,22 @@ def _decoding(params: SamplingParams) -> dict[str, Any]:
     return {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": None}
 
 
-def _batches(requests: Sequence[ChatRequest], size: int) -> list[list[int]]:
-    """Indices of requests grouped by their generate() arguments, then cut to `size`."""
+class _Prefix:
+    """A shared prompt prefix and, once computed, its KV cache."""
+
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+        self.cache: Any = None
+
+
+def _groups(requests: Sequence[ChatRequest]) -> list[list[int]]:
+    """Indices of requests grouped by their generate() arguments (one generate call takes one set)."""
     groups: dict[tuple[float, float, int, int | None, tuple[str, ...]], list[int]] = {}
     for index, request in enumerate(requests):
         params = request.params
         key = (params.temperature, params.top_p, params.max_tokens, params.seed, params.stop)
         groups.setdefault(key, []).append(index)
-    return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]
+    return list(groups.values())
 
 
 def _end_token_ids(*ids: int | list[int] | None) -> frozenset[int]:

@@ -14,6 +14,10 @@ sets `max_lora_rank`), and a Hub adapter is fetched with `huggingface_hub.snapsh
 so that vLLM gets a local folder, as vLLM's LoRA guide does. With `HF_HUB_OFFLINE=1` only
 adapters already in the Hub cache work; another is one line saying so.
 
+Option `reuse_prefix` (ours, default True): vLLM's automatic prefix caching
+(`enable_prefix_caching`), so the outputs of one input, which the judge sends together, read
+their shared prompt prefix once.
+
 Option `grammar` (ours): a GBNF grammar every reply is held to, through vLLM's structured
 outputs (`SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...))`: vLLM
 >= 0.11; 0.12 removed the older `guided_decoding`); its default backend, xgrammar, reads GBNF.
@@ -29,7 +33,7 @@ from typing import Any
 from .adapters import lora_adapter
 from .base import Backend, BackendError, CallFailure, CallResult, ChatRequest, Completion, ResultCallback
 from .server import short
-from .spec import BackendSpec
+from .spec import BackendSpec, flag
 
 INSTALL_HINT = "vLLM is not installed: pip install 'spanjudge[vllm]' (needs a CUDA GPU)"
 STRUCTURED_OUTPUTS_HINT = "option 'grammar' needs vLLM's StructuredOutputsParams (vLLM >= 0.11): pip install -U vllm"
@@ -50,6 +54,7 @@ class VLLMBackend(Backend):
         self._vllm = vllm
         options = dict(spec.options)
         adapter = options.pop("adapter", None)
+        options.setdefault("enable_prefix_caching", flag(options.pop("reuse_prefix", True)))
         self._grammar: str | None = options.pop("grammar", None)
         if self._grammar:
             _structured_outputs(self._grammar)  # fail now, not at the first batch, on an old vLLM

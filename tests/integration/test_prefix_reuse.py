@@ -1,0 +1,130 @@
+"""Prefix reuse (issue #31): requests sharing a prompt prefix run together after it, read once, and
+greedy replies are those of the same engine without reuse, in the caller's order. On a tiny randomly
+initialised Llama with SmolLM2's tokenizer and chat template (transformers), and on SmolLM2's GGUF
+(llama.cpp in this process). Random weights make a different prompt give a different reply, so a
+prefix that ignored a difference (the aspect, the input) would show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spanjudge.inference.backends.prefix import MIN_TOKENS, prefix_runs, shared_length
+from spanjudge.inference.hf_models import convert_gguf
+from spanjudge.inference.judge import Judge
+from spanjudge.inference.llamacpp import smollm2_gguf
+
+ARTICLES = {
+    "a": "The council met on Tuesday to discuss the new budget for schools, roads and the harbour. " * 3,
+    "b": "A storm closed the harbour for two days; the ferries resumed on Friday morning. " * 3,
+}
+ASPECTS = ("coherence", "relevance")
+OUTPUTS = ["The council met.", "A budget for roads was approved on Tuesday.", "Ferries stopped.", "Nothing happened."]
+
+
+def test_runs_follow_the_tokens_and_stop_where_prompts_part() -> None:
+    shared = list(range(100, 140))  # 40 tokens of instructions and input
+    other_input = [*range(100, 110), *range(500, 530)]  # parts after 10 tokens: a different input
+    prompts = [
+        [*shared, 7, 8],
+        [*other_input, 1],
+        [*shared, 9],
+        [*shared, 7, 9, 9],
+        [*shared[:30], 999, *shared[31:], 1],  # a different aspect 30 tokens in
+    ]
+    runs = prefix_runs(prompts)
+    grouped = {run.members: run.length for run in runs}
+    assert grouped[(0, 3, 2)] == 40  # sorted by tokens; the prefix is what all three share
+    assert grouped[(4,)] == 0  # parts 30 tokens in: joining would cut the run's prefix from 40 to 30
+    assert grouped[(1,)] == 0  # shares 10 tokens: under MIN_TOKENS and half of the prompt
+    assert sorted(i for run in runs for i in run.members) == list(range(5))
+    assert prefix_runs([[1] * 40, [1] * 40]) == prefix_runs([[1] * 40, [1] * 40])  # identical prompts
+    (run,) = prefix_runs([[1] * 40, [1] * 40])
+    assert run.length == 39  # each member keeps one token of its own to read
+    assert prefix_runs([[1] * 10 + [2], [1] * 10 + [3]])[0].length == 0  # under MIN_TOKENS
+    assert shared_length([1, 2, 3], [1, 2, 4]) == 2 and MIN_TOKENS > 10
+
+
+@pytest.fixture(scope="module")
+def tiny_judge_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer Llama with random weights, saved with SmolLM2's tokenizer (it has a chat template)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny-judge")
+    tokenizer = AutoTokenizer.from_pretrained(convert_gguf(smollm2_gguf()))
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=len(tokenizer), initializer_range=0.2,
+                         max_position_embeddings=4096)  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _requests(judge: Judge, outputs: int = len(OUTPUTS), aspects: tuple[str, ...] = ASPECTS) -> list[Any]:
+    """Interleaved on purpose: two inputs, the aspects, several outputs each, and one output alone (3rd)."""
+    requests = [
+        judge.request("summeval", aspect, {"Article": ARTICLES[key]}, output, id=f"{key}-{aspect}-{n}")
+        for n, output in enumerate(OUTPUTS[:outputs])
+        for key in ARTICLES
+        for aspect in aspects
+    ]
+    alone = judge.request("qags_xsum", "factual consistency", {"Article": "Short."}, "Alone.", id="alone")
+    return [*requests[:2], alone, *requests[2:]]
+
+
+def _replies(folder: Path, reuse: bool, *shape: Any, **engine: Any) -> list[tuple[str | None, list[str]]]:
+    judge = Judge.from_pretrained(folder, retries=0, max_new_tokens=16, reuse_prefix=reuse, **engine)
+    try:
+        return [(result.id, result.raw_replies) for result in judge.score(_requests(judge, *shape))]
+    finally:
+        judge.close()
+
+
+def test_transformers_replies_are_identical_with_and_without_reuse(tiny_judge_folder: Path) -> None:
+    with_reuse = _replies(tiny_judge_folder, True, batch_size=3)
+    without = _replies(tiny_judge_folder, False, batch_size=3)
+    assert with_reuse == without
+    judge = Judge.from_pretrained(tiny_judge_folder, retries=0, max_new_tokens=16)
+    assert [id for id, _ in with_reuse] == [r.id for r in _requests(judge)]  # the caller's order
+    assert len({tuple(replies) for _, replies in with_reuse}) == len(with_reuse)  # every prompt its own reply
+
+
+def test_transformers_groups_by_input_and_aspect(tiny_judge_folder: Path) -> None:
+    """The plan reads one prefix per (input, aspect): each run's prefix holds its own aspect and input,
+    and every member's prompt starts with it."""
+    from spanjudge.inference.backends.base import ChatRequest
+    from spanjudge.inference.judge_conversation import judge_messages
+
+    judge = Judge.from_pretrained(tiny_judge_folder, retries=0, max_new_tokens=16, batch_size=3)
+    backend = judge.backend
+    requests = _requests(judge)
+    calls = [ChatRequest.user(judge_messages(request)[0]["content"]) for request in requests]
+    plan = backend._plan(calls, list(range(len(calls))))
+    runs = [(prefix, [i for batch in batches for i in batch]) for prefix, batches in plan if batches]
+    shared = [(prefix, members) for prefix, members in runs if prefix is not None]
+    assert len(shared) == 4 and all(len(members) == len(OUTPUTS) for _, members in shared)
+    for prefix, members in shared:
+        assert {requests[i].id.rsplit("-", 1)[0] for i in members} == {requests[members[0]].id.rsplit("-", 1)[0]}
+        text = backend.tokenizer.decode(prefix.ids)
+        assert requests[members[0]].aspect.definition[:60] in text and ARTICLES[requests[members[0]].id[0]][:40] in text
+        assert all(backend._prompt_ids(calls[i])[: len(prefix.ids)] == prefix.ids for i in members)
+    assert [members for prefix, members in runs if prefix is None] == [
+        [requests.index(next(r for r in requests if r.id == "alone"))]
+    ]
+    judge.close()
+
+
+@pytest.mark.slow
+def test_llama_cpp_replies_are_identical_with_and_without_reuse() -> None:
+    gguf = smollm2_gguf()
+    engine = {"engine": "llamacpp", "engine_options": {"gguf": str(gguf), "n_ctx": 2048, "n_threads": 1}}
+    folder = convert_gguf(gguf)
+    shape = (2, ("coherence",))  # 2 inputs x 2 outputs and the one alone: a real 135M model on one thread
+    with_reuse = _replies(folder, True, *shape, **engine)
+    without = _replies(folder, False, *shape, **engine)
+    assert with_reuse == without
+    assert [id for id, _ in with_reuse] == ["a-coherence-0", "b-coherence-0", "alone", "a-coherence-1", "b-coherence-1"]
