@@ -22,7 +22,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.judge_records import qags_xsum_records  # noqa: E402
 from report_files import machine, write_report  # noqa: E402
 from score_throughput import measure  # noqa: E402
 
@@ -30,6 +29,7 @@ from spanjudge.core.paths import data_dir  # noqa: E402
 from spanjudge.inference.hf_models import convert_gguf  # noqa: E402
 from spanjudge.inference.judge import Judge  # noqa: E402
 from spanjudge.inference.llamacpp import smollm2_gguf  # noqa: E402
+from tests.support.judge_records import qags_xsum_records  # noqa: E402
 
 MAX_NEW_TOKENS = 160
 

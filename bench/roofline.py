@@ -46,3 +46,23 @@ def lora_training_flops_per_token(forward: float, gradient_checkpointing: bool) 
     again; the frozen base needs no weight gradients, the adapters' are under 1 % here), and with
     gradient checkpointing the forward once more: 3× or 2× the forward."""
     return forward * (3 if gradient_checkpointing else 2)
+
+
+def model_shape(folder: str) -> dict[str, Any]:
+    """A transformers model's weights multiplied per token (every parameter but an untied input
+    embedding, a lookup), layers and width, counted on the meta device (no weights loaded)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    parameters = sum(p.numel() for p in model.parameters())  # tied weights are counted once
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    embedding = model.get_input_embeddings().weight.numel()
+    return {
+        "parameters": parameters,
+        "matmul_parameters": parameters if tied else parameters - embedding,
+        "layers": config.num_hidden_layers,
+        "hidden": config.hidden_size,
+    }

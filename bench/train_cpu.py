@@ -25,11 +25,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.judge_records import summeval_records  # noqa: E402
 from report_files import machine, write_report  # noqa: E402
+from roofline import forward_flops_per_token, lora_training_flops_per_token, machine_limits, model_shape  # noqa: E402
 
 from spanjudge.core.paths import data_dir  # noqa: E402
+from spanjudge.inference.hf_models import local_folder, resolve_model_source  # noqa: E402
+from tests.support.judge_records import summeval_records  # noqa: E402
 
+PER_DEVICE_BATCH, ACCUMULATION = 2, 2
 VARIANTS = {
     "defaults (gradient checkpointing on)": ["training.gradient_checkpointing=true"],
     "gradient checkpointing off": ["training.gradient_checkpointing=false"],
@@ -93,14 +96,30 @@ def main() -> None:
             }
             print(name, results[name]["median_tokens_per_second"], "tok/s", flush=True)
 
+    import torch
+
+    limits = machine_limits(torch.bfloat16)  # the smoke config's bf16 autocast: its matmuls run in bf16
+    shape = model_shape(local_folder(resolve_model_source("@smollm2")))
+    for name, result in results.items():
+        run = result["runs"][0]
+        mean_tokens = run["input_tokens_seen"] / (args.steps * PER_DEVICE_BATCH * ACCUMULATION)
+        forward = forward_flops_per_token(
+            shape["matmul_parameters"], shape["layers"], shape["hidden"], int(mean_tokens)
+        )
+        per_token = lora_training_flops_per_token(forward, "training.gradient_checkpointing=true" in VARIANTS[name])
+        result["flops_per_token"] = per_token
+        result["achieved_flops_per_s"] = per_token * result["median_tokens_per_second"]
+        result["peak_fraction"] = result["achieved_flops_per_s"] / limits["matmul_flops_per_s"]
     base = results["defaults (gradient checkpointing on)"]["median_tokens_per_second"]
     payload = {
         "machine": machine(),
         "model": "SmolLM2-135M-Instruct (fp32 weights, bf16 autocast), LoRA r16 on all projections",
         "data": f"{args.records} SummEval judge examples, max_length 2048",
         "steps": args.steps,
-        "per_device_batch": 2,
-        "accumulation": 2,
+        "per_device_batch": PER_DEVICE_BATCH,
+        "accumulation": ACCUMULATION,
+        "limits": limits,
+        "model_shape": shape,
         "results": results,
     }
     lines = [
@@ -110,12 +129,21 @@ def main() -> None:
         "2 × 2 sequences, one process. Medians of "
         f"{args.repeats} run(s) per variant, all measured in the same invocation.",
         "",
-        "| variant | tokens/s | vs defaults | peak RSS (MiB) |",
-        "|---|---:|---:|---:|",
+        f"Roofline: bf16 matmul peak measured in this run {limits['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s "
+        "(torch, n=2048, every core). Training FLOPs per token = 2× the forward's (forward + the backward's input "
+        "gradients; the frozen base needs no weight gradients), 3× with gradient checkpointing (the forward again); "
+        "the forward's = 2·P + 2·L·d·T (P the weights multiplied per token, L layers, d width, T the mean "
+        "example's tokens).",
+        "",
+        "| variant | tokens/s | vs defaults | GFLOP/s | of bf16 peak | peak RSS (MiB) |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name, result in results.items():
         tps = result["median_tokens_per_second"]
-        lines.append(f"| {name} | {tps:.1f} | {tps / base:.2f}× | {result['median_peak_rss_mib']:.0f} |")
+        lines.append(
+            f"| {name} | {tps:.1f} | {tps / base:.2f}× | {result['achieved_flops_per_s'] / 1e9:.1f} | "
+            f"{result['peak_fraction']:.0%} | {result['median_peak_rss_mib']:.0f} |"
+        )
     write_report(args.out, payload, lines)
 
 

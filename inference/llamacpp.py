@@ -216,7 +216,9 @@ class LlamaCppProbabilities:
             model_path=str(gguf), lora_path=str(lora) if lora else None, n_ctx=n_ctx, logits_all=True,
             n_threads=n_threads or max(1, os.cpu_count() or 1), verbose=False,
         )  # fmt: skip
-        self.reader = LlamaCppProbabilityReader(self.llm, self.tokenizer, end)
+        # the cache keeps the last reading: the next prompt reads only what it does not share with it (the
+        # judge sends the outputs of one input one after another, so all but the output is shared)
+        self.reader = LlamaCppProbabilityReader(self.llm, self.tokenizer, end, keep_cache=True)
 
     def read_probabilities(self, request: Any, evaluation: Any) -> Any:
         """`ReplyProbabilities` along `evaluation` after the request's (templated) prompt."""

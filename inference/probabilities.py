@@ -209,7 +209,9 @@ class ProbabilityReader(_ChoiceReader):
 
     `end_ids`: the tokens that end the judge's turn (eos, Gemma's `<end_of_turn>`).
     `cache_budget_bytes`: how much memory the copies of the prompt's KV cache may take in one
-    forward pass over alternatives (fewer alternatives a pass on a long prompt; same results)."""
+    forward pass over alternatives (fewer alternatives a pass on a long prompt; same results).
+    `reuse_prefix`: keep the last reading's KV cache, so the next prompt reads only the tokens it does
+    not share with the last one (the judge reads the outputs of one input one after another)."""
 
     def __init__(
         self,
@@ -218,6 +220,7 @@ class ProbabilityReader(_ChoiceReader):
         end_ids: Collection[int],
         max_errors: int = 8,
         cache_budget_bytes: int = CACHE_BUDGET_BYTES,
+        reuse_prefix: bool = False,
     ) -> None:
         import torch
 
@@ -228,6 +231,8 @@ class ProbabilityReader(_ChoiceReader):
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         # transformers 5 names the cache argument `cache`; 4.x `past_key_values`
         self._cache_argument = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+        self.reuse_prefix = reuse_prefix
+        self._held: tuple[list[int], Any] | None = None  # the last reading's tokens and KV cache
 
     def _choice_log_probs(
         self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],
@@ -238,12 +243,17 @@ class ProbabilityReader(_ChoiceReader):
         whose KV cache each choice's alternatives reuse."""
         with self._torch.inference_mode():
             keep = sorted({len(prompt_ids) + start - 1 for start, _ in branches})
+            written = [*prompt_ids, *reply]
+            read, past = self._held_prefix(written, len(prompt_ids))
             output = self.model(
-                input_ids=self._torch.tensor([[*prompt_ids, *reply]], device=self.model.device),
+                input_ids=self._torch.tensor([written[read:]], device=self.model.device),
                 use_cache=True,
-                logits_to_keep=self._torch.tensor(keep, device=self.model.device),
+                logits_to_keep=self._torch.tensor([k - read for k in keep], device=self.model.device),
+                **({self._cache_argument: past} if past is not None else {}),
             )
             cache = output["cache"] if "cache" in output else output["past_key_values"]  # transformers 5, 4.x
+            if self.reuse_prefix:
+                self._held = (written, cache)  # the alternatives below read copies of it
             first = {
                 position: row for position, row in zip(keep, output.logits[0].float().log_softmax(-1), strict=True)
             }
@@ -251,6 +261,25 @@ class ProbabilityReader(_ChoiceReader):
                 self._alternative_log_probs(prompt_ids, start, tails, first, cache, end)
                 for (start, tails), end in zip(branches, ends, strict=True)
             ]
+
+    def _held_prefix(self, written: list[int], prompt_length: int) -> tuple[int, Any]:
+        """How many leading tokens of `written` the last reading's cache holds (at most the prompt's but
+        its last token, whose row is computed fresh) and a copy of that cache cut back to them; (0, None)
+        when nothing is shared or reuse is off."""
+        if self._held is None:
+            return 0, None
+        from .backends.prefix import shared_length
+
+        held, cache = self._held
+        read = min(shared_length(held, written), prompt_length - 1)
+        if read <= 0:
+            return 0, None
+        past = copy.deepcopy(cache)
+        try:
+            past.crop(read - past.get_seq_length())  # negative: the tokens to drop
+        except (RuntimeError, ValueError):  # a sliding window past its size cannot be cut back: read it whole
+            return 0, None
+        return read, past
 
     def _alternative_log_probs(
         self,
@@ -304,9 +333,10 @@ class LlamaCppProbabilityReader(_ChoiceReader):
     ) -> None:
         super().__init__(tokenizer, end_ids, max_errors)
         self.llm = llm
-        # keep the prompt the model already holds (it has just written a reply to it): its KV cache is reused
-        # and the reply is evaluated again, since the logits generation left behind may be a sampler's
-        # (a grammar masks them in place) and the reading is of the model's own distribution
+        # keep what the model already holds (the prompt it has just written a reply to, or the last reading):
+        # the tokens it shares with this prompt are not read again; the reply is evaluated again, since the
+        # logits generation left behind may be a sampler's (a grammar masks them in place) and the reading is
+        # of the model's own distribution
         self.keep_cache = keep_cache
 
     def _log_softmax_rows(self, first: int, count: int) -> Any:

@@ -271,7 +271,7 @@ class TransformersBackend(Backend):
         from ..probabilities import ProbabilityReader
 
         if self._reader is None:
-            self._reader = ProbabilityReader(self.model, self.tokenizer, self._end_ids)
+            self._reader = ProbabilityReader(self.model, self.tokenizer, self._end_ids, reuse_prefix=self.reuse_prefix)
         return self._reader.read(self._prompt_ids(request), evaluation)
 
     def close(self) -> None:

@@ -123,6 +123,30 @@ def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, 
     )
 
 
+def test_a_reader_reusing_the_last_prompt_reads_what_a_fresh_one_reads(tiny: tuple[Any, Any]) -> None:
+    """With `reuse_prefix`, the next prompt reads only what it does not share with the last reading's
+    tokens (the cache cut back to them); the readings equal those of a reader starting afresh."""
+    model, tokenizer = tiny
+    article = "Article: The cat sat on the mat while the dog slept by the door all afternoon. "
+    prompts = [tokenizer(article + f"Summary: {s}")["input_ids"] for s in ("A cat sat.", "A dog sat on a hat.")]
+    evaluation = parse_judge(TWO_ERRORS)
+    assert isinstance(evaluation, Evaluation)
+    end = {tokenizer.eos_token_id}
+    reusing = ProbabilityReader(model, tokenizer, end, reuse_prefix=True)
+    readings = [reusing.read(prompt, evaluation) for prompt in [*prompts, prompts[0]]]  # A, B (shares), A again
+    assert reusing._held is not None and reusing._held[0][: len(prompts[0])] == prompts[0]
+    for prompt, reading in zip([*prompts, prompts[0]], readings, strict=True):
+        fresh = ProbabilityReader(model, tokenizer, end).read(prompt, evaluation)
+        assert reading.expected_errors == pytest.approx(fresh.expected_errors, abs=1e-5)
+        assert list(reading.score_distribution.values()) == pytest.approx(
+            list(fresh.score_distribution.values()), abs=1e-5
+        )
+        assert [e.expected_severity for e in reading.errors] == pytest.approx(
+            [e.expected_severity for e in fresh.errors], abs=1e-5
+        )
+    assert readings[0].expected_score != pytest.approx(readings[1].expected_score, abs=1e-6)  # the prompts differ
+
+
 # -- two engines, one model -------------------------------------------------------------------
 
 
