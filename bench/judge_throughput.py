@@ -163,7 +163,7 @@ def transformers_rates(adapter: Path, prompt_tokens: int = 1024, steps: int = 64
         with torch.inference_mode():
             prefill = prompt_tokens / median_seconds(lambda: model(input_ids=ids), repeats=3)
             decode = {}
-            for batch in (1, BATCH):
+            for batch in (1, BATCH, 2 * BATCH):
                 short = torch.randint(100, 20000, (batch, 32))
 
                 def run(short: Any = short) -> Any:
@@ -256,6 +256,7 @@ def main() -> None:
     parser.add_argument("--articles", type=int, default=2, help="SummEval articles of summeval16 (16 outputs each)")
     parser.add_argument("--tables", type=int, default=4, help="quintd-1 wikidata tables of quintd4 (4 outputs each)")
     parser.add_argument("--workloads", nargs="+", default=["summeval16", "quintd4", "metaeval"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[8, 16], help="transformers batch sizes")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "judge_throughput")
     args = parser.parse_args()
     threads = os.cpu_count() or 1
@@ -266,14 +267,25 @@ def main() -> None:
         base_folder = Path(local_folder(resolve_model_source(recorded_base(adapter))))
         lora = adapter_to_gguf(adapter, json.loads((base_folder / "config.json").read_text()), scratch / "lora.gguf")
         gguf = smollm2_gguf()
-        engines: dict[str, Callable[[bool], Judge]] = {
-            "transformers": lambda reuse: Judge.from_pretrained(
-                adapter, batch_size=BATCH, reuse_prefix=reuse, retries=0, max_new_tokens=MAX_NEW_TOKENS),
-            "llamacpp": lambda reuse: Judge.from_pretrained(
-                adapter, engine="llamacpp", reuse_prefix=reuse, retries=0, max_new_tokens=MAX_NEW_TOKENS,
-                engine_options={"gguf": str(gguf), "lora": str(lora), "n_threads": threads, "n_ctx": 4096}),
-        }  # fmt: skip
-        probe = engines["transformers"](True)
+
+        def transformers(batch: int) -> Callable[[bool], Judge]:
+            return lambda reuse: Judge.from_pretrained(
+                adapter, batch_size=batch, reuse_prefix=reuse, retries=0, max_new_tokens=MAX_NEW_TOKENS
+            )
+
+        def llamacpp(reuse: bool) -> Judge:
+            return Judge.from_pretrained(
+                adapter,
+                engine="llamacpp",
+                reuse_prefix=reuse,
+                retries=0,
+                max_new_tokens=MAX_NEW_TOKENS,
+                engine_options={"gguf": str(gguf), "lora": str(lora), "n_threads": threads, "n_ctx": 4096},
+            )
+
+        # (engine, batch, the judge with or without reuse): llama.cpp in process runs one sequence at a time
+        engines = [*(("transformers", b, transformers(b)) for b in args.batches), ("llamacpp", 1, llamacpp)]
+        probe = transformers(BATCH)(True)
         assert probe.tokenizer is not None
         tokenizer = probe.tokenizer
         work = {
@@ -286,20 +298,11 @@ def main() -> None:
             prompts = [encode_prompt(tokenizer, judge_chat_prompt(tokenizer, r)) for r in requests]
             loop_wall, _, loop_generated = plain_loop(adapter, requests)
             measured = [("transformers-loop", False, 1, loop_wall, None, loop_generated)]
-            for engine, make in engines.items():
+            for engine, batch, make in engines:
                 without: list[str] | None = None
                 for reuse in (False, True):
                     wall, replies, generated = judged(lambda make=make, reuse=reuse: make(reuse), requests)
-                    measured.append(
-                        (
-                            engine,
-                            reuse,
-                            BATCH if engine == "transformers" else 1,
-                            wall,
-                            without == replies if reuse else None,
-                            generated,
-                        )
-                    )
+                    measured.append((engine, reuse, batch, wall, without == replies if reuse else None, generated))
                     without = replies
             for engine, reuse, batch, wall, identical, generated in measured:
                 read = prefill_tokens(prompts, engine, reuse, batch)
@@ -334,8 +337,8 @@ def main() -> None:
         "machine": machine(threads),
         "model": "SmolLM2-135M-Instruct + LoRA judge "
         "(transformers: fp32 dequantized base; llamacpp: Q4_1 GGUF + GGUF LoRA)",
-        "settings": {"max_new_tokens": MAX_NEW_TOKENS, "batch": BATCH, "retries": 0, "greedy": True, "threads": threads,
-                     "articles": args.articles, "tables": args.tables},
+        "settings": {"max_new_tokens": MAX_NEW_TOKENS, "batches": args.batches, "retries": 0, "greedy": True,
+                     "threads": threads, "articles": args.articles, "tables": args.tables},
         "rows": rows,
         "limits": limits,
         "model_shape": model,
