@@ -41,7 +41,7 @@ from roofline import forward_flops_per_token, machine_limits, median_seconds  # 
 from score_throughput import train_adapter  # noqa: E402
 
 from spanjudge.core.paths import data_dir  # noqa: E402
-from spanjudge.inference.backends.prefix import prefix_runs, shared_length  # noqa: E402
+from spanjudge.inference.backends.prefix import prefix_batches, shared_length  # noqa: E402
 from spanjudge.inference.chat import encode_prompt  # noqa: E402
 from spanjudge.inference.export import adapter_to_gguf  # noqa: E402
 from spanjudge.inference.hf_models import local_folder, resolve_model_source  # noqa: E402
@@ -139,13 +139,20 @@ def judged(make: Callable[[], Judge], requests: list[JudgeRequest]) -> tuple[flo
 
 def prefill_tokens(prompts: list[list[int]], engine: str, reuse: bool, batch: int) -> int:
     """Prompt tokens the engine reads: every token without reuse; with it, as the engine plans it
-    (transformers: each run's prefix once; llama.cpp: what a prompt does not share with the one before)."""
+    (transformers: each batch's prefixes once, none for a batch reading the same ones as the batch
+    before; llama.cpp: what a prompt does not share with the one before)."""
     if not reuse:
         return sum(len(p) for p in prompts)
     if engine == "llamacpp":
         ordered = sorted(prompts)
         return sum(len(p) - min(shared_length(p, q), len(p) - 1) for p, q in zip(ordered, [[], *ordered], strict=False))
-    return sum(run.length + sum(len(prompts[i]) - run.length for i in run.members) for run in prefix_runs(prompts))
+    read = 0
+    for plan in prefix_batches(prompts, batch):
+        read += 0 if plan.same_prefixes else sum(run.length for run in plan.runs)
+        read += sum(
+            len(prompts[m]) - plan.runs[r].length for m, r in zip(plan.members, plan.run_of_member, strict=True)
+        )
+    return read
 
 
 # -- the roofline -----------------------------------------------------------------------------

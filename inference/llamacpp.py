@@ -8,6 +8,7 @@ Tests, the demo and CPU users serve real models this way; any OpenAI-compatible 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import os
 import signal
@@ -142,6 +143,7 @@ class LlamaCppServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group, so stop() reaches workers too
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -228,3 +230,13 @@ class LlamaCppProbabilities:
 
     def close(self) -> None:
         self.llm.close()
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent() -> None:
+    """In the server's process before it runs (Linux): the kernel sends it SIGTERM when the thread that
+    started it ends, so a run killed with SIGKILL (no `stop()`, no atexit) leaves no server behind."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

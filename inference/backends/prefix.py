@@ -33,6 +33,19 @@ class PrefixRun:
     members: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class PrefixBatch:
+    """Prompts generated together (`members`, indices), each after the prefix of its run (`runs`, one
+    per member, in the batch's order of first appearance). A prompt alone is its own run, its prefix
+    all of it but the last token. `same_prefixes`: the batch before read exactly these prefixes, so
+    their cache is reused rather than read again (a run longer than a batch)."""
+
+    members: tuple[int, ...]
+    runs: tuple[PrefixRun, ...]
+    run_of_member: tuple[int, ...]  # for each member, its run's position in `runs`
+    same_prefixes: bool
+
+
 def shared_length(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens `a` and `b` have in common."""
     n = 0
@@ -67,3 +80,33 @@ def prefix_runs(prompts: Sequence[Sequence[int]]) -> list[PrefixRun]:
         runs.append([index])
         lengths.append(0)
     return [PrefixRun(length, tuple(members)) for length, members in zip(lengths, runs, strict=True)]
+
+
+def prefix_batches(prompts: Sequence[Sequence[int]], batch_size: int) -> list[PrefixBatch]:
+    """The prompts in batches of at most `batch_size`, each batch with the prefixes it reads first.
+
+    Runs are packed whole into a batch while they fit, so several inputs share one batch (quintd's 4
+    outputs per table fill a batch of 16 with 4 tables); a run longer than a batch fills batches of its
+    own, which read its prefix once (`same_prefixes`)."""
+    runs = [
+        run if run.length else PrefixRun(len(prompts[run.members[0]]) - 1, run.members)  # alone: all but one token
+        for run in prefix_runs(prompts)
+    ]
+    cut: list[list[tuple[int, PrefixRun]]] = [[]]
+    for run in runs:
+        members = list(run.members)
+        if cut[-1] and len(cut[-1]) + len(members) > batch_size and len(members) <= batch_size:
+            cut.append([])  # a run that fits a batch stays whole
+        for member in members:
+            if len(cut[-1]) == batch_size:
+                cut.append([])
+            cut[-1].append((member, run))
+    batches: list[PrefixBatch] = []
+    for rows in cut:
+        if not rows:
+            continue
+        order = list(dict.fromkeys(run for _, run in rows))
+        same = bool(batches) and tuple(order) == batches[-1].runs
+        members = tuple(member for member, _ in rows)
+        batches.append(PrefixBatch(members, tuple(order), tuple(order.index(run) for _, run in rows), same))
+    return batches

@@ -5,11 +5,12 @@ arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of ou
 
 - `batch_size` (default 8): requests generated together, left-padded;
 - `reuse_prefix` (default True): requests whose prompts share a prefix (every output of one input:
-  the task, the aspect and the input come first) are generated together after that prefix's KV
-  cache, computed once per group (`prefix.prefix_runs`; transformers' `DynamicCache`, copied and
-  repeated over the batch). Each row of such a batch is the prefix, then left padding, then its
-  own tokens, so positions (from the attention mask) are those of the row alone. Greedy replies
-  are those of the same engine without reuse (tested);
+  the task, the aspect and the input come first) are batched together, and each batch first reads
+  its distinct prefixes once, one row each, into a KV cache (transformers' `DynamicCache`) whose
+  rows are then repeated to the members (`batch_select_indices`); whole groups are packed into a
+  batch while they fit (`prefix.prefix_batches`). Each row is its prefix, padding, then its own
+  tokens, and positions come from the attention mask, so they are those of the row alone. Greedy
+  replies are those of the same engine without reuse (tested);
 - `trust_remote_code` (default False): runs code shipped with the model, so only on request;
 - `gguf_file`: load a GGUF file inside the `spec.model` folder; transformers (with the
   `gguf` package) dequantizes it to dense weights;
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from ..chat import render_chat, turn_end_ids
@@ -55,7 +56,7 @@ from .base import (
     ResultCallback,
     SamplingParams,
 )
-from .prefix import prefix_runs
+from .prefix import PrefixBatch, prefix_batches
 from .server import short
 from .spec import BackendSpec, flag
 
@@ -134,54 +135,63 @@ class TransformersBackend(Backend):
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
         results: list[CallResult | None] = [None] * len(requests)
         for group in _groups(requests):
-            for prefix, batches in self._plan(requests, group):
-                for batch in batches:
-                    for index, result in zip(batch, self._run_batch([requests[i] for i in batch], prefix), strict=True):
-                        results[index] = result
-                        if on_result is not None:
-                            on_result(index, result)
-                if prefix is not None:
-                    prefix.cache = None  # its run is done: its memory goes before the next prefix's
+            held: Any = None  # the last batch's prefix cache, for a batch that reads the same prefixes
+            for batch, plan in self._plan(requests, group):
+                calls = [requests[i] for i in batch]
+                if plan is None:
+                    outcome = self._run_batch(calls, lambda calls=calls: self._generate_tokens(calls))
+                else:
+                    if not plan.same_prefixes:
+                        held = None
+                    outcome, held = self._run_after_prefixes(calls, plan, held)
+                for index, result in zip(batch, outcome, strict=True):
+                    results[index] = result
+                    if on_result is not None:
+                        on_result(index, result)
         return cast("list[CallResult]", results)  # every batch filled its slots
 
-    def _plan(self, requests: Sequence[ChatRequest], group: list[int]) -> list[tuple[_Prefix | None, list[list[int]]]]:
-        """The runs of one group of requests (same decoding parameters): each run's batches and the
-        shared prefix they are generated after (None: read whole). Without reuse, the group in order."""
+    def _plan(self, requests: Sequence[ChatRequest], group: list[int]) -> list[tuple[list[int], PrefixBatch | None]]:
+        """The batches of one group of requests (same decoding parameters), each with the prefixes it
+        reads first (`prefix.prefix_batches`); without reuse, the group in order, each prompt read whole."""
         if not self.reuse_prefix:
-            return [(None, self._cut(group))]
+            return [(group[i : i + self.batch_size], None) for i in range(0, len(group), self.batch_size)]
         ids = [self._prompt_ids(requests[index]) for index in group]
-        alone: list[int] = []
-        planned: list[tuple[_Prefix | None, list[list[int]]]] = []
-        for run in prefix_runs(ids):
-            members = [group[i] for i in run.members]
-            if run.length == 0:
-                alone.extend(members)
-            else:
-                planned.append((_Prefix(ids[run.members[0]][: run.length]), self._cut(members)))
-        return [*planned, (None, self._cut(alone))]
+        return [([group[i] for i in plan.members], plan) for plan in prefix_batches(ids, self.batch_size)]
 
-    def _cut(self, indices: list[int]) -> list[list[int]]:
-        return [indices[i : i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
+    def _run_after_prefixes(
+        self, batch: list[ChatRequest], plan: PrefixBatch, held: Any
+    ) -> tuple[list[CallResult], Any]:
+        """The batch generated after its prefixes' KV cache (`held` when the batch before read the
+        same prefixes, else read now), and that cache for the next batch."""
+        if held is None:
+            try:
+                held = self._read_prefixes(batch, plan)
+            except Exception as error:  # e.g. out of memory: the batch fails, the run goes on
+                return self._failed(batch, error), None
+        return self._run_batch(batch, lambda: self._generate_after_prefixes(batch, plan, held)), held
 
     def _prompt_ids(self, request: ChatRequest) -> list[int]:
         prompt = render_chat(self.tokenizer, [message.model_dump() for message in request.messages])
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
-    def _run_batch(self, batch: list[ChatRequest], prefix: _Prefix | None = None) -> list[CallResult]:
+    def _run_batch(
+        self, batch: list[ChatRequest], generation: Callable[[], tuple[list[list[int]], list[int]]]
+    ) -> list[CallResult]:
         started = time.perf_counter()
         try:
-            if prefix is None:
-                rows, prompt_lengths = self._generate_tokens(batch)
-            else:
-                rows, prompt_lengths = self._generate_after_prefix(batch, prefix)
+            rows, prompt_lengths = generation()
         except Exception as error:  # e.g. out of memory: the batch fails, the run goes on
-            reason = f"generation failed: {type(error).__name__}: {short(error)}"
-            return [CallFailure(reason=reason, kind="other", attempts=1) for _ in batch]
+            return self._failed(batch, error)
         seconds = time.perf_counter() - started  # one batch: each request reports the batch's wall time
         return [
             self._completion(tokens, prompt_length, request.params, seconds)
             for tokens, prompt_length, request in zip(rows, prompt_lengths, batch, strict=True)
         ]
+
+    @staticmethod
+    def _failed(batch: list[ChatRequest], error: Exception) -> list[CallResult]:
+        reason = f"generation failed: {type(error).__name__}: {short(error)}"
+        return [CallFailure(reason=reason, kind="other", attempts=1) for _ in batch]
 
     def _generate_tokens(self, batch: list[ChatRequest]) -> tuple[list[list[int]], list[int]]:
         """New token ids of each request (padding included) and each prompt's length."""
@@ -192,23 +202,43 @@ class TransformersBackend(Backend):
         encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         return self._generate(batch[0].params, encoded.to(self.model.device), None)
 
-    def _generate_after_prefix(self, batch: list[ChatRequest], prefix: _Prefix) -> tuple[list[list[int]], list[int]]:
-        """As `_generate_tokens`, reading the batch's shared prefix from its KV cache: each row is the
-        prefix, left padding, then the row's own tokens, with the attention mask saying which is which."""
-        torch = self._torch
-        if prefix.cache is None:  # once per prefix: later batches of its run reuse it
-            from transformers import DynamicCache
+    def _read_prefixes(self, batch: list[ChatRequest], plan: PrefixBatch) -> Any:
+        """The KV cache of the batch's prefixes, one row each, read in one left-padded forward pass
+        (positions from the attention mask, as `generate` counts them)."""
+        from transformers import DynamicCache
 
-            prefix.cache = DynamicCache(config=self.model.config)
-            with torch.inference_mode():
-                self.model(input_ids=torch.tensor([prefix.ids], device=self.model.device), cache=prefix.cache)
-        own = [self._prompt_ids(request)[len(prefix.ids) :] for request in batch]
-        width = max(len(tokens) for tokens in own)
+        torch = self._torch
+        firsts = [batch[plan.run_of_member.index(r)] for r in range(len(plan.runs))]
+        prefixes = [self._prompt_ids(request)[: run.length] for request, run in zip(firsts, plan.runs, strict=True)]
+        width = max(len(prefix) for prefix in prefixes)
         pad = self.tokenizer.pad_token_id
-        rows = [prefix.ids + [pad] * (width - len(tokens)) + tokens for tokens in own]
-        masks = [[1] * len(prefix.ids) + [0] * (width - len(tokens)) + [1] * len(tokens) for tokens in own]
-        cache = copy.deepcopy(prefix.cache)
-        cache.batch_repeat_interleave(len(batch))
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prefixes], device=self.model.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prefixes], device=self.model.device)
+        cache = DynamicCache(config=self.model.config)
+        with torch.inference_mode():
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache)
+        return cache
+
+    def _generate_after_prefixes(
+        self, batch: list[ChatRequest], plan: PrefixBatch, held: Any
+    ) -> tuple[list[list[int]], list[int]]:
+        """As `_generate_tokens`, reading each member's prefix from `held` (a row per prefix, repeated to
+        the members): each row is its prefix (left-padded to the longest), padding, then its own tokens."""
+        torch = self._torch
+        prompts = [self._prompt_ids(request) for request in batch]
+        lengths = [plan.runs[r].length for r in plan.run_of_member]
+        width = max(run.length for run in plan.runs)
+        own = [prompt[length:] for prompt, length in zip(prompts, lengths, strict=True)]
+        tail = max(len(tokens) for tokens in own)
+        pad = self.tokenizer.pad_token_id
+        rows, masks = [], []
+        for prompt, length, tokens in zip(prompts, lengths, own, strict=True):
+            gap, space = width - length, tail - len(tokens)
+            rows.append([pad] * gap + prompt[:length] + [pad] * space + tokens)
+            masks.append([0] * gap + [1] * length + [0] * space + [1] * len(tokens))
+        cache = copy.deepcopy(held)
+        cache.batch_select_indices(torch.tensor(plan.run_of_member, device=self.model.device))
         encoded = {
             "input_ids": torch.tensor(rows, device=self.model.device),
             "attention_mask": torch.tensor(masks, device=self.model.device),
@@ -290,14 +320,6 @@ def _decoding(params: SamplingParams) -> dict[str, Any]:
     if params.temperature == 0:
         return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
     return {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": None}
-
-
-class _Prefix:
-    """A shared prompt prefix and, once computed, its KV cache."""
-
-    def __init__(self, ids: list[int]) -> None:
-        self.ids = ids
-        self.cache: Any = None
 
 
 def _groups(requests: Sequence[ChatRequest]) -> list[list[int]]:

@@ -183,3 +183,38 @@ def test_vllm_offline_batch_on_gpu(smollm2_path: Path, tmp_path: Path) -> None:
         results = backend.generate(requests)
     assert len(_texts(results)) == 4
     assert all(isinstance(r, Completion) and r.finish_reason in {"stop", "length"} for r in results)
+
+
+def test_a_server_dies_with_the_process_that_started_it(smollm2_path: Path) -> None:
+    """A run killed with SIGKILL cannot call `stop()`: the server must not outlive it (it would hold a
+    core and a port until someone kills it by hand)."""
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys, time\n"
+        "from spanjudge.inference.llamacpp import LlamaCppServer\n"
+        "server = LlamaCppServer(sys.argv[1], alias='orphan', n_ctx=512, n_threads=1).start()\n"
+        "print(server.process.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script, str(smollm2_path)], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    server_pid = int(parent.stdout.readline())
+    assert _running(server_pid)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while _running(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _running(server_pid), f"llama.cpp server {server_pid} outlived the process that started it"
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a container's PID 1 may never reap the orphan)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"

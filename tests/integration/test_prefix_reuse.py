@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from spanjudge.inference.backends.prefix import MIN_TOKENS, prefix_runs, shared_length
+from spanjudge.inference.backends.prefix import MIN_TOKENS, prefix_batches, prefix_runs, shared_length
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.llamacpp import smollm2_gguf
@@ -45,6 +45,20 @@ def test_runs_follow_the_tokens_and_stop_where_prompts_part() -> None:
     assert run.length == 39  # each member keeps one token of its own to read
     assert prefix_runs([[1] * 10 + [2], [1] * 10 + [3]])[0].length == 0  # under MIN_TOKENS
     assert shared_length([1, 2, 3], [1, 2, 4]) == 2 and MIN_TOKENS > 10
+
+
+def test_batches_pack_whole_runs_and_read_a_long_run_once() -> None:
+    tables = [[t] * 40 + [t, 100 + n] for t in range(1, 4) for n in range(4)]  # 3 inputs x 4 outputs
+    batches = prefix_batches(tables, 8)
+    assert [len(b.members) for b in batches] == [8, 4]  # two runs of 4, then the third: never a run cut in two
+    assert [len(b.runs) for b in batches] == [2, 1] and not any(b.same_prefixes for b in batches)
+    article = [[7] * 50 + [200 + n] for n in range(16)]  # one input, 16 outputs: a run longer than a batch
+    long = prefix_batches(article, 8)
+    assert [len(b.members) for b in long] == [8, 8] and [b.same_prefixes for b in long] == [False, True]
+    alone = prefix_batches([[1, 2, 3], [9] * 30], 8)
+    assert sorted(run.length for run in alone[0].runs) == [2, 29]  # alone: all but its last token
+    everyone = sorted(m for b in batches for m in b.members)
+    assert everyone == list(range(12))
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +98,10 @@ def _replies(folder: Path, reuse: bool, *shape: Any, **engine: Any) -> list[tupl
         judge.close()
 
 
-def test_transformers_replies_are_identical_with_and_without_reuse(tiny_judge_folder: Path) -> None:
-    with_reuse = _replies(tiny_judge_folder, True, batch_size=3)
-    without = _replies(tiny_judge_folder, False, batch_size=3)
+@pytest.mark.parametrize("batch_size", [3, 8], ids=["runs-cut-across-batches", "runs-packed-into-a-batch"])
+def test_transformers_replies_are_identical_with_and_without_reuse(tiny_judge_folder: Path, batch_size: int) -> None:
+    with_reuse = _replies(tiny_judge_folder, True, batch_size=batch_size)
+    without = _replies(tiny_judge_folder, False, batch_size=batch_size)
     assert with_reuse == without
     judge = Judge.from_pretrained(tiny_judge_folder, retries=0, max_new_tokens=16)
     assert [id for id, _ in with_reuse] == [r.id for r in _requests(judge)]  # the caller's order
@@ -95,26 +110,30 @@ def test_transformers_replies_are_identical_with_and_without_reuse(tiny_judge_fo
 
 def test_transformers_groups_by_input_and_aspect(tiny_judge_folder: Path) -> None:
     """The plan reads one prefix per (input, aspect): each run's prefix holds its own aspect and input,
-    and every member's prompt starts with it."""
+    every member's prompt starts with it, and whole runs share a batch while they fit."""
     from spanjudge.inference.backends.base import ChatRequest
     from spanjudge.inference.judge_conversation import judge_messages
 
-    judge = Judge.from_pretrained(tiny_judge_folder, retries=0, max_new_tokens=16, batch_size=3)
+    judge = Judge.from_pretrained(tiny_judge_folder, retries=0, max_new_tokens=16, batch_size=8)
     backend = judge.backend
     requests = _requests(judge)
     calls = [ChatRequest.user(judge_messages(request)[0]["content"]) for request in requests]
     plan = backend._plan(calls, list(range(len(calls))))
-    runs = [(prefix, [i for batch in batches for i in batch]) for prefix, batches in plan if batches]
-    shared = [(prefix, members) for prefix, members in runs if prefix is not None]
-    assert len(shared) == 4 and all(len(members) == len(OUTPUTS) for _, members in shared)
-    for prefix, members in shared:
+    assert [len(batch) for batch, _ in plan] == [8, 8, 1]  # two runs of 4 a batch; the one alone last
+    runs = {}
+    for batch, prefixes in plan:
+        for index, r in zip(batch, prefixes.run_of_member, strict=True):
+            runs.setdefault(prefixes.runs[r], []).append(index)
+    shared = {run: members for run, members in runs.items() if len(members) > 1}
+    assert len(shared) == 4 and all(len(members) == len(OUTPUTS) for members in shared.values())
+    for run, members in shared.items():
         assert {requests[i].id.rsplit("-", 1)[0] for i in members} == {requests[members[0]].id.rsplit("-", 1)[0]}
-        text = backend.tokenizer.decode(prefix.ids)
+        prefix = backend._prompt_ids(calls[members[0]])[: run.length]
+        text = backend.tokenizer.decode(prefix)
         assert requests[members[0]].aspect.definition[:60] in text and ARTICLES[requests[members[0]].id[0]][:40] in text
-        assert all(backend._prompt_ids(calls[i])[: len(prefix.ids)] == prefix.ids for i in members)
-    assert [members for prefix, members in runs if prefix is None] == [
-        [requests.index(next(r for r in requests if r.id == "alone"))]
-    ]
+        assert all(backend._prompt_ids(calls[i])[: run.length] == prefix for i in members)
+    (alone,) = (members for members in runs.values() if len(members) == 1)
+    assert [requests[i].id for i in alone] == ["alone"]
     judge.close()
 
 
