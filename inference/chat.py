@@ -46,3 +46,13 @@ def turn_end_ids(tokenizer: Any) -> set[int]:
 def judge_end_ids(tokenizer: Any) -> set[int]:
     """The tokens that end a judge's reply: the tokenizer's eos and the chat template's turn end."""
     return {tokenizer.eos_token_id, *turn_end_ids(tokenizer)} - {None}
+
+
+def shared_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two token sequences (encoded prompts, replies) have in common."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -35,6 +35,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .chat import shared_length
 from .contract import Evaluation
 from .contract.render import (
     BLOCK_SEPARATOR,
@@ -142,16 +143,6 @@ def _normalised(log_probabilities: Sequence[float]) -> list[float]:
     return [weight / total for weight in weights]
 
 
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
-    """The length of the common start of two token sequences."""
-    length = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        length += 1
-    return length
-
-
 def alternatives_per_pass(row_bytes: float, budget_bytes: int) -> int:
     """How many alternatives one forward pass takes: each copies a prompt cache of `row_bytes`."""
     return max(1, min(_BATCH, int(budget_bytes // max(1.0, row_bytes))))
@@ -194,7 +185,7 @@ class _ChoiceReader:
     def _branch(self, choice: _Choice, text: str, reply: Sequence[int]) -> tuple[int, list[list[int]]]:
         """(the reply token where the alternatives part, each alternative's tokens from there)."""
         sequences = [self._ids(text[: choice.at] + alternative) for alternative in choice.alternatives]
-        start = min(_common(sequence, reply) for sequence in sequences)
+        start = min(shared_length(sequence, reply) for sequence in sequences)
         return start, [sequence[start:] for sequence in sequences]
 
     def _choice_log_probs(
@@ -268,8 +259,6 @@ class ProbabilityReader(_ChoiceReader):
         when nothing is shared or reuse is off."""
         if self._held is None:
             return 0, None
-        from .backends.prefix import shared_length
-
         held, cache = self._held
         read = min(shared_length(held, written), prompt_length - 1)
         if read <= 0:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..chat import shared_length
+
 # a prefix worth a cache of its own covers at least this share of the shorter prompt and this many
 # tokens: below it (prompts of one task that share only its instructions) a run would save little
 # and cut the batches into small ones
@@ -44,16 +46,6 @@ class PrefixBatch:
     runs: tuple[PrefixRun, ...]
     run_of_member: tuple[int, ...]  # for each member, its run's position in `runs`
     same_prefixes: bool
-
-
-def shared_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens `a` and `b` have in common."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def prefix_runs(prompts: Sequence[Sequence[int]]) -> list[PrefixRun]:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from spanjudge.inference.backends.prefix import MIN_TOKENS, prefix_batches, prefix_runs, shared_length
+from spanjudge.inference.backends.prefix import MIN_TOKENS, prefix_batches, prefix_runs
+from spanjudge.inference.chat import shared_length
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.llamacpp import smollm2_gguf
