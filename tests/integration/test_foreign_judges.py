@@ -238,7 +238,8 @@ def test_lm_eval_samples_are_scored(serve, tmp_path: Path, tokenizer_folder: Pat
     assert code == 0
     results = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["id"], r["output"]) for r in results] == [("0", "A cat sat."), ("1", "It rained.")]
-    assert "The cat sat on the mat." in stand_in.bodies[0]["prompt"]
+    # sent in prompt order (prefix reuse), so the article is in one of the prompts, not the first
+    assert any("The cat sat on the mat." in body["prompt"] for body in stand_in.bodies)
     # the raw generation instead of the filtered one; one document under two filters keeps two ids
     two = tmp_path / "two_filters.jsonl"
     two.write_text("".join(json.dumps(_lm_eval_sample(0, "Doc.", "Out.", f)) + "\n" for f in ("strict", "flex")))
@@ -273,7 +274,8 @@ def test_plain_text_files_are_scored_line_by_line(serve, tmp_path: Path, tokeniz
     assert code == 0
     results = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["id"], r["output"]) for r in results] == [("1", "A cat sat."), ("2", "It rained in May.")]
-    assert "The cat sat on the mat." in stand_in.bodies[0]["prompt"]
+    # sent in prompt order (prefix reuse), so the article is in one of the prompts, not the first
+    assert any("The cat sat on the mat." in body["prompt"] for body in stand_in.bodies)
 
 
 @pytest.mark.parametrize(

@@ -148,3 +148,15 @@ def test_llama_cpp_replies_are_identical_with_and_without_reuse() -> None:
     without = _replies(folder, False, *shape, **engine)
     assert with_reuse == without
     assert [id for id, _ in with_reuse] == ["a-coherence-0", "b-coherence-0", "alone", "a-coherence-1", "b-coherence-1"]
+
+
+@pytest.mark.slow
+def test_a_served_judge_gets_its_requests_in_prefix_order_and_replies_do_not_change(smollm2_server: Any) -> None:
+    """engine openai: the judge sends the outputs of one input one after another (llama.cpp's server then
+    reads only what a prompt does not share with the one before); replies and their order are unchanged."""
+    engine = {"engine": "openai", "base_url": smollm2_server.base_url, "served_model": "smollm2"}
+    folder = convert_gguf(smollm2_gguf())
+    shape = (2, ("coherence",))
+    with_reuse = _replies(folder, True, *shape, **engine)
+    assert with_reuse == _replies(folder, False, *shape, **engine)
+    assert [id for id, _ in with_reuse] == ["a-coherence-0", "b-coherence-0", "alone", "a-coherence-1", "b-coherence-1"]
