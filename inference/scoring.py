@@ -199,19 +199,18 @@ def _drop_to_score_again(out: Path, done: dict[str, Any], wanted: set[str], unsc
     return {i: found for i, found in done.items() if i not in again}
 
 
-def _in_data_order(out: Path, requests: Sequence[Any]) -> None:
-    """Rewrite the results file (atomically) in the data's order. Rows are appended as they finish, in
-    the order the judge sends them (by prompt, so outputs of one input share its prefix); a finished run
-    reads like its input. A killed run keeps the order it had, and the next run sorts it."""
+def _in_data_order(out: Path, rows: list[dict[str, Any]], requests: Sequence[Any]) -> list[dict[str, Any]]:
+    """The results file's `rows` in the data's order, and the file rewritten (atomically) when they were not.
+    Rows are appended as they finish, in the order the judge sends them (by prompt, so outputs of one input
+    share its prefix); a finished run reads like its input. A killed run keeps the order it had, and the next
+    run sorts it."""
     from spanjudge.core.fileio import atomic_write_jsonl
 
-    from .score_data import read_results
-
     position = {str(request.id): i for i, request in enumerate(requests)}
-    rows = read_results(out)
     ordered = sorted(rows, key=lambda row: position.get(str(row["id"]), len(position)))  # others keep their order
     if ordered != rows:
         atomic_write_jsonl(out, ordered)
+    return ordered
 
 
 def _judge_todo(
@@ -288,10 +287,11 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
             write_run_info(out, run_info("score", {**asdict(s), "prompt_template": template_used}, seed=None))
         console.print(f"{len(requests)} rows; {len(requests) - len(todo)} already scored in {out}; {len(todo)} to go")
         failed = _judge_todo(s, store, todo, keys, catalog, template, engine_options, console) if todo else 0
+        rows = read_results(out)
         if todo:
-            _in_data_order(out, requests)
+            rows = _in_data_order(out, rows, requests)
         wanted = {r.id for r in requests}
-        rows = [row for row in read_results(out) if row["id"] in wanted]
+        rows = [row for row in rows if row["id"] in wanted]
         run = ScoreRun(out, rows, len(requests), len(requests) - len(todo), failed)
         if s.output_format == "html":
             from spanjudge.core.fileio import atomic_write_text

@@ -27,7 +27,7 @@ from typing import Any, cast
 from ..chat import encode_prompt, judge_end_ids, render_chat
 from .adapters import tokenizer_source
 from .base import Backend, BackendError, CallResult, ChatRequest, Completion, ResultCallback
-from .spec import BackendSpec, flag
+from .spec import BackendSpec
 
 
 class LlamaCppBackend(Backend):
@@ -47,7 +47,7 @@ class LlamaCppBackend(Backend):
         trust = bool(options.pop("trust_remote_code", False))
         n_ctx = int(options.pop("n_ctx", 4096))
         n_threads = int(options.pop("n_threads", max(1, os.cpu_count() or 1)))
-        self.reuse_prefix = flag(options.pop("reuse_prefix", True))
+        self.reuse_prefix = bool(options.pop("reuse_prefix", True))
         if options:
             raise BackendError(f"llamacpp model {spec.model!r}: unknown engine options {sorted(options)}")
         self.spec, self.model_id = spec, spec.model_id

@@ -86,10 +86,3 @@ def parse_engine_args(values: Iterable[str], option: str = "--engine-arg") -> di
     """'KEY=VALUE' strings as engine arguments (vLLM `LLM(...)`, transformers `from_pretrained`),
     each value read as YAML: max_model_len=8192 is an int, enforce_eager=true a bool."""
     return parse_settings(values, option, "max_model_len=8192")
-
-
-def flag(value: Any) -> bool:
-    """An engine option's yes/no (`--engine-arg reuse_prefix=false` arrives as a string)."""
-    if isinstance(value, str):
-        return value.strip().lower() not in {"0", "false", "no", "off"}
-    return bool(value)

@@ -58,7 +58,7 @@ from .base import (
 )
 from .prefix import PrefixBatch, prefix_batches
 from .server import short
-from .spec import BackendSpec, flag
+from .spec import BackendSpec
 
 DEFAULT_BATCH_SIZE = 8
 GRAMMAR_INSTALL_HINT = "option 'grammar' needs xgrammar: pip install 'spanjudge[constrained]'"
@@ -73,7 +73,7 @@ class TransformersBackend(Backend):
 
         options = dict(spec.options)
         self.batch_size = int(options.pop("batch_size", DEFAULT_BATCH_SIZE))
-        self.reuse_prefix = flag(options.pop("reuse_prefix", True))
+        self.reuse_prefix = bool(options.pop("reuse_prefix", True))
         if self.batch_size < 1:
             raise BackendError(f"transformers model {spec.model!r}: batch_size must be at least 1")
         shared: dict[str, Any] = {"trust_remote_code": bool(options.pop("trust_remote_code", False))}
@@ -136,39 +136,46 @@ class TransformersBackend(Backend):
         results: list[CallResult | None] = [None] * len(requests)
         for group in _groups(requests):
             held: Any = None  # the last batch's prefix cache, for a batch that reads the same prefixes
-            for batch, plan in self._plan(requests, group):
+            for batch, plan, prompts in self._plan(requests, group):
                 calls = [requests[i] for i in batch]
                 if plan is None:
                     outcome = self._run_batch(calls, lambda calls=calls: self._generate_tokens(calls))
                 else:
                     if not plan.same_prefixes:
                         held = None
-                    outcome, held = self._run_after_prefixes(calls, plan, held)
+                    outcome, held = self._run_after_prefixes(calls, prompts, plan, held)
                 for index, result in zip(batch, outcome, strict=True):
                     results[index] = result
                     if on_result is not None:
                         on_result(index, result)
         return cast("list[CallResult]", results)  # every batch filled its slots
 
-    def _plan(self, requests: Sequence[ChatRequest], group: list[int]) -> list[tuple[list[int], PrefixBatch | None]]:
+    def _plan(
+        self, requests: Sequence[ChatRequest], group: list[int]
+    ) -> list[tuple[list[int], PrefixBatch | None, list[list[int]]]]:
         """The batches of one group of requests (same decoding parameters), each with the prefixes it
-        reads first (`prefix.prefix_batches`); without reuse, the group in order, each prompt read whole."""
+        reads first (`prefix.prefix_batches`) and its members' prompt ids (encoded once, here); without
+        reuse, the group in order, each prompt read whole (and encoded by `_generate_tokens`)."""
         if not self.reuse_prefix:
-            return [(group[i : i + self.batch_size], None) for i in range(0, len(group), self.batch_size)]
+            return [(group[i : i + self.batch_size], None, []) for i in range(0, len(group), self.batch_size)]
         ids = [self._prompt_ids(requests[index]) for index in group]
-        return [([group[i] for i in plan.members], plan) for plan in prefix_batches(ids, self.batch_size)]
+        return [
+            ([group[i] for i in plan.members], plan, [ids[i] for i in plan.members])
+            for plan in prefix_batches(ids, self.batch_size)
+        ]
 
     def _run_after_prefixes(
-        self, batch: list[ChatRequest], plan: PrefixBatch, held: Any
+        self, batch: list[ChatRequest], prompts: list[list[int]], plan: PrefixBatch, held: Any
     ) -> tuple[list[CallResult], Any]:
-        """The batch generated after its prefixes' KV cache (`held` when the batch before read the
-        same prefixes, else read now), and that cache for the next batch."""
+        """The batch (its prompt ids `prompts`) generated after its prefixes' KV cache (`held` when the
+        batch before read the same prefixes, else read now), and that cache for the next batch."""
         if held is None:
             try:
-                held = self._read_prefixes(batch, plan)
+                held = self._read_prefixes(prompts, plan)
             except Exception as error:  # e.g. out of memory: the batch fails, the run goes on
                 return self._failed(batch, error), None
-        return self._run_batch(batch, lambda: self._generate_after_prefixes(batch, plan, held)), held
+        generation = lambda: self._generate_after_prefixes(batch[0].params, prompts, plan, held)  # noqa: E731
+        return self._run_batch(batch, generation), held
 
     def _prompt_ids(self, request: ChatRequest) -> list[int]:
         prompt = render_chat(self.tokenizer, [message.model_dump() for message in request.messages])
@@ -202,14 +209,14 @@ class TransformersBackend(Backend):
         encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         return self._generate(batch[0].params, encoded.to(self.model.device), None)
 
-    def _read_prefixes(self, batch: list[ChatRequest], plan: PrefixBatch) -> Any:
+    def _read_prefixes(self, prompts: list[list[int]], plan: PrefixBatch) -> Any:
         """The KV cache of the batch's prefixes, one row each, read in one left-padded forward pass
         (positions from the attention mask, as `generate` counts them)."""
         from transformers import DynamicCache
 
         torch = self._torch
-        firsts = [batch[plan.run_of_member.index(r)] for r in range(len(plan.runs))]
-        prefixes = [self._prompt_ids(request)[: run.length] for request, run in zip(firsts, plan.runs, strict=True)]
+        firsts = [prompts[plan.run_of_member.index(r)] for r in range(len(plan.runs))]
+        prefixes = [prompt[: run.length] for prompt, run in zip(firsts, plan.runs, strict=True)]
         width = max(len(prefix) for prefix in prefixes)
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prefixes], device=self.model.device)
@@ -221,12 +228,11 @@ class TransformersBackend(Backend):
         return cache
 
     def _generate_after_prefixes(
-        self, batch: list[ChatRequest], plan: PrefixBatch, held: Any
+        self, params: SamplingParams, prompts: list[list[int]], plan: PrefixBatch, held: Any
     ) -> tuple[list[list[int]], list[int]]:
         """As `_generate_tokens`, reading each member's prefix from `held` (a row per prefix, repeated to
         the members): each row is its prefix (left-padded to the longest), padding, then its own tokens."""
         torch = self._torch
-        prompts = [self._prompt_ids(request) for request in batch]
         lengths = [plan.runs[r].length for r in plan.run_of_member]
         width = max(run.length for run in plan.runs)
         own = [prompt[length:] for prompt, length in zip(prompts, lengths, strict=True)]
@@ -243,7 +249,7 @@ class TransformersBackend(Backend):
             "input_ids": torch.tensor(rows, device=self.model.device),
             "attention_mask": torch.tensor(masks, device=self.model.device),
         }
-        return self._generate(batch[0].params, encoded, cache)
+        return self._generate(params, encoded, cache)
 
     def _generate(self, params: SamplingParams, encoded: Any, cache: Any) -> tuple[list[list[int]], list[int]]:
         """`model.generate` on encoded rows (after `cache`, when given): each row's new token ids

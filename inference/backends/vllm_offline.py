@@ -33,7 +33,7 @@ from typing import Any
 from .adapters import lora_adapter
 from .base import Backend, BackendError, CallFailure, CallResult, ChatRequest, Completion, ResultCallback
 from .server import short
-from .spec import BackendSpec, flag
+from .spec import BackendSpec
 
 INSTALL_HINT = "vLLM is not installed: pip install 'spanjudge[vllm]' (needs a CUDA GPU)"
 STRUCTURED_OUTPUTS_HINT = "option 'grammar' needs vLLM's StructuredOutputsParams (vLLM >= 0.11): pip install -U vllm"
@@ -54,7 +54,7 @@ class VLLMBackend(Backend):
         self._vllm = vllm
         options = dict(spec.options)
         adapter = options.pop("adapter", None)
-        options.setdefault("enable_prefix_caching", flag(options.pop("reuse_prefix", True)))
+        options.setdefault("enable_prefix_caching", bool(options.pop("reuse_prefix", True)))
         self._grammar: str | None = options.pop("grammar", None)
         if self._grammar:
             _structured_outputs(self._grammar)  # fail now, not at the first batch, on an old vLLM

@@ -120,9 +120,9 @@ def test_transformers_groups_by_input_and_aspect(tiny_judge_folder: Path) -> Non
     requests = _requests(judge)
     calls = [ChatRequest.user(judge_messages(request)[0]["content"]) for request in requests]
     plan = backend._plan(calls, list(range(len(calls))))
-    assert [len(batch) for batch, _ in plan] == [8, 8, 1]  # two runs of 4 a batch; the one alone last
+    assert [len(batch) for batch, _, _ in plan] == [8, 8, 1]  # two runs of 4 a batch; the one alone last
     runs = {}
-    for batch, prefixes in plan:
+    for batch, prefixes, _ in plan:
         for index, r in zip(batch, prefixes.run_of_member, strict=True):
             runs.setdefault(prefixes.runs[r], []).append(index)
     shared = {run: members for run, members in runs.items() if len(members) > 1}
