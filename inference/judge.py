@@ -216,7 +216,11 @@ class Judge:
                 concurrency=o.concurrency,
                 timeout_s=o.timeout_s,
                 options=dict(o.engine_options or {}),
-                extra_body=server_grammar_fields(_contract_grammar(max_new_tokens)) if o.constrained else {},
+                extra_body={
+                    **(server_grammar_fields(_contract_grammar(max_new_tokens)) if o.constrained else {}),
+                    # llama.cpp's server reuses its slot's prompt cache unless told not to (vLLM, Ollama ignore it)
+                    **({} if o.reuse_prefix else {"cache_prompt": False}),
+                },
             )
             context = o.max_context
         else:

@@ -44,7 +44,8 @@ class JudgeOptions:
         True,
         help="Run the outputs of one input together and read their shared prompt prefix (task, aspect, input) "
         "once: transformers keeps its KV cache per group, llama.cpp its prompt cache, vLLM its prefix cache; a "
-        "server gets them in that order. Greedy replies do not change; off only to measure what it saves.",
+        "server gets them in that order (off: llama.cpp's server is sent cache_prompt false). Greedy replies do not "
+        "change; off only to measure what it saves.",
         flag="--reuse-prefix/--no-reuse-prefix",
     )
     max_context: int | None = option(None, help="Context length to fit prompts in (default: the model's).")

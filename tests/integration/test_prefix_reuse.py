@@ -150,6 +150,13 @@ def test_llama_cpp_replies_are_identical_with_and_without_reuse() -> None:
     assert [id for id, _ in with_reuse] == ["a-coherence-0", "b-coherence-0", "alone", "a-coherence-1", "b-coherence-1"]
 
 
+def test_a_served_judge_without_reuse_asks_llama_cpp_not_to_use_its_prompt_cache(tiny_judge_folder: Path) -> None:
+    served = {"engine": "openai", "base_url": "http://127.0.0.1:9/v1", "constrained": True}  # nothing is sent here
+    with_reuse = Judge.from_pretrained(tiny_judge_folder, **served).backend.spec.extra_body
+    without = Judge.from_pretrained(tiny_judge_folder, reuse_prefix=False, **served).backend.spec.extra_body
+    assert "cache_prompt" not in with_reuse and without == {**with_reuse, "cache_prompt": False}  # the grammar kept
+
+
 @pytest.mark.slow
 def test_a_served_judge_gets_its_requests_in_prefix_order_and_replies_do_not_change(smollm2_server: Any) -> None:
     """engine openai: the judge sends the outputs of one input one after another (llama.cpp's server then

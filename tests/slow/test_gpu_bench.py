@@ -41,12 +41,19 @@ def test_the_gpu_script_runs_end_to_end_at_tiny_shape_on_cpu(tmp_path: Path) -> 
     assert config["rope_parameters"]["rope_type"] == "llama3" and config["rope_parameters"]["factor"] == 8.0
     assert (tmp_path / "work/tiny/model/model.safetensors").is_file()
     assert not list((tmp_path / "work/tiny/model").glob("*.bin"))
-    assert [(row["engine"], row["batch"], row["items"]) for row in payload["judging"]] == [
-        ("transformers", 1, 1),
-        ("transformers", 2, 1),
+    judging = [(r["workload"], r["engine"], r["batch"], r["reuse"], r["items"]) for r in payload["judging"]]
+    assert judging == [
+        ("distinct", "transformers", 1, True, 1),
+        ("distinct", "transformers", 2, True, 1),
+        ("shared16", "transformers", 2, False, 16),  # SummEval's shape: 16 outputs of the article
+        ("shared16", "transformers", 2, True, 16),
     ]
+    # the reuse row is compared with the one without; the others have nothing to compare with
+    assert [r["identical_replies"] is None for r in payload["judging"]] == [True, True, True, False]
+    assert 0 <= payload["judging"][-1]["identical_replies"] <= 16 and payload["complete"] is True
     report = out.with_suffix(".md").read_text()
-    assert "| qlora-nf4 |" in report and "no GPU" in report and "| transformers | 2 |" in report
+    assert "| qlora-nf4 |" in report and "no GPU" in report and "| shared16 | transformers | 2 | on |" in report
+    assert "Incomplete" not in report
 
 
 def test_the_gpu_script_refuses_cuda_where_there_is_none(tmp_path: Path) -> None:
