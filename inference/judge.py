@@ -122,11 +122,12 @@ class Judge:
         probabilities: bool = False,
         samples: int = 0,
         probability_reader: ProbabilitySource | None = None,
-        reuse_prefix: bool = True,
+        reuse_prefix: bool | None = None,
     ) -> None:
         self.backend = backend
         # requests go to the backend ordered by prompt, so those sharing a prefix are adjacent (results
-        # come back in the caller's order): what lets a server's or engine's prefix cache hit
+        # come back in the caller's order): what lets a server's or engine's prefix cache hit. None is
+        # the engine's default (it decides whether it reads the prefix once); only False keeps the order.
         self.reuse_prefix = reuse_prefix
         if samples < 0:
             raise SpanjudgeError(f"samples must be 0 (none) or more, got {samples}")
@@ -219,7 +220,7 @@ class Judge:
                 extra_body={
                     **(server_grammar_fields(_contract_grammar(max_new_tokens)) if o.constrained else {}),
                     # llama.cpp's server reuses its slot's prompt cache unless told not to (vLLM, Ollama ignore it)
-                    **({} if o.reuse_prefix else {"cache_prompt": False}),
+                    **({"cache_prompt": False} if o.reuse_prefix is False else {}),
                 },
             )
             context = o.max_context
@@ -401,7 +402,7 @@ class Judge:
 
     def _in_prefix_order(self, prepared: Mapping[int, _Prepared], indices: list[int]) -> list[int]:
         """`indices` ordered by their prompts (those sharing a prefix adjacent), or as given without reuse."""
-        return sorted(indices, key=lambda index: prepared[index].prompt) if self.reuse_prefix else indices
+        return indices if self.reuse_prefix is False else sorted(indices, key=lambda index: prepared[index].prompt)
 
     def _settle_reply(
         self, item: _Prepared, replies: list[str], result: CallResult, attempt: int

@@ -40,12 +40,14 @@ class JudgeOptions:
         "retry is a whole generation).",
         min=0,
     )
-    reuse_prefix: bool = option(
-        True,
+    reuse_prefix: bool | None = option(
+        None,
         help="Run the outputs of one input together and read their shared prompt prefix (task, aspect, input) "
         "once: transformers keeps its KV cache per group, llama.cpp its prompt cache, vLLM its prefix cache; a "
-        "server gets them in that order (off: llama.cpp's server is sent cache_prompt false). Greedy replies do not "
-        "change; off only to measure what it saves.",
+        "server gets them in that order (off: llama.cpp's server is sent cache_prompt false). Default: on where "
+        "greedy replies stay identical (transformers in float32, llama.cpp, vLLM, servers); off for transformers in "
+        "bfloat16/float16, whose prefix, read in a pass of its own, rounds differently and can flip a near-tie "
+        "(bench/results/reuse_numerics.md): --reuse-prefix turns it on there.",
         flag="--reuse-prefix/--no-reuse-prefix",
     )
     max_context: int | None = option(None, help="Context length to fit prompts in (default: the model's).")

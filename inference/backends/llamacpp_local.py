@@ -4,7 +4,7 @@
 adapter folder's own tokenizer wins, as on transformers); `spec.options`:
 - `gguf` (required): the model's GGUF file; `lora`: a GGUF LoRA (`spanjudge export --gguf-lora`);
 - `n_ctx` (default 4096), `n_threads` (default: every core);
-- `reuse_prefix` (default True): requests run in the order of their token ids, so those sharing a
+- `reuse_prefix` (default on): requests run in the order of their token ids, so those sharing a
   prompt prefix (every output of one input) follow each other, and llama.cpp reads only what a
   prompt does not share with the one before (llama-cpp-python keeps the longest common prefix of
   its KV cache); false clears the cache before every request, to measure what reuse saves;
@@ -47,7 +47,9 @@ class LlamaCppBackend(Backend):
         trust = bool(options.pop("trust_remote_code", False))
         n_ctx = int(options.pop("n_ctx", 4096))
         n_threads = int(options.pop("n_threads", max(1, os.cpu_count() or 1)))
-        self.reuse_prefix = bool(options.pop("reuse_prefix", True))
+        self.reuse_prefix = (
+            options.pop("reuse_prefix", None) is not False
+        )  # on unless turned off: identical replies (judge_throughput)
         if options:
             raise BackendError(f"llamacpp model {spec.model!r}: unknown engine options {sorted(options)}")
         self.spec, self.model_id = spec, spec.model_id

@@ -4,13 +4,16 @@
 arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of our own:
 
 - `batch_size` (default 8): requests generated together, left-padded;
-- `reuse_prefix` (default True): requests whose prompts share a prefix (every output of one input:
+- `reuse_prefix` (default: on for float32 weights, off for bfloat16/float16 unless asked): requests
+  whose prompts share a prefix (every output of one input:
   the task, the aspect and the input come first) are batched together, and each batch first reads
   its distinct prefixes once, one row each, into a KV cache (transformers' `DynamicCache`) whose
   rows are then repeated to the members (`batch_select_indices`); whole groups are packed into a
   batch while they fit (`prefix.prefix_batches`). Each row is its prefix, padding, then its own
   tokens, and positions come from the attention mask, so they are those of the row alone. Greedy
-  replies are those of the same engine without reuse (tested);
+  replies are those of the same engine without reuse in float32 (tested; on CUDA too). In half
+  precision the prefix, read in a pass of its own, rounds differently, and a near-tie can flip
+  (bench/results/reuse_numerics.md), so there it is on only when asked;
 - `trust_remote_code` (default False): runs code shipped with the model, so only on request;
 - `gguf_file`: load a GGUF file inside the `spec.model` folder; transformers (with the
   `gguf` package) dequantizes it to dense weights;
@@ -73,7 +76,7 @@ class TransformersBackend(Backend):
 
         options = dict(spec.options)
         self.batch_size = int(options.pop("batch_size", DEFAULT_BATCH_SIZE))
-        self.reuse_prefix = bool(options.pop("reuse_prefix", True))
+        reuse_prefix = options.pop("reuse_prefix", None)
         if self.batch_size < 1:
             raise BackendError(f"transformers model {spec.model!r}: batch_size must be at least 1")
         shared: dict[str, Any] = {"trust_remote_code": bool(options.pop("trust_remote_code", False))}
@@ -104,6 +107,9 @@ class TransformersBackend(Backend):
 
             self.model = PeftModel.from_pretrained(self.model, adapter)
         self.model.eval()
+        # by default only where it is exact: float32 (a half-precision prefix read alone rounds differently)
+        weights = next(self.model.parameters()).dtype
+        self.reuse_prefix = bool(reuse_prefix) if reuse_prefix is not None else weights == torch.float32
         if "device_map" not in options and torch.cuda.is_available():
             self.model.to("cuda")
         self._torch = torch

@@ -14,7 +14,7 @@ sets `max_lora_rank`), and a Hub adapter is fetched with `huggingface_hub.snapsh
 so that vLLM gets a local folder, as vLLM's LoRA guide does. With `HF_HUB_OFFLINE=1` only
 adapters already in the Hub cache work; another is one line saying so.
 
-Option `reuse_prefix` (ours, default True): vLLM's automatic prefix caching
+Option `reuse_prefix` (ours, default on, as vLLM's own): vLLM's automatic prefix caching
 (`enable_prefix_caching`), so the outputs of one input, which the judge sends together, read
 their shared prompt prefix once.
 
@@ -54,7 +54,8 @@ class VLLMBackend(Backend):
         self._vllm = vllm
         options = dict(spec.options)
         adapter = options.pop("adapter", None)
-        options.setdefault("enable_prefix_caching", bool(options.pop("reuse_prefix", True)))
+        # vLLM's own default: its replies already depend on what runs beside them (continuous batching)
+        options.setdefault("enable_prefix_caching", options.pop("reuse_prefix", None) is not False)
         self._grammar: str | None = options.pop("grammar", None)
         if self._grammar:
             _structured_outputs(self._grammar)  # fail now, not at the first batch, on an old vLLM

@@ -109,6 +109,17 @@ def test_transformers_replies_are_identical_with_and_without_reuse(tiny_judge_fo
     assert len({tuple(replies) for _, replies in with_reuse}) == len(with_reuse)  # every prompt its own reply
 
 
+def test_transformers_reuses_by_default_only_where_replies_stay_identical(tiny_judge_folder: Path) -> None:
+    """float32: on; half precision rounds a prefix read alone differently (bench/results/reuse_numerics.md): off
+    unless asked."""
+
+    def reuse(**options: Any) -> bool:
+        return Judge.from_pretrained(tiny_judge_folder, retries=0, **options).backend.reuse_prefix
+
+    assert reuse(dtype="float32") is True and reuse(dtype="bfloat16") is False
+    assert reuse(dtype="bfloat16", reuse_prefix=True) is True and reuse(dtype="float32", reuse_prefix=False) is False
+
+
 def test_transformers_groups_by_input_and_aspect(tiny_judge_folder: Path) -> None:
     """The plan reads one prefix per (input, aspect): each run's prefix holds its own aspect and input,
     every member's prompt starts with it, and whole runs share a batch while they fit."""
