@@ -10,7 +10,19 @@ BIN="$ROOT/build/bin/llama-server"
 if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
 mkdir -p "$ROOT"
 PY="${PYTHON:-python3}"
-"$PY" -m pip download --quiet --no-deps --no-binary :all: -d "$ROOT/sdist" "llama-cpp-python==$VERSION" >&2
+# the sdist itself, found in PyPI's simple index: `pip download --no-binary` would build every
+# build dependency (cmake included) from source just to read the package's metadata
+mkdir -p "$ROOT/sdist"
+"$PY" - "$VERSION" "$ROOT/sdist" <<'PYTHON' >&2
+import re, sys, urllib.request
+version, folder = sys.argv[1], sys.argv[2]
+name = f"llama_cpp_python-{version}.tar.gz"
+with urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/", timeout=60) as reply:
+    url = re.search(rf'href="([^"#]*/{re.escape(name)})', reply.read().decode())
+if url is None:
+    sys.exit(f"{name} is not on PyPI's simple index")
+urllib.request.urlretrieve(url.group(1), f"{folder}/{name}")
+PYTHON
 tar -xzf "$ROOT"/sdist/llama_cpp_python-"$VERSION".tar.gz -C "$ROOT"
 SRC="$ROOT/llama_cpp_python-$VERSION/vendor/llama.cpp"
 cmake -S "$SRC" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON \

@@ -1,6 +1,7 @@
 """Judging throughput with prefix reuse, beside a plain generate loop and this machine's roofline (#31).
 
-    .venv/bin/python bench/judge_throughput.py [--adapter DIR] [--articles 2] [--tables 4]
+    .venv/bin/python bench/judge_throughput.py [--adapter DIR] [--articles 2] [--tables 4] \
+        [--llama-server $(bench/build_llama_server.sh)]
 
 One judge (a SmolLM2-135M-Instruct LoRA judge: `--adapter`, else the smoke judge is trained first,
 8 steps on QAGS-XSum), the same items and greedy decoding for every row:
@@ -8,8 +9,10 @@ One judge (a SmolLM2-135M-Instruct LoRA judge: `--adapter`, else the smoke judge
   `quintd4` (quintd-1 wikidata: the 4 systems' outputs of each of `--tables` tables) and `metaeval`
   (a meta-eval suite step: 4 summaries of one article on each of SummEval's 4 aspects);
 - engines: `transformers-loop` (a plain `generate` loop at batch 1, what OpeNLGauge's released inference
-  does), `transformers` at batch 8 and `llamacpp` (the same judge's Q4_1 GGUF and GGUF LoRA in process),
-  each without and with prefix reuse (`reuse_prefix`);
+  does), `transformers` at batch 8 and 16, `llamacpp` (the same judge's Q4_1 GGUF and GGUF LoRA in
+  process) and, given `--llama-server`, upstream `llama-server` with one slot (the same GGUF and LoRA,
+  served; without reuse the judge keeps the data's order and sends `cache_prompt: false`), each without
+  and with prefix reuse (`reuse_prefix`);
 - `identical_replies`: a reuse row's replies equal the same engine's without reuse;
 - the roofline: this machine's float32 matmul FLOP/s and memory bandwidth (torch), and each engine's
   prefill and decode tokens/s measured alone, as a fraction of the limit that binds them.
@@ -29,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
+from annotate_throughput import UpstreamServer  # noqa: E402
 from report_files import machine, write_report  # noqa: E402
 from roofline import forward_flops_per_token, machine_limits, median_seconds  # noqa: E402
 from score_throughput import train_adapter  # noqa: E402
@@ -124,17 +129,17 @@ def plain_loop(adapter: Path, requests: list[JudgeRequest]) -> tuple[float, list
     return time.perf_counter() - started, replies, generated
 
 
-def judged(make: Callable[[], Judge], requests: list[JudgeRequest]) -> tuple[float, list[str], list[int]]:
-    judge = make()
-    try:
+def judged(make: Callable[[ExitStack], Judge], requests: list[JudgeRequest]) -> tuple[float, list[str], list[int]]:
+    """The judge `make` builds (what it starts, a server, it leaves on the stack) scores the requests."""
+    with ExitStack() as stack:
+        judge = make(stack)
+        stack.callback(judge.close)
         started = time.perf_counter()
         results = judge.score(requests)
         wall = time.perf_counter() - started
         assert judge.tokenizer is not None
         replies = [r.raw_replies[-1] if r.raw_replies else "" for r in results]
         return wall, replies, [len(encode_prompt(judge.tokenizer, reply)) + 1 for reply in replies]
-    finally:
-        judge.close()
 
 
 def prefill_tokens(prompts: list[list[int]], engine: str, reuse: bool, batch: int) -> int:
@@ -143,7 +148,7 @@ def prefill_tokens(prompts: list[list[int]], engine: str, reuse: bool, batch: in
     before; llama.cpp: what a prompt does not share with the one before)."""
     if not reuse:
         return sum(len(p) for p in prompts)
-    if engine == "llamacpp":
+    if engine in ("llamacpp", "llama-server"):  # one sequence at a time: what it does not share with the last
         ordered = sorted(prompts)
         return sum(len(p) - min(shared_length(p, q), len(p) - 1) for p, q in zip(ordered, [[], *ordered], strict=False))
     read = 0
@@ -264,6 +269,12 @@ def main() -> None:
     parser.add_argument("--tables", type=int, default=4, help="quintd-1 wikidata tables of quintd4 (4 outputs each)")
     parser.add_argument("--workloads", nargs="+", default=["summeval16", "quintd4", "metaeval"])
     parser.add_argument("--batches", nargs="+", type=int, default=[8, 16], help="transformers batch sizes")
+    parser.add_argument(
+        "--llama-server",
+        type=Path,
+        default=os.environ.get("LLAMA_SERVER"),
+        help="upstream llama-server (bench/build_llama_server.sh); none: no llama-server rows",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "judge_throughput")
     args = parser.parse_args()
     threads = os.cpu_count() or 1
@@ -275,12 +286,22 @@ def main() -> None:
         lora = adapter_to_gguf(adapter, json.loads((base_folder / "config.json").read_text()), scratch / "lora.gguf")
         gguf = smollm2_gguf()
 
-        def transformers(batch: int) -> Callable[[bool], Judge]:
-            return lambda reuse: Judge.from_pretrained(
+        def transformers(batch: int) -> Callable[[bool, ExitStack], Judge]:
+            return lambda reuse, stack: Judge.from_pretrained(
                 adapter, batch_size=batch, reuse_prefix=reuse, retries=0, max_new_tokens=MAX_NEW_TOKENS
             )
 
-        def llamacpp(reuse: bool) -> Judge:
+        def llama_server(reuse: bool, stack: ExitStack) -> Judge:
+            """Upstream llama-server, one slot, a fresh one per row; without reuse the judge keeps the
+            data's order and sends cache_prompt false, so the slot reads every prompt whole."""
+            server = stack.enter_context(UpstreamServer(args.llama_server, slots=1, threads=threads, alias="judge",
+                                                        extra=("--lora", str(lora))))  # fmt: skip
+            return Judge.from_pretrained(
+                adapter, engine="openai", base_url=server.base_url, served_model="judge",
+                reuse_prefix=None if reuse else False, retries=0, max_new_tokens=MAX_NEW_TOKENS,
+            )  # fmt: skip
+
+        def llamacpp(reuse: bool, stack: ExitStack) -> Judge:
             return Judge.from_pretrained(
                 adapter,
                 engine="llamacpp",
@@ -292,7 +313,9 @@ def main() -> None:
 
         # (engine, batch, the judge with or without reuse): llama.cpp in process runs one sequence at a time
         engines = [*(("transformers", b, transformers(b)) for b in args.batches), ("llamacpp", 1, llamacpp)]
-        probe = transformers(BATCH)(True)
+        if args.llama_server:
+            engines.append(("llama-server", 1, llama_server))
+        probe = Judge.from_pretrained(adapter, retries=0)
         assert probe.tokenizer is not None
         tokenizer = probe.tokenizer
         work = {
@@ -308,7 +331,9 @@ def main() -> None:
             for engine, batch, make in engines:
                 without: list[str] | None = None
                 for reuse in (False, True):
-                    wall, replies, generated = judged(lambda make=make, reuse=reuse: make(reuse), requests)
+                    wall, replies, generated = judged(
+                        lambda stack, make=make, reuse=reuse: make(reuse, stack), requests
+                    )
                     measured.append((engine, reuse, batch, wall, without == replies if reuse else None, generated))
                     without = replies
             for engine, reuse, batch, wall, identical, generated in measured:

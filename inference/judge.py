@@ -58,6 +58,7 @@ from .contract.grammar import errors_within, judge_grammar, server_grammar_field
 from .hf_models import load_tokenizer, local_folder, resolve_model_source
 from .judge_conversation import JudgeRequest, judge_chat_prompt, judge_messages, stored_template
 from .judge_options import MAX_NEW_TOKENS, RETRIES, JudgeOptions, judge_options
+from .predictions import Predictions, predict
 from .probabilities import ReplyProbabilities
 from .prompts import PromptTemplate
 
@@ -275,6 +276,33 @@ class Judge:
         )
 
     # -- scoring ---------------------------------------------------------------------------
+
+    def predict(
+        self,
+        items: Sequence[Mapping[str, Any]],
+        *,
+        task: str,
+        aspect: str,
+        aspect_definition: str | None = None,
+        batch_size: int | None = None,
+    ) -> Predictions:
+        """Judge plain items (`{"input": ..., "output": ..., "reference": ...}`, or the task's input
+        headers): one `Prediction` per item (score, errors with offsets, unscored_reason) and the
+        system score; see `predictions` for how items name their texts. `batch_size`: this call's
+        batch size on an in-process engine (default: the judge's)."""
+        if batch_size is None:
+            return predict(self, items, task=task, aspect=aspect, aspect_definition=aspect_definition)
+        chosen = self.backend.batch_size
+        if chosen is None or batch_size < 1:
+            raise SpanjudgeError(
+                f"batch_size={batch_size}: a positive batch size, for an engine that batches in this process "
+                "(transformers; a server batches its own requests: see concurrency)"
+            )
+        self.backend.batch_size = batch_size
+        try:
+            return predict(self, items, task=task, aspect=aspect, aspect_definition=aspect_definition)
+        finally:
+            self.backend.batch_size = chosen
 
     def score(
         self,

@@ -74,7 +74,8 @@ def _rows(path: str, split: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
     yield from readers.get(suffix, iter_jsonl)(local)  # anything else is read as JSONL
 
 
-def _candidates(header: str) -> list[str]:
+def header_fields(header: str) -> list[str]:
+    """The fields a row may hold an input in: its header, lower-cased, snake_case ("dialogue_history")."""
     snake = header.lower().replace(" ", "_").replace("-", "_")
     return [header, header.lower(), snake]
 
@@ -143,7 +144,7 @@ def read_requests(
                 names = (
                     [mapping.inputs[spec.header]]
                     if mapping.inputs and spec.header in mapping.inputs
-                    else _candidates(spec.header)
+                    else header_fields(spec.header)
                 )
                 if spec.optional and all(_lookup(row, name) is _ABSENT for name in names):
                     continue

@@ -96,6 +96,7 @@ class Backend(ABC):
     """
 
     model_id: str
+    batch_size: int | None = None  # requests generated together, where this process batches them (transformers)
 
     @abstractmethod
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
