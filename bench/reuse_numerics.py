@@ -4,18 +4,23 @@ batched run already has).
 
     .venv/bin/python bench/reuse_numerics.py --adapter runs/.../student/adapter     # a trained judge
     .venv/bin/python bench/reuse_numerics.py --random-tiny                          # Llama 3.1's shape, tiny
+    .venv/bin/python bench/reuse_numerics.py --adapter DIR --dtypes --llama-server $(bench/build_llama_server.sh)
 
 Prefix reuse is exact arithmetic: the prefix's keys and values are those a full pass computes.
 But the prefix is read in a pass of its own, so its matrix products have other shapes, and in
 bfloat16 their rounding differs; where two tokens are nearly tied that flips a greedy choice.
 This measures how often it does, for a trained judge and for random weights (the worst case:
 every token nearly tied). Workloads are judge_throughput's (SummEval's 16 outputs per article,
-quintd-1's 4 per table, one meta-eval step). Results: bench/results/reuse_numerics[_cuda].{json,md}.
+quintd-1's 4 per table, one meta-eval step). With `--llama-server`, upstream llama-server too (the
+judge's Q4_1 GGUF and GGUF LoRA, one slot, a fresh server per row): its prompt cache (`cache_prompt`,
+its default) against `cache_prompt: false`. Results: bench/results/reuse_numerics[_cuda].{json,md}.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
 import tempfile
@@ -27,10 +32,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
+from annotate_throughput import UpstreamServer  # noqa: E402
 from judge_throughput import workloads  # noqa: E402
 from report_files import machine, write_report  # noqa: E402
 
-from spanjudge.inference.judge import Judge, JudgeRequest  # noqa: E402
+from spanjudge.inference.export import adapter_to_gguf  # noqa: E402
+from spanjudge.inference.hf_models import local_folder, resolve_model_source  # noqa: E402
+from spanjudge.inference.judge import Judge, JudgeRequest, recorded_base  # noqa: E402
 
 MAX_NEW_TOKENS = 128
 RUNS = ((16, False), (8, False), (16, True))  # (batch, reuse): the reference, the noise floor, reuse
@@ -62,6 +70,22 @@ def _common_length(a: str, b: str) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
+def served_replies(
+    adapter: Path, server_binary: Path, lora: Path, reuse: bool, requests: list[JudgeRequest]
+) -> tuple[list[str], float]:
+    with UpstreamServer(server_binary, slots=1, threads=os.cpu_count() or 1, alias="judge",
+                        extra=("--lora", str(lora))) as server:  # fmt: skip
+        judge = Judge.from_pretrained(
+            adapter, engine="openai", base_url=server.base_url, served_model="judge",
+            reuse_prefix=None if reuse else False, retries=0, max_new_tokens=MAX_NEW_TOKENS,
+        )  # fmt: skip
+        started = time.perf_counter()
+        results = judge.score(requests)
+        wall = time.perf_counter() - started
+        judge.close()
+    return [r.raw_replies[0] if r.raw_replies else "" for r in results], wall
+
+
 def compare(reference: list[str], other: list[str]) -> dict[str, Any]:
     shared = [_common_length(a, b) for a, b in zip(reference, other, strict=True)]
     changed = [length for length, a, b in zip(shared, reference, other, strict=True) if a != b]
@@ -79,7 +103,8 @@ def main() -> None:
     source.add_argument("--adapter", type=Path, help="a trained judge (a spanjudge adapter folder)")
     source.add_argument("--random-tiny", action="store_true", help="a random model of Llama 3.1's shape, tiny")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"], help="transformers' (none: skip)")
+    parser.add_argument("--llama-server", type=Path, help="upstream llama-server: its rows too (needs --adapter)")
     parser.add_argument("--workloads", nargs="+", default=["summeval16", "quintd4", "metaeval"])
     parser.add_argument("--out", type=Path, help="default: bench/results/reuse_numerics[_cuda]")
     args = parser.parse_args()
@@ -98,6 +123,17 @@ def main() -> None:
                     rows.append({"dtype": dtype, "workload": name, "batch": batch, "reuse": reuse,
                                  "wall_s": round(wall, 2), **compare(reference, written)})  # fmt: skip
                     print(rows[-1], flush=True)
+        if args.llama_server and args.adapter:
+            base = Path(local_folder(resolve_model_source(recorded_base(args.adapter))))
+            config = json.loads((base / "config.json").read_text())
+            lora = adapter_to_gguf(args.adapter, config, Path(scratch) / "lora.gguf")
+            for name, requests in work.items():
+                without, wall = served_replies(args.adapter, args.llama_server, lora, False, requests)
+                written, reuse_wall = served_replies(args.adapter, args.llama_server, lora, True, requests)
+                for reuse, got_replies, seconds in ((False, without, wall), (True, written, reuse_wall)):
+                    rows.append({"dtype": "Q4_1 GGUF (llama-server)", "workload": name, "batch": 1, "reuse": reuse,
+                                 "wall_s": round(seconds, 2), **compare(without, got_replies)})  # fmt: skip
+                    print(rows[-1], flush=True)
     payload = {
         "machine": machine() if args.device == "cpu" else args.device,
         "judge": "random-tiny" if args.random_tiny else str(args.adapter),
@@ -107,14 +143,15 @@ def main() -> None:
     lines = [
         "# Does prefix reuse change a greedy reply? (`bench/reuse_numerics.py`)",
         "",
-        f"Machine: {payload['machine']}. Judge: {payload['judge']}. Transformers engine, greedy, at most "
-        f"{MAX_NEW_TOKENS} new tokens; each row's replies against batch 16 without reuse.",
+        f"Machine: {payload['machine']}. Judge: {payload['judge']}. Greedy, at most {MAX_NEW_TOKENS} new tokens. "
+        "Transformers rows: each against batch 16 without reuse; llama-server rows: against the same server "
+        "without its prompt cache.",
         "",
         "| dtype | workload | batch | reuse | identical replies | a changed reply leaves at (chars, median) |",
         "|---|---|---:|---|---:|---:|",
     ]
     for r in rows:
-        if (r["batch"], r["reuse"]) == RUNS[0]:
+        if not r["reuse"] and r["batch"] in (1, RUNS[0][0]):  # a reference row: identical to itself
             continue
         at = "–" if r["changed_after_chars_median"] is None else f"{r['changed_after_chars_median']:.0f}"
         lines.append(f"| {r['dtype']} | {r['workload']} | {r['batch']} | {'on' if r['reuse'] else 'off'} | "
