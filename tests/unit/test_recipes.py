@@ -12,9 +12,12 @@ from support.layers import stage_package
 
 
 def _python(staged: Path, code: str) -> subprocess.CompletedProcess[str]:
-    """Run `code` with the staged copy as the `spanjudge` package."""
+    """Run `code` with the staged copy as the `spanjudge` package (from inside it: `python -c` puts the working
+    folder first on sys.path, and the repository's own spanjudge/ would win)."""
     env = {"PYTHONPATH": str(staged), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, cwd=staged
+    )
 
 
 TOY_BACKEND = '''
