@@ -142,6 +142,24 @@ def judged(make: Callable[[ExitStack], Judge], requests: list[JudgeRequest]) -> 
         return wall, replies, [len(encode_prompt(judge.tokenizer, reply)) + 1 for reply in replies]
 
 
+def gguf_lora(adapter: Path, out: Path) -> Path:
+    """The adapter as a GGUF LoRA (`out`) for llama.cpp's engines on the SmolLM2 GGUF base."""
+    base = Path(local_folder(resolve_model_source(recorded_base(adapter))))
+    return adapter_to_gguf(adapter, json.loads((base / "config.json").read_text()), out)
+
+
+def served_judge(stack: ExitStack, binary: Path, adapter: Path, lora: Path, reuse: bool) -> Judge:
+    """The judge on upstream llama-server (one slot, a fresh server, stopped with `stack`); without
+    reuse it keeps the data's order and sends cache_prompt false, so the slot reads every prompt whole."""
+    server = stack.enter_context(
+        UpstreamServer(binary, slots=1, threads=os.cpu_count() or 1, alias="judge", extra=("--lora", str(lora)))
+    )
+    return Judge.from_pretrained(
+        adapter, engine="openai", base_url=server.base_url, served_model="judge",
+        reuse_prefix=None if reuse else False, retries=0, max_new_tokens=MAX_NEW_TOKENS,
+    )  # fmt: skip
+
+
 def prefill_tokens(prompts: list[list[int]], engine: str, reuse: bool, batch: int) -> int:
     """Prompt tokens the engine reads: every token without reuse; with it, as the engine plans it
     (transformers: each batch's prefixes once, none for a batch reading the same ones as the batch
@@ -277,13 +295,14 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "judge_throughput")
     args = parser.parse_args()
+    if args.llama_server and not os.access(args.llama_server, os.X_OK):
+        parser.error(f"--llama-server {args.llama_server}: not an executable (build one: bench/build_llama_server.sh)")
     threads = os.cpu_count() or 1
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)
         adapter = args.adapter or train_adapter(scratch)
-        base_folder = Path(local_folder(resolve_model_source(recorded_base(adapter))))
-        lora = adapter_to_gguf(adapter, json.loads((base_folder / "config.json").read_text()), scratch / "lora.gguf")
+        lora = gguf_lora(adapter, scratch / "lora.gguf")
         gguf = smollm2_gguf()
 
         def transformers(batch: int) -> Callable[[bool, ExitStack], Judge]:
@@ -292,14 +311,7 @@ def main() -> None:
             )
 
         def llama_server(reuse: bool, stack: ExitStack) -> Judge:
-            """Upstream llama-server, one slot, a fresh one per row; without reuse the judge keeps the
-            data's order and sends cache_prompt false, so the slot reads every prompt whole."""
-            server = stack.enter_context(UpstreamServer(args.llama_server, slots=1, threads=threads, alias="judge",
-                                                        extra=("--lora", str(lora))))  # fmt: skip
-            return Judge.from_pretrained(
-                adapter, engine="openai", base_url=server.base_url, served_model="judge",
-                reuse_prefix=None if reuse else False, retries=0, max_new_tokens=MAX_NEW_TOKENS,
-            )  # fmt: skip
+            return served_judge(stack, args.llama_server, adapter, lora, reuse)
 
         def llamacpp(reuse: bool, stack: ExitStack) -> Judge:
             return Judge.from_pretrained(

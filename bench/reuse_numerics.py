@@ -19,12 +19,10 @@ its default) against `cache_prompt: false`. Results: bench/results/reuse_numeric
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +30,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
-from annotate_throughput import UpstreamServer  # noqa: E402
-from judge_throughput import workloads  # noqa: E402
+from judge_throughput import gguf_lora, judged, served_judge, workloads  # noqa: E402
 from report_files import machine, write_report  # noqa: E402
 
-from spanjudge.inference.export import adapter_to_gguf  # noqa: E402
-from spanjudge.inference.hf_models import local_folder, resolve_model_source  # noqa: E402
-from spanjudge.inference.judge import Judge, JudgeRequest, recorded_base  # noqa: E402
+from spanjudge.inference.judge import Judge  # noqa: E402
 
-MAX_NEW_TOKENS = 128
+MAX_NEW_TOKENS = 128  # judge_throughput's, whose judges (served_judge) this shares
 RUNS = ((16, False), (8, False), (16, True))  # (batch, reuse): the reference, the noise floor, reuse
 
 
@@ -53,37 +48,8 @@ def random_tiny_judge(folder: Path, device: str) -> Path:
     return folder
 
 
-def replies(
-    judge_path: Path, dtype: str, batch: int, reuse: bool, requests: list[JudgeRequest]
-) -> tuple[list[str], float]:
-    judge = Judge.from_pretrained(
-        judge_path, batch_size=batch, reuse_prefix=reuse, retries=0, max_new_tokens=MAX_NEW_TOKENS, dtype=dtype
-    )
-    started = time.perf_counter()
-    results = judge.score(requests)
-    wall = time.perf_counter() - started
-    judge.close()
-    return [r.raw_replies[0] if r.raw_replies else "" for r in results], wall
-
-
 def _common_length(a: str, b: str) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-
-
-def served_replies(
-    adapter: Path, server_binary: Path, lora: Path, reuse: bool, requests: list[JudgeRequest]
-) -> tuple[list[str], float]:
-    with UpstreamServer(server_binary, slots=1, threads=os.cpu_count() or 1, alias="judge",
-                        extra=("--lora", str(lora))) as server:  # fmt: skip
-        judge = Judge.from_pretrained(
-            adapter, engine="openai", base_url=server.base_url, served_model="judge",
-            reuse_prefix=None if reuse else False, retries=0, max_new_tokens=MAX_NEW_TOKENS,
-        )  # fmt: skip
-        started = time.perf_counter()
-        results = judge.score(requests)
-        wall = time.perf_counter() - started
-        judge.close()
-    return [r.raw_replies[0] if r.raw_replies else "" for r in results], wall
 
 
 def compare(reference: list[str], other: list[str]) -> dict[str, Any]:
@@ -108,6 +74,12 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", default=["summeval16", "quintd4", "metaeval"])
     parser.add_argument("--out", type=Path, help="default: bench/results/reuse_numerics[_cuda]")
     args = parser.parse_args()
+    if args.llama_server and not args.adapter:
+        parser.error("--llama-server serves a trained judge's GGUF LoRA: give --adapter, not --random-tiny")
+    if args.llama_server and not os.access(args.llama_server, os.X_OK):
+        parser.error(f"--llama-server {args.llama_server}: not an executable (build one: bench/build_llama_server.sh)")
+    if not args.dtypes and not args.llama_server:
+        parser.error("nothing to measure: give --dtypes, --llama-server or both")
     out = args.out or REPO / "bench" / "results" / ("reuse_numerics" + ("_cuda" if args.device == "cuda" else ""))
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -117,22 +89,34 @@ def main() -> None:
         probe.close()
         for dtype in args.dtypes:
             for name, requests in work.items():
-                got = {run: replies(judge_path, dtype, *run, requests) for run in RUNS}
-                reference = got[RUNS[0]][0]
-                for (batch, reuse), (written, wall) in got.items():
+                got = {
+                    (batch, reuse): judged(
+                        lambda stack, batch=batch, reuse=reuse, dtype=dtype: Judge.from_pretrained(
+                            judge_path, batch_size=batch, reuse_prefix=reuse, retries=0,
+                            max_new_tokens=MAX_NEW_TOKENS, dtype=dtype,
+                        ),
+                        requests,
+                    )
+                    for batch, reuse in RUNS
+                }  # fmt: skip
+                reference = got[RUNS[0]][1]
+                for (batch, reuse), (wall, written, _) in got.items():
                     rows.append({"dtype": dtype, "workload": name, "batch": batch, "reuse": reuse,
                                  "wall_s": round(wall, 2), **compare(reference, written)})  # fmt: skip
                     print(rows[-1], flush=True)
-        if args.llama_server and args.adapter:
-            base = Path(local_folder(resolve_model_source(recorded_base(args.adapter))))
-            config = json.loads((base / "config.json").read_text())
-            lora = adapter_to_gguf(args.adapter, config, Path(scratch) / "lora.gguf")
+        if args.llama_server:
+            lora = gguf_lora(args.adapter, Path(scratch) / "lora.gguf")
             for name, requests in work.items():
-                without, wall = served_replies(args.adapter, args.llama_server, lora, False, requests)
-                written, reuse_wall = served_replies(args.adapter, args.llama_server, lora, True, requests)
-                for reuse, got_replies, seconds in ((False, without, wall), (True, written, reuse_wall)):
+                served = {
+                    reuse: judged(
+                        lambda stack, reuse=reuse: served_judge(stack, args.llama_server, args.adapter, lora, reuse),
+                        requests,
+                    )
+                    for reuse in (False, True)
+                }
+                for reuse, (wall, written, _) in served.items():
                     rows.append({"dtype": "Q4_1 GGUF (llama-server)", "workload": name, "batch": 1, "reuse": reuse,
-                                 "wall_s": round(seconds, 2), **compare(without, got_replies)})  # fmt: skip
+                                 "wall_s": round(wall, 2), **compare(served[False][1], written)})  # fmt: skip
                     print(rows[-1], flush=True)
     payload = {
         "machine": machine() if args.device == "cpu" else args.device,

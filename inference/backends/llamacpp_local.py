@@ -47,9 +47,8 @@ class LlamaCppBackend(Backend):
         trust = bool(options.pop("trust_remote_code", False))
         n_ctx = int(options.pop("n_ctx", 4096))
         n_threads = int(options.pop("n_threads", max(1, os.cpu_count() or 1)))
-        self.reuse_prefix = (
-            options.pop("reuse_prefix", None) is not False
-        )  # on unless turned off: identical replies (judge_throughput)
+        # on unless turned off: its replies were identical with and without (bench/judge_throughput.py)
+        self.reuse_prefix = options.pop("reuse_prefix", None) is not False
         if options:
             raise BackendError(f"llamacpp model {spec.model!r}: unknown engine options {sorted(options)}")
         self.spec, self.model_id = spec, spec.model_id

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The distillation protocol's runs (issue #29), one after another; each is resumable: killing this
+# script and running it again finishes a run where it stopped (bench/distill_quintd.py keeps its
+# teacher import, student and judgments under runs/bench/distill_quintd/LABEL).
+#
+#   bench/distill_protocol.sh              # every run below, in order
+#   bench/distill_protocol.sh LABEL ...    # only these runs
+#
+# Choices are made on the dev split (tables 70-79); the test split (80-99) is judged once, for a
+# finished recipe only (--split test). Logs: runs/bench/distill_quintd/LABEL.log. Done so far (see
+# bench/results/distill_quintd.md): smollm2-wikidata-s42 on dev.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-.venv/bin/python}"
+NOTE="${NOTE:-protocol run}"
+RUNS=(
+  "smollm2-wikidata-s42 --recipe smollm2-wikidata --student smollm2 --train-seed 42 --probabilities"
+  "smollm2-wikidata-s1 --recipe smollm2-wikidata --student smollm2 --train-seed 1 --probabilities"
+  "smollm2-wikidata-s2 --recipe smollm2-wikidata --student smollm2 --train-seed 2 --probabilities"
+  "gemma3-wikidata-s42 --recipe gemma3-wikidata --student gemma3 --train-seed 42 --probabilities"
+)
+known=$(printf '%s\n' "${RUNS[@]%% *}")
+for wanted in "$@"; do
+  if ! grep -qx -- "$wanted" <<< "$known"; then
+    echo "distill_protocol: no run '$wanted'; the runs are: $(tr '\n' ' ' <<< "$known")" >&2
+    exit 2
+  fi
+done
+for run in "${RUNS[@]}"; do
+  read -r label options <<< "$run"
+  if [[ $# -gt 0 && ! " $* " =~ " $label " ]]; then continue; fi
+  mkdir -p runs/bench/distill_quintd
+  echo "[distill_protocol $(date +%T)] $label" >&2
+  # shellcheck disable=SC2086  # the options are words
+  if ! "$PYTHON" bench/distill_quintd.py --label "$label" $options --note "$NOTE" \
+      >> "runs/bench/distill_quintd/$label.log" 2>&1; then
+    echo "[distill_protocol] $label failed: see runs/bench/distill_quintd/$label.log" >&2
+  fi
+done
