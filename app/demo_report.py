@@ -21,18 +21,19 @@ from typing import Any
 
 from spanjudge.core.artifacts import read_adapter_metadata
 from spanjudge.core.jsonl import read_jsonl
-from spanjudge.inference.html_report import STYLE, legend, render_items
+from spanjudge.inference.html_report import HEAD, STYLE, legend, render_items
 
 SHOWN_RECORDS = 8  # annotated records shown with their spans (all are in annotate/train.jsonl)
 
 _EXTRA_STYLE = """
 body{max-width:72rem} h2{margin-top:2.2rem;border-bottom:2px solid #ddd;padding-bottom:.2rem}
 table{border-collapse:collapse;margin:.6rem 0;font-size:.88rem} th,td{border:1px solid #ccc;padding:.2rem .5rem}
+.wide{overflow-x:auto}
 th{background:#f3f3f3;text-align:left} td.num{text-align:right;font-variant-numeric:tabular-nums}
 img.plot{max-width:100%;border:1px solid #eee;margin:.4rem .4rem .4rem 0}
 .status-done{color:#070}.status-failed{color:#a00}.status-not-built{color:#a60}
 .note{background:#fff8e5;border-left:4px solid #e0b000;padding:.5rem .8rem}
-code{background:#f4f4f4;padding:0 .2rem;border-radius:3px}
+code{background:#f4f4f4;padding:0 .2rem;border-radius:3px;overflow-wrap:anywhere}
 """
 
 
@@ -137,7 +138,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequen
         + "</tr>"
         for row in rows
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _img(png: bytes, alt: str) -> str:
@@ -181,7 +182,7 @@ def markdown_html(text: str) -> str:
             body = [row for row in block[1:] if not all(set(cell) <= set("-: ") for cell in row)]
             head = "".join(f"<th>{_inline(cell)}</th>" for cell in block[0])
             rows = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in body)
-            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+            parts.append(f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')
         elif line.startswith("- "):
             items = []
             while index < len(lines) and lines[index].startswith("- "):
@@ -310,7 +311,7 @@ def _annotate_section(layout: DemoLayout) -> str:
         f"<h3>What the ensemble marked (supervisor-merged spans, {min(len(records), SHOWN_RECORDS)} of "
         f"{len(records)} records)</h3>{legend()}"
     )
-    parts.append(render_items([_record_row(r) for r in with_spans[:SHOWN_RECORDS]]))
+    parts.append(render_items([_record_row(r) for r in with_spans[:SHOWN_RECORDS]], prefix="annotated"))
     return "".join(parts)
 
 
@@ -345,17 +346,17 @@ def _score_section(layout: DemoLayout) -> str:
         "<h3>The untrained base, held to the contract's grammar</h3>"
         f"<p>{sum(r['evaluation']['score'] is not None for r in base)}/{len(base)} scored.</p>"
         + _reasons(base)
-        + render_items(base)
+        + render_items(base, prefix="base")
         if base
         else ""
     )
     return (
         f"<p>{len(rows)} held-out outputs (never trained on), {len(scored)} scored, {spans} error spans anchored "
-        f"to their output. Hover a highlighted span for its explanation; a fainter span is one the judge was "
+        f"to their output. Hover or Tab to a highlighted span for its explanation; a fainter span is one the judge was "
         f"less sure it would write (its confidence).</p>{legend()}"
         + _expected_values(scored)
         + _reasons(rows)
-        + render_items(rows)
+        + render_items(rows, prefix="judge")
         + base_part
     )
 
@@ -498,7 +499,7 @@ def render_report(
     ]
     body = "".join(f'<h2 id="{_slug(title)}">{_e(title)}</h2>{content}' for title, content in sections)
     return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>spanjudge demo report</title>'
+        f'<!doctype html><html lang="en"><head>{HEAD}<title>spanjudge demo report</title>'
         f"<style>{STYLE}{_EXTRA_STYLE}</style></head><body><h1>spanjudge demo report</h1>{body}</body></html>\n"
     )
 

@@ -16,6 +16,7 @@ import pytest
 from spanjudge.app.demo_config import load_demo_config
 from spanjudge.app.demo_report import DemoLayout, StepRecord, markdown_html, render_report
 from spanjudge.core.errors import ConfigError
+from tests.support.browser import PHONE, opened
 
 REPO = Path(__file__).resolve().parents[2]
 SPANJUDGE = str(Path(sys.executable).with_name("spanjudge"))
@@ -220,3 +221,23 @@ def test_report_shows_spans_tables_and_plots(tmp_path: Path, shared_data: Path) 
     assert "confidence 0.70" in page and 'style="opacity:0.80"' in page
     # the base's own evaluations (held to the grammar), not only its counts
     assert "The untrained base, held to the contract's grammar" in page and "<p>2/2 scored.</p>" in page
+
+    # the page as a reader opens it: every highlighted span of the judge's outputs at its
+    # characters, no request and no console error, readable at a phone's width
+    report = layout.out / "report.html"
+    report.write_text(page, encoding="utf-8")
+    judged = _jsonl_rows(layout.scores) + _jsonl_rows(layout.base_scores)
+    with opened(report) as desktop:
+        shown = [(s["text"], [(m["start"], m["end"]) for m in s["marks"]]) for s in desktop.spans()]
+        for row in judged:  # the same output may be shown twice (the judge's and the base's)
+            anchored = sorted((e["start"], e["end"]) for e in row["evaluation"]["errors"] if e.get("start") is not None)
+            assert (row["output"], anchored) in shown
+        assert sum(len(marks) for _, marks in shown) >= 5 and desktop.after_content("mark[data-tip]") == "none"
+        assert desktop.console_errors == [] and desktop.network == []
+    with opened(report, viewport=PHONE) as phone:
+        assert phone.horizontal_overflow() <= 0
+        phone.page.screenshot(path=str(tmp_path / "report-phone.png"), full_page=True)
+
+
+def _jsonl_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

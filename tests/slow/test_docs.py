@@ -1,0 +1,70 @@
+"""The documentation as a newcomer meets it: the site builds offline with warnings as errors,
+its command-line reference is generated from the commands, and the README's quick starts and
+every runnable example of the docs run as written, in reading order, in a folder laid out like
+the repository root (its configs/ and the shared data), with the results they promise."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spanjudge.app.cli import registered_commands
+from tests.support.docs_examples import REPO, pages_in_reading_order, reader_env, run_page
+
+MKDOCS_ENV = {"DISABLE_MKDOCS_2_WARNING": "true", "NO_MKDOCS_2_WARNING": "1"}  # the plugins' banner, not ours
+
+
+@pytest.mark.slow
+def test_the_site_builds_offline_with_warnings_as_errors(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    build = subprocess.run(
+        [str(Path(sys.executable).with_name("mkdocs")), "build", "--strict", "--site-dir", str(site)],
+        cwd=REPO,
+        env={**os.environ, **MKDOCS_ENV, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr[-4000:]
+    cli = (site / "reference" / "cli.html").read_text(encoding="utf-8")
+    for command in registered_commands():  # generated from the commands: every one, with its options
+        assert f"spanjudge {command}</code>" in cli, command
+    assert "--probabilities" in cli and "--reuse-prefix" in cli
+    api = (site / "reference" / "api.html").read_text(encoding="utf-8")
+    assert "predict" in api and "system_score" in api and "from_pretrained" in api
+    assert (site / "research" / "distillation.html").is_file() and (site / "howto" / "extend.html").is_file()
+
+
+@pytest.mark.slow
+def test_the_quick_starts_and_every_runnable_example_run_as_written(tmp_path: Path, shared_data: Path) -> None:
+    work = tmp_path / "checkout"
+    work.mkdir()
+    (work / "configs").symlink_to(REPO / "configs")
+    env = reader_env(shared_data)
+    for page in pages_in_reading_order():
+        run_page(page, work, env)
+
+    quickstart = work / "runs" / "quickstart"
+    # train: GPT-4's spans imported, a LoRA adapter trained on them
+    teacher = json.loads((quickstart / "teacher" / "run.json").read_text())
+    assert teacher["records"] == teacher["train"] + teacher["validation"] > 300
+    assert (quickstart / "judge" / "adapter" / "adapter_model.safetensors").is_file()
+    # score: in Python and on the command line, with the page beside the results
+    predicted = json.loads((quickstart / "predictions.json").read_text())
+    assert len(predicted["items"]) == 1 and predicted["unscored"] + (predicted["system_score"] is not None) == 1
+    [row] = [json.loads(line) for line in (quickstart / "scores.jsonl").read_text().splitlines()]
+    assert row["id"] == "a" and row["task"] == "qags_xsum" and row["output"] == "The match ended 3-1."
+    assert (quickstart / "scores.html").is_file()
+    # meta-evaluate: the judge and BLEU correlated on the sample
+    results = json.loads((quickstart / "meta_eval" / "results.json").read_text())
+    assert any(j.startswith("distilled:") for j in results["judges"]) and "metric:bleu" in results["judges"]
+    assert results["cells"]
+    assert (quickstart / "meta_eval" / "report.md").is_file()
+    # the docs' own examples: the publish dry runs staged what they promise, nothing more
+    assert (quickstart / "staged" / "adapter_model.safetensors").is_file()
+    assert (quickstart / "staged-data" / "README.md").is_file()
