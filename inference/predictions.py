@@ -96,6 +96,7 @@ class Predictions(Sequence[Prediction]):
         return sum(score is None for score in self.scores)
 
     def to_json(self) -> str:
+        """One JSON document: `system_score`, the `unscored` count and the `items` with their errors."""
         return json.dumps(
             {"system_score": self.system_score, "unscored": self.unscored, "items": [i.to_dict() for i in self]},
             ensure_ascii=False,

@@ -24,16 +24,17 @@ from spanjudge.inference.judge_conversation import judge_chat_prompt
 from spanjudge.inference.llamacpp import smollm2_gguf
 
 TASK, ASPECT = "qags_xsum", "factual consistency"
+ITEMS = 6  # QAGS-XSum articles the CLI tests score (each engine reads every article)
 
 
 @pytest.fixture(scope="session")
 def qags_items(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
-    """10 QAGS-XSum article/summary pairs the smoke judge was not trained on, in a plain JSONL
+    """6 QAGS-XSum article/summary pairs the smoke judge was not trained on, in a plain JSONL
     with the dataset's own field names."""
     path = tmp_path_factory.mktemp("qags") / "qags_xsum.jsonl"
     rows = [
         {"id": r["id"], "article": r["inputs"]["Article"], "summary": r["outputs"]["Summary"]}
-        for r in qags_xsum_records(shared_data, 10, offset=20)
+        for r in qags_xsum_records(shared_data, ITEMS, offset=20)
     ]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
@@ -72,11 +73,11 @@ def test_score_cli_on_transformers_resumes_and_renders_html(
     assert cli_main(score_args(trained_judge.adapter, qags_items, out, "--batch-size", "5", "--format", "html")) == 0
     rows = check_results(out, qags_items)
     scored = [r for r in rows if r["evaluation"]["score"] is not None]
-    assert len(scored) >= 7, [r["raw_replies"] for r in rows]  # the trained judge speaks its format
+    assert len(scored) >= ITEMS - 2, [r["raw_replies"] for r in rows]  # the trained judge speaks its format
     summary = capsys.readouterr().err
-    assert f"scored {len(scored)}, unscored {10 - len(scored)}" in summary
+    assert f"scored {len(scored)}, unscored {ITEMS - len(scored)}" in summary
     page = out.with_suffix(".html").read_text()
-    assert page.count('<section class="item"') == 10
+    assert page.count('<section class="item"') == ITEMS
     anchored = [e for r in rows for e in r["evaluation"]["errors"] if e["start"] is not None]
     assert page.count("<mark class=") >= len(anchored)
 
@@ -108,7 +109,7 @@ def test_llamacpp_server_runs_the_exported_adapter(
     assert cli_main(score_args(trained_judge.adapter, qags_items, out, *args)) == 0
     rows = check_results(out, qags_items)
     # the base model alone never writes this format: parsed replies mean the adapter is applied
-    assert sum(r["evaluation"]["score"] is not None for r in rows) >= 7, [r["raw_replies"] for r in rows]
+    assert sum(r["evaluation"]["score"] is not None for r in rows) >= ITEMS - 2, [r["raw_replies"] for r in rows]
 
 
 def test_gguf_lora_uses_llamacpp_row_order_for_query_and_key() -> None:

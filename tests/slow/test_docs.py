@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from spanjudge.app.cli import registered_commands
+from tests.support.browser import opened
 from tests.support.docs_examples import REPO, pages_in_reading_order, reader_env, run_page
 
 MKDOCS_ENV = {"DISABLE_MKDOCS_2_WARNING": "true", "NO_MKDOCS_2_WARNING": "1"}  # the plugins' banner, not ours
@@ -38,6 +39,10 @@ def test_the_site_builds_offline_with_warnings_as_errors(tmp_path: Path) -> None
     api = (site / "reference" / "api.html").read_text(encoding="utf-8")
     assert "predict" in api and "system_score" in api and "from_pretrained" in api
     assert (site / "research" / "distillation.html").is_file() and (site / "howto" / "extend.html").is_file()
+    # the built site reads from disk with no network: no font service, no request, no console error
+    for page in ("index.html", "reference/api.html", "guide/score.html"):
+        with opened(site / page) as shown:
+            assert shown.network == [] and shown.console_errors == [], page
 
 
 @pytest.mark.slow

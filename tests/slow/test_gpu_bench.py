@@ -25,12 +25,14 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_the_gpu_script_runs_end_to_end_at_tiny_shape_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "results" / "gpu"
+    # three of the five variants (packing and no-checkpointing ran on the H200: bench/results/gpu.md)
     done = _run("--shape", "tiny", "--device", "cpu", "--steps", "1", "--judge-items", "1", "--batch", "2",
-                "--max-new-tokens", "8", "--work", str(tmp_path / "work"), "--out", str(out))  # fmt: skip
+                "--max-new-tokens", "8", "--variants", "lora,qlora-nf4,lora-padding-free",
+                "--work", str(tmp_path / "work"), "--out", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     payload = json.loads(out.with_suffix(".json").read_text())
     rows = {row["variant"]: row for row in payload["training"]}
-    assert set(rows) == {"lora", "lora-no-checkpointing", "lora-packing", "lora-padding-free", "qlora-nf4"}
+    assert set(rows) == {"lora", "lora-padding-free", "qlora-nf4"}
     for row in rows.values():
         assert "error" not in row, row  # padding-free without packing included (TRL 1.16 refused max_length there)
         assert row["steps"] == 1 and row["tokens_per_s"] > 0 and row["examples_per_s"] > 0
