@@ -10,13 +10,14 @@ sub-packages (`spanjudge.inference`, `spanjudge.eval` ...) by those who need the
     predictions.system_score, predictions[0].score, predictions[0].errors
 """
 
-from __future__ import annotations
+# this module's own helpers are private by name: its public names are exactly __all__
+import importlib as _importlib
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
-import importlib
-from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from spanjudge.core.errors import InputError, SpanjudgeError
     from spanjudge.inference.judge import Judge, JudgedEvaluation
     from spanjudge.inference.judge_options import JudgeOptions
@@ -47,14 +48,14 @@ __all__ = [  # _EXPORTS' names, spelled out for linters and IDEs
 ]
 
 try:
-    __version__ = version("spanjudge")
-except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = _version("spanjudge")
+except _PackageNotFoundError:  # a source tree that was never installed
     __version__ = "unknown"
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        value = getattr(_importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value  # the next lookup is a plain attribute
         return value
     raise AttributeError(f"module 'spanjudge' has no attribute {name!r}")

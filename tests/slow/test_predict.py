@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import types
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,9 @@ def test_the_package_exports_its_public_api_and_nothing_else() -> None:
     assert all(getattr(spanjudge, name) is not None for name in spanjudge.__all__)
     with pytest.raises(AttributeError, match="no attribute 'judge'"):
         _ = spanjudge.judge  # type: ignore[attr-defined]
+    # every other name of the module is private by name (the sub-packages are the implementation)
+    public = {n for n, v in vars(spanjudge).items() if not n.startswith("_") and not isinstance(v, types.ModuleType)}
+    assert public <= set(spanjudge.__all__), public - set(spanjudge.__all__)
 
 
 @pytest.mark.slow
