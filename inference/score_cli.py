@@ -3,6 +3,7 @@ command line. The work is done by `scoring.score_file`; these commands parse and
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -59,27 +60,69 @@ def _summary(console: Any, rows: list[dict[str, Any]], failed: int) -> None:
         console.print(line)
 
 
+RENDER_FORMATS = ("html", "xcomet", "factgenie")
+
+
 @render.command()
 def render_command(
     results: Annotated[Path, typer.Argument(help="Results JSONL written by `spanjudge score`.")],
-    out: Annotated[Path | None, typer.Option("--out", help="HTML file (default: RESULTS with .html).")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Page, JSONL or campaign folder (default: beside RESULTS, .html, .xcomet.jsonl, -factgenie)."
+        ),
+    ] = None,
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to", help="html: the page; xcomet: JSONL with xCOMET-style error_spans; factgenie: a campaign folder."
+        ),
+    ] = "html",
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="factgenie: the outputs' dataset id (default: the rows' task).")
+    ] = None,
+    split: Annotated[str, typer.Option("--split", help="factgenie: the split of the outputs.")] = "test",
+    setup: Annotated[
+        str, typer.Option("--setup", help="factgenie: the setup id (the system that wrote the outputs).")
+    ] = "outputs",
 ) -> None:
-    """Render score results as one self-contained HTML page: spans highlighted by severity,
-    explanations on hover, the score of each output."""
+    """Render score results: as one self-contained HTML page (spans highlighted by severity,
+    explanations on hover or focus), as xCOMET-style `error_spans` (severity 1-2 minor, 3-4 major,
+    5 critical) or as a factgenie annotation campaign (one span category per severity)."""
+    from spanjudge.core.errors import InputError
     from spanjudge.core.fileio import atomic_write_text
 
-    from .html_report import render_html
     from .score_data import read_results
-    from .scoring import check_page_path, page_path
 
+    if to not in RENDER_FORMATS:
+        raise InputError(f"--to must be one of {', '.join(RENDER_FORMATS)}, not '{to}'")
     if not results.is_file():
-        from spanjudge.core.errors import InputError
-
         raise InputError(f"results file not found: {results}")
-    page = out or page_path(results)
-    check_page_path(results, page, "--out" if out else "RESULTS")
-    atomic_write_text(page, render_html(read_results(results), title=f"spanjudge: {results.stem}"))
-    typer.echo(str(page))
+    rows = read_results(results)
+    if to == "html":
+        from .html_report import render_html
+        from .scoring import check_page_path, page_path
+
+        target = out or page_path(results)
+        check_page_path(results, target, "--out" if out else "RESULTS")
+        atomic_write_text(target, render_html(rows, title=f"spanjudge: {results.stem}"))
+    elif to == "xcomet":
+        from .interchange import xcomet_rows
+
+        target = out or results.with_suffix(".xcomet.jsonl")
+        if target.resolve() == results.resolve():
+            raise InputError(f"--out {target}: would be written over the results")
+        atomic_write_text(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in xcomet_rows(rows)))
+    else:
+        from .interchange import factgenie_campaign, write_factgenie_campaign
+
+        target = out or results.with_name(f"{results.stem}-factgenie")
+        tasks = sorted({str(r["task"]) for r in rows})
+        metadata, records = factgenie_campaign(
+            rows, campaign_id=target.name, dataset=dataset or "+".join(tasks), split=split, setup_id=setup
+        )
+        write_factgenie_campaign(target, metadata, records, file_name=results.stem)
+    typer.echo(str(target))
 
 
 @export.command()
@@ -97,10 +140,8 @@ def export_command(
     --merge writes merged weights (serve with vLLM, TGI, SGLang, or convert to GGUF with
     llama.cpp's convert_hf_to_gguf.py). --gguf-lora writes a llama.cpp adapter for a GGUF of
     the same base: `llama-server -m base.gguf --lora judge.gguf`. vLLM and Ollama can also
-    serve the adapter folder itself (see the README: "Serving the judge").
+    serve the adapter folder itself (docs: Score with the judge, "Serving the judge").
     """
-    import json
-
     from spanjudge.core.errors import InputError
 
     from .backends.adapters import check_safetensors_adapter

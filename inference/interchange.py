@@ -1,0 +1,195 @@
+"""Scores files in the formats other span tools read: xCOMET's `error_spans` and a factgenie
+annotation campaign; and factgenie campaigns read back as spans on their outputs.
+
+- **xCOMET** (COMET's `model.predict(...).metadata.error_spans`): per output a list of
+  `{text, start, end, severity, confidence}` with severity `minor` / `major` / `critical`.
+  spanjudge's severities 1–5 map 1–2 → minor, 3–4 → major, 5 → critical (`XCOMET_SEVERITY`);
+  the 1–5 value stays beside it (`spanjudge_severity`). `confidence` is the judge's own (rows
+  scored with `--probabilities`), else null: never invented. xCOMET's segment score is 0–1, so
+  `score` is spanjudge's 0–100 divided by 100 (null when unscored). An error the judge did not
+  locate in the output (an omission, or a quote not found) cannot be a span: it is counted in
+  `unlocated_errors`.
+- **factgenie** (an "external" campaign, the layout factgenie itself writes for imported
+  annotations): `CAMPAIGN/metadata.json` with the span categories, and `CAMPAIGN/files/*.jsonl`,
+  one record per output with `dataset`, `split`, `setup_id`, `example_idx`, `output`,
+  `metadata` and `annotations` of `{reason, text, type, start}`. The categories are the five
+  severities (`type` = severity − 1); a row's spanjudge id, task, aspect and score are kept in
+  the record's `metadata`. Unlocated errors are left out (factgenie spans are located) and
+  counted in the record's metadata.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spanjudge.core.errors import InputError
+
+XCOMET_SEVERITY = {1: "minor", 2: "minor", 3: "major", 4: "major", 5: "critical"}
+SEVERITY_COLOURS = ("#fff3b0", "#ffe08a", "#ffc078", "#ff9a76", "#ff6b6b")  # as scores.html draws them
+FACTGENIE_CATEGORIES = [
+    {"name": f"severity {s}", "color": SEVERITY_COLOURS[s - 1], "description": f"an error of severity {s} of 5"}
+    for s in range(1, 6)
+]
+
+
+def _located(errors: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], int]:
+    located = [e for e in errors if e.get("start") is not None and e.get("end") is not None]
+    return located, len(errors) - len(located)
+
+
+def xcomet_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One xCOMET-style row per result row, in order."""
+    converted = []
+    for row in rows:
+        evaluation = row["evaluation"]
+        located, unlocated = _located(evaluation["errors"])
+        score = evaluation["score"]
+        converted.append(
+            {
+                "id": row["id"],
+                "task": row["task"],
+                "aspect": row["aspect"],
+                "mt": row["output"],
+                "score": None if score is None else score / 100,
+                "error_spans": [
+                    {
+                        "text": row["output"][e["start"] : e["end"]],
+                        "start": e["start"],
+                        "end": e["end"],
+                        "severity": XCOMET_SEVERITY[int(e["severity"])],
+                        "spanjudge_severity": int(e["severity"]),
+                        "confidence": e.get("confidence"),
+                        "explanation": e["explanation"],
+                    }
+                    for e in sorted(located, key=lambda e: (e["start"], e["end"]))
+                ],
+                "unlocated_errors": unlocated,
+                "unscored_reason": row.get("unscored_reason"),
+            }
+        )
+    return converted
+
+
+def factgenie_campaign(
+    rows: Sequence[Mapping[str, Any]], campaign_id: str, dataset: str, split: str, setup_id: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(metadata.json, the records of files/*.jsonl) of a factgenie campaign holding the judge's spans.
+    Unscored rows are left out: an output the judge did not evaluate has no annotation."""
+    metadata = {
+        "id": campaign_id,
+        "mode": "external",
+        "config": {
+            "annotation_span_categories": FACTGENIE_CATEGORIES,
+            "flags": [],
+            "options": [],
+            "sliders": [],
+            "text_fields": [],
+        },
+        "source": "spanjudge",
+    }
+    records = []
+    for example_idx, row in enumerate(rows):
+        evaluation = row["evaluation"]
+        if evaluation["score"] is None:
+            continue
+        located, unlocated = _located(evaluation["errors"])
+        records.append(
+            {
+                "dataset": dataset,
+                "split": split,
+                "setup_id": setup_id,
+                "example_idx": example_idx,
+                "output": row["output"],
+                "metadata": {
+                    "annotator_id": Path(row.get("model") or "spanjudge").name,  # the judge, never a local path
+                    "annotator_group": 0,
+                    "campaign_id": campaign_id,
+                    "annotation_span_categories": FACTGENIE_CATEGORIES,
+                    "spanjudge_id": row["id"],
+                    "task": row["task"],
+                    "aspect": row["aspect"],
+                    "score": evaluation["score"],
+                    "unlocated_errors": unlocated,
+                },
+                "annotations": [
+                    {
+                        "reason": e["explanation"],
+                        "text": row["output"][e["start"] : e["end"]],
+                        "type": int(e["severity"]) - 1,
+                        "start": e["start"],
+                    }
+                    for e in sorted(located, key=lambda e: (e["start"], e["end"]))
+                ],
+            }
+        )
+    return metadata, records
+
+
+@dataclass(frozen=True)
+class AnnotatedOutput:
+    """One output of a factgenie campaign with its spans: (start, end, category index, reason)."""
+
+    key: tuple[str, str, str, int]  # dataset, split, setup_id, example_idx
+    output: str
+    spans: tuple[tuple[int, int, int, str], ...]
+    categories: tuple[str, ...]
+    metadata: Mapping[str, Any]
+
+
+def read_factgenie_campaign(folder: Path) -> list[AnnotatedOutput]:
+    """Every annotated output of a factgenie campaign folder (metadata.json + files/*.jsonl), in
+    file order. A span whose text is not at its `start` in the output, an unknown category or a
+    record without its output is one InputError naming the file and line."""
+    metadata_path = folder / "metadata.json"
+    if not metadata_path.is_file():
+        raise InputError(f"{folder} is not a factgenie campaign: no metadata.json")
+    try:
+        config = json.loads(metadata_path.read_text(encoding="utf-8")).get("config", {})
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{metadata_path}: not JSON ({exc})") from None
+    categories = tuple(c["name"] for c in config.get("annotation_span_categories", []))
+    files = sorted((folder / "files").glob("*.jsonl"))
+    if not files:
+        raise InputError(f"{folder}/files holds no .jsonl annotation file")
+    return [read for path in files for read in _records(path, categories)]
+
+
+def _records(path: Path, categories: tuple[str, ...]) -> Iterator[AnnotatedOutput]:
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+            output = record["output"]
+            key = (str(record["dataset"]), str(record["split"]), str(record["setup_id"]), int(record["example_idx"]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"{where}: not a factgenie annotation record ({exc!r})") from None
+        spans = []
+        for annotation in record.get("annotations") or []:
+            kind = annotation.get("type", annotation.get("annotation_type"))
+            text, start = annotation.get("text"), annotation.get("start")
+            if not isinstance(kind, int) or not 0 <= kind < len(categories):
+                raise InputError(f"{where}: span category {kind!r} is not one of the campaign's {len(categories)}")
+            if not isinstance(start, int) or not text or output[start : start + len(text)] != text:
+                raise InputError(f"{where}: span {text!r} is not at character {start} of the output")
+            spans.append((start, start + len(text), kind, annotation.get("reason") or ""))
+        yield AnnotatedOutput(key, output, tuple(spans), categories, record.get("metadata") or {})
+
+
+def write_factgenie_campaign(
+    out: Path, metadata: Mapping[str, Any], records: Sequence[Mapping[str, Any]], file_name: str
+) -> None:
+    """The campaign folder: refuses a folder that already holds a campaign or anything else."""
+    from spanjudge.core.fileio import atomic_write_text
+
+    if out.exists() and any(out.iterdir()):
+        raise InputError(f"{out} is not empty: a campaign is written to a new or empty folder")
+    (out / "files").mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "metadata.json", json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    atomic_write_text(out / "files" / f"{file_name}.jsonl", lines)

@@ -1,0 +1,126 @@
+"""Scores files as xCOMET's error_spans and as a factgenie campaign, and factgenie campaigns read
+back: the round trip keeps every located span, its category and its reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spanjudge.app.cli import main as cli_main
+from spanjudge.core.errors import InputError
+from spanjudge.inference.interchange import (
+    XCOMET_SEVERITY,
+    factgenie_campaign,
+    read_factgenie_campaign,
+    write_factgenie_campaign,
+    xcomet_rows,
+)
+
+OUTPUT = "The café opened in 1998 and closed in 2003 after a fire."
+
+
+def _error(text: str, severity: int, explanation: str, **more: Any) -> dict[str, Any]:
+    start = OUTPUT.index(text)
+    return {"location": text, "start": start, "end": start + len(text), "severity": severity,
+            "explanation": explanation, "anchor": "exact", **more}  # fmt: skip
+
+
+def _rows() -> list[dict[str, Any]]:
+    errors = [
+        _error("closed in 2003", 5, "It still runs.", confidence=0.8),
+        _error("1998", 3, "It opened in 1999."),
+        {
+            "location": None,
+            "start": None,
+            "end": None,
+            "severity": 2,
+            "explanation": "Omits the owner.",
+            "anchor": None,
+        },
+    ]
+    return [
+        {
+            "id": "a",
+            "task": "summeval",
+            "aspect": "consistency",
+            "model": "/home/me/runs/judge/adapter",
+            "output": OUTPUT,
+            "evaluation": {"score": 35, "errors": errors},
+        },
+        {
+            "id": "b",
+            "task": "summeval",
+            "aspect": "consistency",
+            "output": "Fine.",
+            "evaluation": {"score": 100, "errors": []},
+        },
+        {
+            "id": "c",
+            "task": "summeval",
+            "aspect": "consistency",
+            "output": "?",
+            "unscored_reason": "no score",
+            "evaluation": {"score": None, "errors": []},
+        },
+    ]
+
+
+def test_xcomet_spans_map_severities_and_never_invent_a_confidence() -> None:
+    assert [XCOMET_SEVERITY[s] for s in range(1, 6)] == ["minor", "minor", "major", "major", "critical"]
+    first, clean, unscored = xcomet_rows(_rows())
+    assert first["score"] == 0.35 and first["mt"] == OUTPUT and first["unlocated_errors"] == 1
+    assert [(s["text"], s["severity"], s["spanjudge_severity"], s["confidence"]) for s in first["error_spans"]] == [
+        ("1998", "major", 3, None),  # in the output's order
+        ("closed in 2003", "critical", 5, 0.8),
+    ]
+    assert all(OUTPUT[s["start"] : s["end"]] == s["text"] for s in first["error_spans"])
+    assert clean["error_spans"] == [] and clean["score"] == 1.0
+    assert unscored["score"] is None and unscored["unscored_reason"] == "no score"
+
+
+def test_a_factgenie_campaign_round_trips(tmp_path: Path) -> None:
+    metadata, records = factgenie_campaign(_rows(), "judge-run", dataset="summeval", split="test", setup_id="sys")
+    assert len(records) == 2  # the unscored output has no annotation
+    assert records[0]["metadata"]["annotator_id"] == "adapter"  # the judge's name, not a local path
+    write_factgenie_campaign(tmp_path / "judge-run", metadata, records, file_name="scores")
+    read = read_factgenie_campaign(tmp_path / "judge-run")
+    assert [r.key for r in read] == [("summeval", "test", "sys", 0), ("summeval", "test", "sys", 1)]
+    assert read[0].categories == tuple(f"severity {s}" for s in range(1, 6))
+    assert read[0].spans == (
+        (OUTPUT.index("1998"), OUTPUT.index("1998") + 4, 2, "It opened in 1999."),
+        (OUTPUT.index("closed"), OUTPUT.index("closed") + len("closed in 2003"), 4, "It still runs."),
+    )
+    assert read[0].metadata["unlocated_errors"] == 1 and read[1].spans == ()
+    with pytest.raises(InputError, match="not empty"):
+        write_factgenie_campaign(tmp_path / "judge-run", metadata, records, file_name="again")
+
+
+def test_a_span_that_is_not_at_its_offset_is_one_error_naming_the_line(tmp_path: Path) -> None:
+    metadata, records = factgenie_campaign(_rows(), "c", dataset="d", split="test", setup_id="s")
+    records[1]["annotations"] = [{"reason": "", "text": "Fine", "type": 0, "start": 1}]
+    write_factgenie_campaign(tmp_path / "c", metadata, records, file_name="x")
+    with pytest.raises(InputError, match=r"x\.jsonl:2: span 'Fine' is not at character 1"):
+        read_factgenie_campaign(tmp_path / "c")
+    (tmp_path / "c" / "files" / "x.jsonl").write_text(json.dumps({**records[1], "annotations": [
+        {"reason": "", "text": "Fine", "annotation_type": 7, "start": 0}]}) + "\n")  # fmt: skip
+    with pytest.raises(InputError, match=r"x\.jsonl:1: span category 7 is not one of the campaign's 5"):
+        read_factgenie_campaign(tmp_path / "c")
+    with pytest.raises(InputError, match=r"no metadata\.json"):
+        read_factgenie_campaign(tmp_path)
+
+
+def test_render_writes_each_format_beside_the_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "scores.jsonl"
+    results.write_text("".join(json.dumps(row) + "\n" for row in _rows()))
+    assert cli_main(["render", str(results), "--to", "xcomet"]) == 0
+    written = [json.loads(line) for line in (tmp_path / "scores.xcomet.jsonl").read_text().splitlines()]
+    assert [row["id"] for row in written] == ["a", "b", "c"]
+    assert cli_main(["render", str(results), "--to", "factgenie", "--setup", "sys-a"]) == 0
+    [read] = read_factgenie_campaign(tmp_path / "scores-factgenie")[:1]
+    assert read.key == ("summeval", "test", "sys-a", 0) and len(read.spans) == 2
+    assert cli_main(["render", str(results), "--to", "factgenie"]) == 2  # never over an earlier campaign
+    assert cli_main(["render", str(results), "--to", "pdf"]) == 2
+    assert "--to must be one of html, xcomet, factgenie" in capsys.readouterr().err
