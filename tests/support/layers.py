@@ -10,6 +10,7 @@ on a copy of those folders assembled as one package in a temporary directory. `m
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,13 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-CODE_FOLDERS = ("core", "inference", "data_gen", "training", "eval", "publish", "app")
+
+
+def code_folders(repo: Path = REPO) -> tuple[str, ...]:
+    """setup.py's CODE_FOLDERS: the top-level folders installed as `spanjudge.<folder>`."""
+    tree = ast.parse((repo / "setup.py").read_text(encoding="utf-8"))
+    [value] = [n.value for n in tree.body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "CODE_FOLDERS"]
+    return tuple(ast.literal_eval(value))
 
 
 def stage_package(destination: Path, repo: Path = REPO, configs: bool = False) -> Path:
@@ -26,7 +33,8 @@ def stage_package(destination: Path, repo: Path = REPO, configs: bool = False) -
     package = destination / "spanjudge"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    for folder in (*CODE_FOLDERS, "configs") if configs else CODE_FOLDERS:
+    folders = code_folders(repo)
+    for folder in (*folders, "configs") if configs else folders:
         shutil.copytree(repo / folder, package / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return package
 
