@@ -1,10 +1,11 @@
-"""spanjudge inside inspect_ai: a real `inspect_ai.eval` of a two-sample task whose outputs the
-smoke judge (trained in this session, transformers on CPU) grades. The solver's model is
-inspect's own mock model (`mockllm/model`, which replies with the outputs given to it): the
-outputs under test are QAGS-XSum summaries, not a model's generations."""
+"""spanjudge inside inspect_ai and lm-evaluation-harness: a real `inspect_ai.eval` and a real
+`lm_eval.simple_evaluate` of two-sample tasks whose outputs the smoke judge (trained in this
+session, transformers on CPU) grades. The model under evaluation is a stand-in in both (inspect's
+own mock model; a model class of the test for lm-eval): the outputs are QAGS-XSum summaries."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -63,3 +64,61 @@ def test_an_unscored_output_is_excluded_from_the_metrics_never_a_zero() -> None:
     score = score_of(unscored, "An output.", judge="judge")
     assert math.isnan(score.value) and score.reason == "grader_failed"
     assert score.explanation == "no parseable reply in 1 try" and score.answer == "An output."
+
+
+def test_an_lm_eval_task_names_the_judge_in_its_yaml_and_logs_the_spans(
+    trained_judge: TrainedRun, shared_data: Path, tmp_path: Path
+) -> None:
+    """lm-eval reads a task YAML whose `process_results` and aggregations are spanjudge's (through
+    `!function utils.…`, as a user writes it); a model class of the test stands in for the system
+    under evaluation and writes QAGS-XSum's own summaries."""
+    from lm_eval import simple_evaluate
+    from lm_eval.api.model import LM
+    from lm_eval.tasks import TaskManager
+
+    records = qags_xsum_records(shared_data, 2, offset=20)
+    rows = [{"article": r["inputs"]["Article"], "summary": r["outputs"]["Summary"]} for r in records]
+    task_dir = tmp_path / "tasks"
+    task_dir.mkdir()
+    (task_dir / "docs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (task_dir / "utils.py").write_text(
+        "from spanjudge.integrations.lm_eval import JudgedResults, errors_per_output, scored_mean\n"
+        f"process_results = JudgedResults({str(trained_judge.adapter)!r}, task='qags_xsum',\n"
+        "    aspect='factual consistency', input_field='article', max_new_tokens=96, retries=0)\n"
+    )
+    (task_dir / "spanjudge_summaries.yaml").write_text(
+        f"task: spanjudge_summaries\ndataset_path: json\ndataset_kwargs:\n  data_files: {task_dir / 'docs.jsonl'}\n"
+        "test_split: train\noutput_type: generate_until\ndoc_to_text: '{{article}}'\ndoc_to_target: ''\n"
+        "process_results: !function utils.process_results\nmetric_list:\n"
+        "  - {metric: spanjudge_score, aggregation: !function utils.scored_mean, higher_is_better: true}\n"
+        "  - {metric: spanjudge_errors, aggregation: !function utils.errors_per_output, higher_is_better: false}\n"
+    )
+
+    class Summaries(LM):  # the system under evaluation: it "writes" each article's summary
+        def generate_until(self, requests: list) -> list[str]:
+            return [request.doc["summary"] for request in requests]
+
+        def loglikelihood(self, requests: list) -> list:
+            raise NotImplementedError
+
+        def loglikelihood_rolling(self, requests: list) -> list:
+            raise NotImplementedError
+
+    results = simple_evaluate(
+        model=Summaries(),
+        tasks=["spanjudge_summaries"],
+        task_manager=TaskManager(include_path=str(task_dir)),
+        log_samples=True,
+        bootstrap_iters=0,
+    )
+    metrics = results["results"]["spanjudge_summaries"]
+    samples = results["samples"]["spanjudge_summaries"]
+    assert len(samples) == 2
+    for sample, row in zip(samples, rows, strict=True):
+        errors = sample["spanjudge_errors"]
+        assert (sample["spanjudge_score"] is None) == (errors is None)
+        for error in errors or []:
+            if error["start"] is not None:
+                assert row["summary"][error["start"] : error["end"]] == error["text"]
+    scored = [s["spanjudge_score"] for s in samples if s["spanjudge_score"] is not None]
+    assert metrics["spanjudge_score,none"] == (sum(scored) / len(scored) if scored else None)

@@ -1,0 +1,93 @@
+"""lm-evaluation-harness: the judge as a task's `process_results`, its spans kept in `--log_samples`.
+
+In a task YAML (lm-eval loads `!function` names from a Python file beside the YAML)::
+
+    # utils.py, beside the task YAML
+    from spanjudge.integrations.lm_eval import JudgedResults, errors_per_output, scored_mean
+    process_results = JudgedResults("path/to/adapter", task="qags_xsum", aspect="factual consistency",
+                                    input_field="article")
+
+    # the task YAML
+    process_results: !function utils.process_results
+    metric_list:
+      - {metric: spanjudge_score, aggregation: !function utils.scored_mean, higher_is_better: true}
+      - {metric: spanjudge_errors, aggregation: !function utils.errors_per_output, higher_is_better: false}
+
+Per document the model's generation is judged against the document's input (`input_field`; and
+`reference_field` for a task with a reference), giving `spanjudge_score` (0-100, or None when the
+judge could not evaluate it: `scored_mean` leaves it out, never counts it as 0) and
+`spanjudge_errors` (the errors, each with its offsets in the generation, text, severity and
+explanation; None when unscored), which `--log_samples` writes with the sample. The judge loads on the first
+document, with the keyword options of `Judge.from_pretrained`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from spanjudge.inference.judge import Judge
+
+
+class JudgedResults:
+    """A `process_results(doc, results)` that judges the generation with spanjudge."""
+
+    def __init__(
+        self,
+        judge: str | Path | Judge,
+        task: str,
+        aspect: str,
+        input_field: str = "input",
+        reference_field: str | None = None,
+        aspect_definition: str | None = None,
+        **judge_options: Any,
+    ) -> None:
+        self._judge, self._options = judge, judge_options
+        self.task, self.aspect, self.aspect_definition = task, aspect, aspect_definition
+        self.input_field, self.reference_field = input_field, reference_field
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> JudgedResults:
+        return self  # lm-eval copies a task's config to log it: the loaded model is shared, not copied
+
+    def __repr__(self) -> str:
+        judge = self._judge.name if isinstance(self._judge, Judge) else self._judge
+        return f"JudgedResults(judge={str(judge)!r}, task={self.task!r}, aspect={self.aspect!r})"
+
+    @property
+    def judge(self) -> Judge:
+        if not isinstance(self._judge, Judge):  # loaded once, on the first document
+            self._judge = Judge.from_pretrained(self._judge, **self._options)
+        return self._judge
+
+    def __call__(self, doc: Mapping[str, Any], results: Sequence[str]) -> dict[str, Any]:
+        item = {"input": doc[self.input_field], "output": results[0] if results else ""}
+        if self.reference_field is not None:
+            item["reference"] = doc[self.reference_field]
+        [prediction] = self.judge.predict(
+            [item], task=self.task, aspect=self.aspect, aspect_definition=self.aspect_definition
+        )
+        errors = [
+            {"start": e.start, "end": e.end, "text": e.text, "severity": e.severity, "explanation": e.explanation}
+            for e in prediction.errors
+        ]
+        # unscored: no score and no error list (not an output without errors)
+        return {"spanjudge_score": prediction.score, "spanjudge_errors": None if prediction.score is None else errors}
+
+
+def scored_mean(scores: Sequence[float | None]) -> float | None:
+    """The mean of the scored documents' scores (None where none was scored)."""
+    scored = [s for s in scores if s is not None]
+    return sum(scored) / len(scored) if scored else None
+
+
+def errors_per_output(errors: Sequence[Sequence[Mapping[str, Any]] | None]) -> float | None:
+    """Errors per scored document (None where none was scored)."""
+    scored = [e for e in errors if e is not None]
+    return sum(len(e) for e in scored) / len(scored) if scored else None
+
+
+METRICS = [  # metric_list of a task configured in Python
+    {"metric": "spanjudge_score", "aggregation": scored_mean, "higher_is_better": True},
+    {"metric": "spanjudge_errors", "aggregation": errors_per_output, "higher_is_better": False},
+]
