@@ -58,10 +58,7 @@ def spanjudge_scorer(
 
 def score_of(prediction: Prediction, output: str, judge: str) -> Score:
     """inspect's Score for one prediction: the errors in the explanation and, whole, in the metadata."""
-    errors = [
-        {"start": e.start, "end": e.end, "text": e.text, "severity": e.severity, "explanation": e.explanation}
-        for e in prediction.errors
-    ]
+    errors = prediction.to_dict()["errors"]  # start, end, text, severity, explanation
     metadata = {"errors": errors, "judge": judge, "expected_score": _expected(prediction)}
     if prediction.score is None:
         return Score.unscored(

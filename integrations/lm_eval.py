@@ -67,10 +67,7 @@ class JudgedResults:
         [prediction] = self.judge.predict(
             [item], task=self.task, aspect=self.aspect, aspect_definition=self.aspect_definition
         )
-        errors = [
-            {"start": e.start, "end": e.end, "text": e.text, "severity": e.severity, "explanation": e.explanation}
-            for e in prediction.errors
-        ]
+        errors = prediction.to_dict()["errors"]  # start, end, text, severity, explanation
         # unscored: no score and no error list (not an output without errors)
         return {"spanjudge_score": prediction.score, "spanjudge_errors": None if prediction.score is None else errors}
 
