@@ -68,7 +68,7 @@ def _cached_calls(cache: Path) -> int:
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory: pytest.TempPathFactory, smollm2_server: LlamaCppServer, gemma3_server: LlamaCppServer):
     tmp = tmp_path_factory.mktemp("annotate")
-    sources = _sources(tmp, 4)  # 4 inputs x (2 annotators + supervisor): the whole pipeline, on a 2-core budget
+    sources = _sources(tmp, 3)  # 3 inputs x (2 annotators + supervisor): the whole pipeline, on a 2-core budget
     out = tmp / "out"
     command = _command(out, sources, smollm2_server.base_url, gemma3_server.base_url)
     first = _run(*command)
@@ -79,8 +79,8 @@ def test_annotate_builds_the_dataset(full_run) -> None:
     _, out, first = full_run
     assert first.returncode == 0, first.stderr
     run = json.loads((out / "run.json").read_text())
-    assert run["requests"] == 4 and run["incomplete"] == 0
-    assert run["records"] + run["unscored"] == 4
+    assert run["requests"] == 3 and run["incomplete"] == 0
+    assert run["records"] + run["unscored"] == 3
     train, validation = _lines(out / "train.jsonl"), _lines(out / "validation.jsonl")
     assert len(train) + len(validation) == run["records"] > 0
     assert {r["input_id"] for r in train}.isdisjoint({r["input_id"] for r in validation})
@@ -127,7 +127,7 @@ def _expected_ids(sources: Path, shared_data: Path) -> list[str]:
 def test_killed_annotate_process_resumes_without_loss_or_duplicates(
     tmp_path: Path, smollm2_server: LlamaCppServer, gemma3_server: LlamaCppServer, shared_data: Path
 ) -> None:
-    sources = _sources(tmp_path, 3)
+    sources = _sources(tmp_path, 2)
     out = tmp_path / "killed"
     command = _command(out, sources, smollm2_server.base_url, gemma3_server.base_url)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -150,7 +150,7 @@ def test_killed_annotate_process_resumes_without_loss_or_duplicates(
 def test_dead_server_leaves_incomplete_requests_that_a_rerun_finishes(
     tmp_path: Path, smollm2_server: LlamaCppServer, gemma3_path: Path, shared_data: Path
 ) -> None:
-    sources = _sources(tmp_path, 3)
+    sources = _sources(tmp_path, 2)
     out = tmp_path / "dead"
     gemma = LlamaCppServer(gemma3_path, alias="gemma3", n_ctx=4096, n_threads=1).start()
     command = _command(out, sources, smollm2_server.base_url, gemma.base_url)

@@ -1,6 +1,6 @@
 """`spanjudge generate` end to end with the two tiny systems on real llama.cpp servers
 (SmolLM2-135M-Instruct through chat, Gemma 3 270M - no chat template - through completions)
-on 4 SummEval articles and 4 TopicalChat contexts (the first of `sources_tiny.yaml`'s 10 each,
+on 3 SummEval articles and 3 TopicalChat contexts (the first of `sources_tiny.yaml`'s 10 each,
 kept small for 2 cores): a run SIGKILLed mid-way that the same
 command finishes without repeating a call or writing an output twice, a re-run that makes
 no model call, and `spanjudge annotate` reading the generated files as they are."""
@@ -29,7 +29,7 @@ SYSTEMS = REPO / "configs" / "generate" / "systems" / "tiny_local.yaml"
 SOURCES = REPO / "configs" / "generate" / "sources_tiny.yaml"
 ENSEMBLE = REPO / "configs" / "ensemble" / "tiny_local.yaml"
 MAX_TOKENS = 32  # long real inputs, short outputs: the prompts dominate the time on 2 cores
-INPUTS = 4  # per source
+INPUTS = 3  # per source
 JOBS = (INPUTS + INPUTS) * 2
 
 
