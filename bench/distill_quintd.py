@@ -295,9 +295,12 @@ def domain_rows(
     resamples: int,
     seed: int,
     counts: dict[str, float] | None = None,
+    gammas: dict[str, tuple[float | None, int]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One agreement row per domain of `docs` and one pooled over them, for the judge `name` on `split`."""
+    """One agreement row per domain of `docs` and one pooled over them, for the judge `name` on `split`;
+    with `gammas` (`output_gammas` of the judge), factgenie's γ agreement too."""
     from spanjudge.eval.spans.agreement import span_agreement
+    from spanjudge.eval.spans.gamma import gamma_summary
 
     domains = list(dict.fromkeys(d.input_id.split("/")[0] for d in docs))
     rows = []
@@ -305,6 +308,9 @@ def domain_rows(
         subset = [d for d in docs if domain == "pooled" or d.input_id.split("/")[0] == domain]
         agreement = span_agreement(subset, spans, n_resamples=resamples, seed=seed, counts=counts)
         row = {"judge": name, "split": split, "domain": domain, **agreement}
+        if gammas is not None:
+            summary = gamma_summary(gammas[d.id] for d in subset if d.id in gammas)
+            row["gamma"], row["gamma_outputs"] = summary["gamma"], summary["gamma_outputs"]
         row["no_error_outputs"] = sum(1 for d in subset if spans.get(d.id) == [])
         row["human_no_error_outputs"] = sum(1 for d in subset if not d.gold_spans)
         if judged is not None:
@@ -396,7 +402,7 @@ def recipes(runs: dict[str, Any]) -> list[dict[str, Any]]:
                 seeds = [run["settings"]["train_seed"] for run, _ in found]
                 entry = {"recipe": recipe + suffix, "split": split, "domain": domain, "seeds": seeds}
                 entry["mean"], entry["min"], entry["max"] = ({}, {}, {})
-                for column in AGREEMENT:
+                for column in (*AGREEMENT, "gamma"):
                     stats = _stats([row.get(column) for _, row in found])
                     for what in ("mean", "min", "max"):
                         entry[what][column] = stats[what]
@@ -406,7 +412,7 @@ def recipes(runs: dict[str, Any]) -> list[dict[str, Any]]:
                 entry["human_no_error_outputs"] = found[0][1].get("human_no_error_outputs")
                 for reference in ("teacher", "number_baseline"):
                     row = find(found[0][0], reference)
-                    entry[reference] = {c: None if row is None else row.get(c) for c in AGREEMENT}
+                    entry[reference] = {c: None if row is None else row.get(c) for c in (*AGREEMENT, "gamma")}
                 base = find(found[0][0], "base")
                 entry["base"] = None if base is None else {c: base.get(c) for c in ("scored", "asked", *AGREEMENT)}
                 out.append(entry)
@@ -437,8 +443,9 @@ def protocol_tables(entries: list[dict[str, Any]]) -> list[str]:
             f"### {split} split",
             "",
             "| recipe | domain | seeds | parsed | says 'No Error' (humans) | overlap F1 | token F1 | count Pearson | "
-            "token Pearson | teacher (overlap / token F1 / count r / token r) | number baseline count r |",
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+            "token Pearson | teacher (overlap / token F1 / count r / token r) | number baseline count r | "
+            "γ (teacher) |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
         ]
         for e in chosen:
             cells = []
@@ -458,9 +465,17 @@ def protocol_tables(entries: list[dict[str, Any]]) -> list[str]:
             lines.append(
                 f"| {e['recipe']} | {e['domain']} | {', '.join(map(str, e['seeds']))} | {e['scored']}/{e['asked']} | "
                 f"{no_error} ({e['human_no_error_outputs']}) | {' | '.join(cells)} | {teacher} | "
-                f"{_round(e['number_baseline']['count_pearson'])} |"
+                f"{_round(e['number_baseline']['count_pearson'])} | {_gamma_cell(e)} |"
             )
     return lines
+
+
+def _gamma_cell(entry: dict[str, Any]) -> str:
+    """γ's mean [min, max] over the seeds and the teacher's, or – where the runs did not compute it (--gamma)."""
+    mean, teacher = entry["mean"].get("gamma"), entry["teacher"].get("gamma")
+    if mean is None:
+        return "–"
+    return f"{mean:.3f} [{entry['min']['gamma']:.2f}, {entry['max']['gamma']:.2f}] ({_round(teacher)})"
 
 
 def _cell(row: dict[str, Any], key: str) -> str:
@@ -622,15 +637,15 @@ def protocol_run_section(label: str, s: dict[str, Any], rows: list[dict[str, Any
         + _walls_and_note(s),
         "",
         "| split | domain | judge | parsed | says 'No Error' (humans) | overlap F1 | token F1 | count Pearson | "
-        "token Pearson | evals/s | inputs cut / skipped |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "token Pearson | γ | evals/s | inputs cut / skipped |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         cut = f"{row['inputs_cut']} / {row['skipped_too_long']}" if "inputs_cut" in row else "–"
         lines.append(
             f"| {row['split']} | {row['domain']} | {row['judge']} | {row['scored']}/{row['asked']} | "
             f"{row['no_error_outputs']} ({row['human_no_error_outputs']}) | "
-            + " | ".join(_cell(row, key) for key in AGREEMENT)
+            + " | ".join(_cell(row, key) for key in (*AGREEMENT, "gamma"))
             + f" | {row.get('evaluations_per_s', '–')} | {cut} |"
         )
     return lines
@@ -785,6 +800,11 @@ def main() -> None:
         help="judge the student on the transformers engine reading its probabilities: adds the `+expected` rows",
     )
     parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument(
+        "--gamma",
+        action="store_true",
+        help="also factgenie's γ agreement per row (pygamma-agreement; about 0.3 s an output and judge)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--note", default="", help="a remark printed with the run (e.g. what else shared the machine)")
     args = parser.parse_args()
@@ -862,6 +882,11 @@ def main() -> None:
                 judge.close()
 
     def rows_of(name: str, spans: dict[str, Any], payload: dict[str, Any] | None = None, **kw: Any) -> list[dict]:
+        if args.gamma:
+            from spanjudge.eval.spans.gamma import output_gammas
+
+            say(f"{name}: γ agreement")
+            kw["gammas"] = output_gammas(docs, spans)
         return domain_rows(name, docs, spans, payload, split=args.split, resamples=args.resamples, seed=args.seed, **kw)
 
     rows = []

@@ -32,7 +32,11 @@ class MetaEvalSettings:
     benchmark: Path | None = option(
         None, help="Instead of --suite: a perturbation benchmark built by `spanjudge perturb`."
     )
-    spans: str | None = option(None, help="Instead of --suite: error-span P/R/F1 on rotowire or quintd1 (human spans).")
+    spans: str | None = option(
+        None,
+        help="Instead of --suite: error-span P/R/F1 against human spans: rotowire, quintd1, or factgenie:FOLDER "
+        "(any factgenie annotation campaign; judges are then scores files, matched by id).",
+    )
     dhp_weight: list[str] | None = option(
         None,
         help="DHP expert weight PERTURBATION:ASPECT=W, or a YAML file {perturbation: {aspect: w}} (repeatable; "
@@ -73,6 +77,18 @@ class MetaEvalSettings:
         "for global, mean for local. Each sample is stored, so a re-run asks nothing again.",
         min=1,
     )
+    gamma: bool = option(
+        False,
+        flag="--gamma/--no-gamma",
+        help="--spans: also factgenie's γ agreement (pygamma-agreement, `pip install spanjudge[agreement]`), "
+        "about 0.3 s an output.",
+    )
+    snap_words: bool = option(
+        False,
+        flag="--snap-words/--no-snap-words",
+        help="--spans: grow every span, predicted and gold, to whole words before scoring (factgenie's "
+        "word-boundary snapping); recorded in spans.json.",
+    )
     export_requests: Path | None = option(
         None,
         help="Write the suite's items as a JSONL for `spanjudge score --data` (ids are ITEM@ASPECT) and stop.",
@@ -106,6 +122,8 @@ def meta_eval_command(s: MetaEvalSettings) -> None:
 
     if sum(x is not None for x in (s.suite, s.benchmark, s.spans)) != 1:
         raise InputError("give exactly one of --suite, --benchmark and --spans")
+    if s.spans is None and (s.gamma or s.snap_words):
+        raise InputError("--gamma and --snap-words apply to --spans only")
     how = _Judging(
         s.out, s.judge or [], _options(s.judge_option or []), s.endpoint or [], s.plots, s.data_dir, s.max_items,
         s.samples,
@@ -113,7 +131,7 @@ def meta_eval_command(s: MetaEvalSettings) -> None:
     if s.benchmark is not None:
         _benchmark_mode(s.benchmark, how, s.dhp_weight or [], s.normalised_p)
     elif s.spans is not None:
-        _spans_mode(s.spans, how)
+        _spans_mode(s.spans, how, gamma=s.gamma, snap_words=s.snap_words)
     elif s.export_requests is not None:
         _export_mode(s.suite, s.export_requests, s.resamples, s.dataset, s.data_dir, s.max_items)  # type: ignore[arg-type]
     else:
@@ -192,14 +210,20 @@ def _benchmark_mode(benchmark: Path, how: _Judging, weights: list[str], normalis
     _console().print("report: " + ", ".join(str(p) for p in reports))
 
 
-def _spans_mode(spans: str, how: _Judging) -> None:
+def _spans_mode(spans: str, how: _Judging, *, gamma: bool, snap_words: bool) -> None:
     """--spans: error-span P/R/F1 against human spans."""
     from spanjudge.core.errors import InputError
 
     from .meta_eval import open_judges, run_spans
+    from .spans.factgenie import PREFIX as FACTGENIE
+    from .spans.factgenie import check_judges
 
     if how.samples > 1:
         raise InputError("--samples applies to --suite and --benchmark, not to --spans")
+    if spans.startswith(FACTGENIE):
+        check_judges(how.specs)  # before any judge loads
     with open_judges(how.specs, how.out, how.options, how.endpoints) as judges:
-        report = run_spans(spans, judges, how.out, data_dir=how.data_dir, max_items=how.max_items)
+        report = run_spans(
+            spans, judges, how.out, data_dir=how.data_dir, max_items=how.max_items, gamma=gamma, snap_words=snap_words
+        )
     _console().print(f"report: {report}")

@@ -1,7 +1,8 @@
 """Two or more systems judged on the same items (`spanjudge score` results files): each system's mean
 with a confidence interval, and for every pair, whether the difference is significant. The scores are
-compared, and so is the **error profile**: errors per output in total and at severity ≥ 4 ("major"),
-with the same paired tests ("B has significantly fewer major errors than A").
+compared, and so is the **error profile**: errors per output in total, at severity ≥ 4 ("major") and
+of each category the errors name (where they carry a `category`), with the same paired tests ("B has
+significantly fewer major errors than A").
 
 The tests, all paired over the items every system has a score for:
 - **paired bootstrap** (Koehn 2004, as comet-compare): the items resampled with replacement, the same
@@ -17,7 +18,7 @@ The winner of a pair is named only when the permutation test's p < `alpha`; othe
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -48,6 +49,20 @@ MEASURES: tuple[Measure, ...] = (
         lambda row: float(sum(1 for e in _errors(row) if (e.get("severity") or 0) >= MAJOR_SEVERITY)),
     ),
 )
+
+
+def category_measures(rows: Iterable[Mapping[str, Any]]) -> tuple[Measure, ...]:
+    """Errors per output of each category the rows' errors name (an error's `category`, as a foreign
+    judge's or an imported annotation's errors carry it; spanjudge's own contract has none), sorted."""
+    categories = sorted({str(e["category"]) for row in rows for e in _errors(row) if e.get("category") is not None})
+    return tuple(
+        Measure(
+            f"'{category}' errors per output",
+            False,
+            lambda row, category=category: float(sum(1 for e in _errors(row) if str(e.get("category")) == category)),
+        )
+        for category in categories
+    )
 
 
 @dataclass(frozen=True)
@@ -129,7 +144,8 @@ def compare_systems(
     draws = rng.integers(0, len(common), size=(resamples, len(common)))
     tail = (1.0 - confidence) / 2 * 100
     means, pairs = [], []
-    for measure in MEASURES:
+    compared = [by_id[i] for by_id in scored.values() for i in common]
+    for measure in (*MEASURES, *category_measures(compared)):
         values = {name: np.array([measure.of(by_id[i]) for i in common]) for name, by_id in scored.items()}
         for name, v in values.items():
             low, high = np.percentile(v[draws].mean(axis=1), [tail, 100 - tail])

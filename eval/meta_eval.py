@@ -151,14 +151,21 @@ def run_benchmark(
 
 
 def run_spans(
-    name: str, judges: Sequence[Any], out: Path, *, data_dir: Path | None, max_items: int | None = None
+    name: str,
+    judges: Sequence[Any],
+    out: Path,
+    *,
+    data_dir: Path | None,
+    max_items: int | None = None,
+    gamma: bool = False,
+    snap_words: bool = False,
 ) -> Path:
     """Error-span P/R/F1 of the judges (and of the mark-every-number baseline) on span set
     `name` (rotowire or quintd1); returns the report."""
     from .spans.evaluate import evaluate_span_set
 
     out.mkdir(parents=True, exist_ok=True)
-    return evaluate_span_set(name, judges, out, data_dir, max_items)
+    return evaluate_span_set(name, judges, out, data_dir, max_items, gamma=gamma, snap_words=snap_words)
 
 
 def export_requests(

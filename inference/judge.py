@@ -55,6 +55,7 @@ from .chat import encode_prompt
 from .consensus import Consensus, consensus
 from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
 from .contract.grammar import errors_within, judge_grammar, server_grammar_fields
+from .contract.json_form import json_reply_to_text, judge_json_schema
 from .hf_models import load_tokenizer, local_folder, resolve_model_source
 from .judge_conversation import JudgeRequest, judge_chat_prompt, judge_messages, stored_template
 from .judge_options import MAX_NEW_TOKENS, RETRIES, JudgeOptions, judge_options
@@ -124,8 +125,12 @@ class Judge:
         samples: int = 0,
         probability_reader: ProbabilitySource | None = None,
         reuse_prefix: bool | None = None,
+        json_replies: bool = False,
     ) -> None:
         self.backend = backend
+        # replies in the contract's JSON form (a server held to its JSON schema: Ollama) are rendered to
+        # the text evaluation before parsing; the raw replies stay as the server sent them
+        self._reply_text: Callable[[str], str] = json_reply_to_text if json_replies else str
         # requests go to the backend ordered by prompt, so those sharing a prefix are adjacent (results
         # come back in the caller's order): what lets a server's or engine's prefix cache hit. None is
         # the engine's default (it decides whether it reads the prefix once); only False keeps the order.
@@ -175,7 +180,9 @@ class Judge:
         weak judge on a CPU affordable, since each retry is a whole generation).
         `constrained`: hold every reply to the output contract's grammar (see the module docstring);
         engine "openai" sends it in both llama.cpp's (`grammar`) and vLLM's (`structured_outputs`)
-        request field, so a server that reads neither (Ollama) decodes unconstrained.
+        request field, so a server that reads neither (Ollama's /v1) decodes unconstrained; engine
+        "ollama" (Ollama's native API) sends the contract's JSON form as the request's JSON schema
+        (`contract.json_form`) and renders each reply back to the text evaluation.
         `engine_options`: engine arguments, for vllm given to `vllm.LLM(...)` (max_model_len,
         gpu_memory_utilization, tensor_parallel_size, quantization ...), for transformers to
         `from_pretrained` (dtype, device_map, attn_implementation ...); they win over
@@ -210,17 +217,25 @@ class Judge:
             tokenizer = (
                 load_tokenizer(tokenizer_folder, trust_remote_code=o.trust_remote_code) if tokenizer_folder else None
             )
+            ollama = engine == "ollama"
+            options = dict(o.engine_options or {})
+            if ollama and o.constrained:  # Ollama holds replies to a JSON schema, not a grammar
+                options["format"] = judge_json_schema(max_errors=errors_within(max_new_tokens))
             spec = BackendSpec(
                 kind=engine,
                 model=o.served_model or Path(location).name or "judge",
                 endpoints=(o.base_url,),
-                api="prompt" if tokenizer is not None else "chat",
+                # Ollama's native API is chat only: it applies the model's own template (the tokenizer, if
+                # any, still measures the prompt to fit the context)
+                api="prompt" if tokenizer is not None and not ollama else "chat",
                 concurrency=o.concurrency,
                 timeout_s=o.timeout_s,
-                options=dict(o.engine_options or {}),
-                extra_body={
+                options=options,
+                extra_body={}
+                if ollama
+                else {
                     **(server_grammar_fields(_contract_grammar(max_new_tokens)) if o.constrained else {}),
-                    # llama.cpp's server reuses its slot's prompt cache unless told not to (vLLM, Ollama ignore it)
+                    # llama.cpp's server reuses its slot's prompt cache unless told not to (vLLM ignores it)
                     **({"cache_prompt": False} if o.reuse_prefix is False else {}),
                 },
             )
@@ -256,6 +271,7 @@ class Judge:
             samples=o.samples,
             probability_reader=probability_reader,
             reuse_prefix=o.reuse_prefix,
+            json_replies=engine == "ollama" and o.constrained,
         )
 
     def request(
@@ -388,7 +404,7 @@ class Judge:
             evaluations: list[Evaluation | None] = []
             for result in results:
                 assert isinstance(result, Completion)  # failures were settled above
-                parsed = parse_judge(result.text)
+                parsed = parse_judge(self._reply_text(result.text))
                 if isinstance(parsed, ParseFailure):
                     evaluations.append(None)  # a reply that marked nothing
                 else:
@@ -440,7 +456,7 @@ class Judge:
             return _unscored(item, replies, attempt + 1, call_failure=result.reason)
         assert isinstance(result, Completion)
         replies.append(result.text)
-        parsed = parse_judge(result.text)
+        parsed = parse_judge(self._reply_text(result.text))
         if isinstance(parsed, ParseFailure):
             if attempt < self.retries:
                 return None

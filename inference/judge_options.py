@@ -29,8 +29,11 @@ class JudgeOptions:
 
     base: str | None = option(None, help="Base model (default: recorded in the adapter).")
     engine: str = option("transformers", help=f"{' | '.join(JUDGE_ENGINES)}.")
-    base_url: str | None = option(None, help="engine openai: the server, e.g. http://127.0.0.1:8080/v1.")
-    served_model: str | None = option(None, help="engine openai: served model name.")
+    base_url: str | None = option(
+        None,
+        help="engine openai or ollama: the server, e.g. http://127.0.0.1:8080/v1 (Ollama: http://127.0.0.1:11434).",
+    )
+    served_model: str | None = option(None, help="engine openai or ollama: served model name.")
     batch_size: int = option(8, help="transformers: batch size.", min=1)
     dtype: str = option("auto", help="transformers: the weights' dtype (auto, bfloat16, float32 ...).")
     max_new_tokens: int = option(MAX_NEW_TOKENS, help="The longest reply the judge may write, in tokens.", min=16)
@@ -63,7 +66,8 @@ class JudgeOptions:
     constrained: bool = option(
         False,
         help="Hold every reply to the output contract's grammar (llama.cpp GBNF, vLLM structured outputs, "
-        "transformers: xgrammar, pip install 'spanjudge[constrained]').",
+        "transformers: xgrammar, pip install 'spanjudge[constrained]'; ollama: the contract's JSON form as the "
+        "request's JSON schema, each reply rendered back to the text evaluation).",
     )
     prompt_template: Path | None = option(
         None,

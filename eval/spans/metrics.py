@@ -147,6 +147,31 @@ def token_prf(predicted: Sequence[Span], gold: Sequence[Span], text: str) -> PRF
     return PRF(tp=tp, fp=len(p_tokens) - tp, fn=len(g_tokens) - tp)
 
 
+def _word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def snap_to_words(spans: Sequence[Span], text: str) -> list[Span]:
+    """Each span grown to whole words and trimmed of surrounding whitespace (factgenie's
+    word-boundary snapping): a span that starts or ends inside a word takes the whole word.
+    Spans left empty are dropped; spans that snap to the same range are kept once."""
+    snapped: list[Span] = []
+    for start, end in check_spans(spans, "snapped"):
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        if start == end:
+            continue
+        while start > 0 and _word_char(text[start - 1]) and _word_char(text[start]):
+            start -= 1
+        while end < len(text) and _word_char(text[end]) and _word_char(text[end - 1]):
+            end += 1
+        if (start, end) not in snapped:
+            snapped.append((start, end))
+    return snapped
+
+
 # -- baseline and evaluation ----------------------------------------------------------------
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")

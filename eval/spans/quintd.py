@@ -8,7 +8,7 @@ from typing import Any
 
 from spanjudge.data_gen.quintd import QUINTD_DOMAINS, QuintdOutput, read_quintd
 
-from .documents import QUINTD_INPUT_HEADER, QUINTD_TASK_ID, GoldSpan, SpanDocument, default_root
+from .documents import QUINTD_INPUT_HEADER, QUINTD_TASK_ID, GoldSpan, Span, SpanDocument, default_root
 
 
 def load_quintd1(
@@ -66,3 +66,15 @@ def _counts(items: Iterable[Any]) -> dict[Any, int]:
     for item in items:
         counts[item] = counts.get(item, 0) + 1
     return counts
+
+
+def human_pairs(root: Path | str | None, limit: int | None = None) -> tuple[list[SpanDocument], dict[str, list[Span]]]:
+    """quintd-1's outputs annotated by two different crowd workers (`human_corr`): the first
+    annotator's documents (gold) and the second's spans keyed by those documents' ids, for
+    scoring one human against the other. Outputs annotated twice by the same worker (20 of the
+    100) have no second opinion and are left out; `limit` keeps the first pairs."""
+    by_output: dict[str, list[SpanDocument]] = {}
+    for doc in load_quintd1(root, annotator="human_corr"):
+        by_output.setdefault(doc.id.split("@")[0], []).append(doc)
+    pairs = [docs for docs in by_output.values() if len(docs) == 2][:limit]
+    return [first for first, _ in pairs], {first.id: second.gold_spans for first, second in pairs}

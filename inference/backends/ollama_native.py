@@ -4,7 +4,9 @@ Use this kind rather than Ollama's OpenAI-compatible `/v1` when model options ma
 `/v1` cannot set `num_ctx`, and Ollama's default context (2048 tokens in many versions)
 silently truncates long annotator prompts. `spec.options` are sent as Ollama model
 options with every request (`num_ctx`, `repeat_penalty`, ...), except `keep_alive` ("30m"),
-which is sent as the request's own field (how long the model stays loaded); the sampling options
+which is sent as the request's own field (how long the model stays loaded), and `format`, a JSON
+schema every reply is held to (Ollama's structured outputs; the judge's constrained decoding
+here, `contract.json_form`), also a request field; the sampling options
 (temperature, top_p, seed, num_predict, stop) come from each request's `SamplingParams`
 so that they are part of its cache key, and are refused in `spec.options`.
 
@@ -32,6 +34,8 @@ from .spec import BackendSpec
 
 SAMPLING_OPTIONS = frozenset({"temperature", "top_p", "seed", "num_predict", "stop"})
 KEEP_ALIVE = "keep_alive"  # in `spec.options`, but sent as the request's own field
+FORMAT = "format"  # likewise: a JSON schema (or "json") the reply is held to
+REQUEST_FIELDS = frozenset({KEEP_ALIVE, FORMAT})
 
 # The last HTTP response of the running call: the ollama client does not expose it, and a
 # reply it cannot read (an HTML page, no message) is reported with what the server sent.
@@ -78,6 +82,7 @@ class OllamaBackend(ServerBackend):
                 options=self.options(request),
                 stream=False,
                 keep_alive=self.keep_alive,
+                format=self.spec.options.get(FORMAT),
             )
         except ollama.ResponseError as error:
             response = _last_response.get()  # the client keeps no headers: Retry-After is read here
@@ -107,7 +112,7 @@ class OllamaBackend(ServerBackend):
             options["seed"] = params.seed
         if params.stop:
             options["stop"] = list(params.stop)
-        return {**options, **{k: v for k, v in self.spec.options.items() if k != KEEP_ALIVE}}
+        return {**options, **{k: v for k, v in self.spec.options.items() if k not in REQUEST_FIELDS}}
 
     @property
     def keep_alive(self) -> str | float | None:

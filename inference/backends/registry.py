@@ -58,9 +58,10 @@ BACKENDS: tuple[BackendRecord, ...] = (
     BackendRecord(
         "ollama",
         "ollama_native:OllamaBackend",
-        "Ollama's native API (model options such as num_ctx)",
+        "Ollama's native API (model options such as num_ctx; constrained replies through its JSON schema)",
         ("ollama", "httpx"),
         "pip install ollama",
+        judge=True,
         server=True,
     ),
     BackendRecord(

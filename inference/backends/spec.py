@@ -57,7 +57,7 @@ class BackendSpec(BaseModel):
         default_factory=dict,
         description="Backend-specific options: ollama model options (num_ctx ...), vLLM engine or "
         "transformers from_pretrained arguments; for vllm and transformers also `grammar`, a GBNF grammar "
-        "every reply is held to (constrained decoding).",
+        "every reply is held to (constrained decoding), for ollama `format`, a JSON schema.",
     )
     extra_body: dict[str, Any] = Field(
         default_factory=dict,
@@ -74,8 +74,9 @@ class BackendSpec(BaseModel):
         if self.options.get("adapter"):  # a LoRA adapter changes the model
             base += f"+{self.options['adapter']}"
         changes = dict(self.extra_body)
-        if self.options.get("grammar"):  # constrained decoding changes the replies
-            changes["options.grammar"] = self.options["grammar"]
+        for field in ("grammar", "format"):  # constrained decoding (a grammar, Ollama's schema) changes the replies
+            if self.options.get(field):
+                changes[f"options.{field}"] = self.options[field]
         if not changes:
             return base
         blob = json.dumps(changes, sort_keys=True, ensure_ascii=False)

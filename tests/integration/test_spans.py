@@ -23,7 +23,7 @@ from spanjudge.eval.spans.metrics import (
     token_prf,
     token_spans,
 )
-from spanjudge.eval.spans.quintd import load_quintd1
+from spanjudge.eval.spans.quintd import human_pairs, load_quintd1
 from spanjudge.eval.spans.rotowire import load_rotowire
 from spanjudge.inference.catalog import load_catalog, validate_inputs
 
@@ -184,6 +184,42 @@ def test_quintd1_double_annotations_get_distinct_ids(shared_data: Path) -> None:
     assert len({d.id for d in docs}) == len(docs) == 180
     assert len({d.id.split("@")[0] for d in docs}) == 100
     assert all(re.fullmatch(r"quintd1/\w+/[\w.-]+/\d+(@\w+)?", d.id) for d in docs)
+
+
+def test_the_human_ceiling_pairs_two_different_workers(shared_data: Path) -> None:
+    first, second = human_pairs(shared_data)
+    assert len(first) == len(second) == 80  # 20 of the 100 outputs were annotated twice by one worker
+    for doc in first:
+        assert doc.id in second and "@" in doc.id
+
+
+def test_spans_mode_adds_gamma_snapping_and_the_human_ceiling(
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spanjudge.app.cli import main as cli_main
+
+    out = tmp_path / "spans"
+    args = ["meta-eval", "--spans", "quintd1", "--out", str(out), "--judge", "metric:bleu", "--max-items", "6",
+            "--data-dir", str(shared_data)]  # fmt: skip
+    assert cli_main([*args, "--gamma", "--snap-words"]) == 0, capsys.readouterr().err
+    results = json.loads((out / "spans.json").read_text())
+    assert set(results) == {"baseline: mark every number", "metric:bleu", "ceiling: second human annotator"}
+    ceiling = results["ceiling: second human annotator"]
+    assert ceiling["scored"] == 6 and ceiling["snap_to_words"] is True
+    assert ceiling["gamma"]["gamma_outputs"] + ceiling["gamma"]["s_empty_outputs"] == 6
+    baseline = results["baseline: mark every number"]
+    assert baseline["gamma"]["gamma"] is not None and -1.0 <= baseline["gamma"]["gamma"] <= 1.0
+    assert results["metric:bleu"]["scored"] == 0  # a metric marks no spans: unscored, and no γ made up
+    assert results["metric:bleu"]["gamma"]["gamma"] is None
+    report = (out / "spans.md").read_text()
+    assert "| γ | s_empty |" in report and "snapped to whole words" in report
+    # without the options: the workers' own character ranges, recorded as such, and no γ
+    assert cli_main([*args, "--out", str(tmp_path / "plain")]) == 0
+    plain = json.loads((tmp_path / "plain" / "spans.json").read_text())["ceiling: second human annotator"]
+    assert plain["snap_to_words"] is False and "gamma" not in plain
+    # the options belong to --spans
+    assert cli_main(["meta-eval", "--suite", "configs/eval/thesis.yaml", "--out", str(tmp_path / "x"), "--gamma"]) == 2
+    assert "--gamma and --snap-words apply to --spans only" in capsys.readouterr().err
 
 
 def test_loaders_report_malformed_input(shared_data: Path, tmp_path: Path) -> None:

@@ -107,6 +107,8 @@ def test_span_metrics_for_the_number_baseline_and_the_judge(
     assert cli_main([*args, "--judge", f"distilled:{trained_judge.adapter}", *JUDGE_OPTIONS]) == 0
     results = json.loads((out / "spans.json").read_text())
     baseline = results.pop("baseline: mark every number")
+    ceiling = results.pop("ceiling: second human annotator", None)
+    assert (ceiling is not None) == (span_set == "quintd1")  # the human-human row of human_corr
     assert baseline["scored"] == 1 and baseline["overlap"]["tp"] > 0  # numbers are where these texts err
     [judge] = results.values()
     assert judge["scored"] + judge["unscored"] + judge["missing"] == 1

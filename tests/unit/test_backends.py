@@ -452,9 +452,9 @@ def test_score_engine_choices_and_engine_arg_kinds_come_from_the_registry(
 
     data = tmp_path / "rows.jsonl"
     data.write_text('{"id": "a", "output": "x", "task_id": "qags_xsum"}\n')
-    code = cli_main(["score", "--model", "m", "--engine", "ollama", "--data", str(data), "--out", str(tmp_path / "o")])
+    code = cli_main(["score", "--model", "m", "--engine", "tgi", "--data", str(data), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip()
     from spanjudge.inference.backends.registry import JUDGE_ENGINES, one_of
 
-    assert code == 2 and f"--engine must be {one_of(JUDGE_ENGINES)}, not 'ollama'" in err  # the registry's list
-    assert "llamacpp" in JUDGE_ENGINES and "ollama" not in JUDGE_ENGINES
+    assert code == 2 and f"--engine must be {one_of(JUDGE_ENGINES)}, not 'tgi'" in err  # the registry's list
+    assert "llamacpp" in JUDGE_ENGINES and "ollama" in JUDGE_ENGINES

@@ -138,6 +138,33 @@ def test_the_recipes_list_gives_each_columns_mean_and_range_over_seeds_beside_th
     )  # count r: half the teacher, above the baseline
 
 
+def test_gamma_joins_the_rows_and_the_recipes_when_asked(bench: ModuleType) -> None:
+    from spanjudge.eval.spans.documents import GoldSpan, SpanDocument
+
+    def doc(i: int, domain: str, gold: list[tuple[int, int]]) -> SpanDocument:
+        spans = tuple(GoldSpan(s, e, "0") for s, e in gold)
+        return SpanDocument(f"d{i}", "q", "t", {}, "The score was 3-1 at home.", spans, input_id=f"{domain}/{i}")
+
+    docs = [doc(0, "owid", [(14, 17)]), doc(1, "owid", []), doc(2, "wikidata", [(4, 9)]), doc(3, "wikidata", [])]
+    spans = {"d0": [(14, 17)], "d1": [], "d2": [(4, 9)], "d3": [(0, 3)]}
+    # per output: (γ or None, spans both sides marked), as output_gammas gives them
+    gammas = {"d0": (1.0, 2), "d1": (None, 0), "d2": (0.5, 2), "d3": (None, 1)}
+    rows = bench.domain_rows("student", docs, spans, None, split="dev", resamples=10, seed=0, gammas=gammas)
+    by_domain = {r["domain"]: r for r in rows}
+    assert (by_domain["owid"]["gamma"], by_domain["owid"]["gamma_outputs"]) == (1.0, 1)
+    assert by_domain["pooled"]["gamma"] == pytest.approx(0.75) and by_domain["pooled"]["gamma_outputs"] == 2
+    assert "gamma" not in bench.domain_rows("student", docs, spans, None, split="dev", resamples=10, seed=0)[0]
+    runs = {
+        "a": _protocol_run(42, {"overlap_f1": 0.2, "token_f1": 0.3, "count_pearson": 0.1, "token_pearson": 0.0,
+                                "gamma": 0.2}),
+        "b": _protocol_run(1, {"overlap_f1": 0.4, "token_f1": 0.1, "count_pearson": 0.5, "token_pearson": 0.1,
+                               "gamma": 0.4}),
+    }  # fmt: skip
+    (entry,) = bench.recipes(runs)
+    assert entry["mean"]["gamma"] == pytest.approx(0.3) and entry["teacher"]["gamma"] is None
+    assert "0.300 [0.20, 0.40] (–)" in "\n".join(bench.protocol_tables([entry]))
+
+
 def test_a_recipes_seeds_must_share_every_setting_but_the_seed(bench: ModuleType) -> None:
     runs = {"a": _protocol_run(42, {})}
     assert bench.recipe_conflict("r", "b", {"lr": 0.0005}, runs) is None

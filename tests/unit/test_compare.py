@@ -72,6 +72,24 @@ def test_only_items_every_system_scored_are_compared() -> None:
         compare_systems({"A": systems["A"], "X": [_row("z", 1.0, []), _row("y", 2.0, [])]})
 
 
+def test_errors_that_name_a_category_are_compared_per_category() -> None:
+    def row(item: str, categories: list[str | None]) -> dict[str, Any]:
+        errors = [{"location": "x", "start": 0, "end": 1, "severity": 2, "explanation": "e", "category": c}
+                  for c in categories]  # fmt: skip
+        return {"id": item, "evaluation": {"errors": errors, "score": 50.0}}
+
+    a = [row(f"i{k}", ["Incorrect", "Incorrect", "Misleading"]) for k in range(10)]
+    b = [row(f"i{k}", ["Misleading", None]) for k in range(10)]  # an error without a category counts in no category
+    result = compare_systems({"A": a, "B": b}, resamples=200)
+    measures = list(dict.fromkeys(m.measure for m in result.means))
+    assert measures[3:] == ["'Incorrect' errors per output", "'Misleading' errors per output"]
+    incorrect = _pair(result, "'Incorrect' errors per output", "A", "B")
+    assert (incorrect.mean_a, incorrect.mean_b, incorrect.winner) == (2.0, 0.0, "B")
+    assert _pair(result, "'Misleading' errors per output", "A", "B").winner is None  # one each: no difference
+    plain = compare_systems(_systems(6), resamples=50)  # spanjudge's own errors name no category: no such rows
+    assert not [m for m in plain.means if m.measure.startswith("'")]
+
+
 def test_the_command_prints_the_tables_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     paths = []
     for name, rows in _systems().items():

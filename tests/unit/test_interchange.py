@@ -124,3 +124,38 @@ def test_render_writes_each_format_beside_the_results(tmp_path: Path, capsys: py
     assert cli_main(["render", str(results), "--to", "factgenie"]) == 2  # never over an earlier campaign
     assert cli_main(["render", str(results), "--to", "pdf"]) == 2
     assert "--to must be one of html, xcomet, factgenie" in capsys.readouterr().err
+
+
+def _human_campaign(folder: Path, spans: list[str], **record_meta: Any) -> None:
+    """A campaign as a human annotator's factgenie export: one output, the given spans (category 0)."""
+    metadata = {"id": "humans", "mode": "crowdsourcing", "config": {"annotation_span_categories": [
+        {"name": "Incorrect", "color": "#f00"}, {"name": "Misleading", "color": "#00f"}]}}  # fmt: skip
+    record = {"dataset": "cafes", "split": "test", "setup_id": "gpt", "example_idx": 0, "output": OUTPUT,
+              "metadata": record_meta, "annotations": [
+                  {"text": s, "start": OUTPUT.index(s), "type": 0, "reason": ""} for s in spans]}  # fmt: skip
+    write_factgenie_campaign(folder, metadata, [record], "humans-1")
+
+
+def test_a_factgenie_campaign_is_gold_for_a_scores_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text(json.dumps(_rows()[0]) + "\n")  # the judge marked "closed in 2003" and "1998"
+    # a campaign exported from the scores file and annotated in factgenie keeps spanjudge's id, task and aspect
+    gold = tmp_path / "humans"
+    _human_campaign(gold, ["closed in 2003", "after a fire"], spanjudge_id="a", task="summeval", aspect="consistency")
+    out = tmp_path / "eval"
+    args = ["meta-eval", "--spans", f"factgenie:{gold}", "--judge", f"scores:{scores}", "--out", str(out)]
+    assert cli_main(args) == 0, capsys.readouterr().err
+    result = json.loads((out / "spans.json").read_text())[f"scores:{scores.name}"]
+    assert result["scored"] == 1 and result["documents"] == 1
+    assert (result["overlap"]["tp"], result["overlap"]["fp"], result["overlap"]["fn"]) == (1, 1, 1)
+    assert result["per_category_recall"]["Incorrect"]["exact"] == 0.5
+    # a campaign of factgenie's own names its outputs dataset/split/setup/index; a judge that needs inputs cannot run
+    native = tmp_path / "native"
+    _human_campaign(native, ["1998"])
+    unmatched = ["meta-eval", "--spans", f"factgenie:{native}", "--judge", f"scores:{scores}", "--out", str(out / "n")]
+    assert cli_main(unmatched) == 0
+    unscored = json.loads((out / "n" / "spans.json").read_text())[f"scores:{scores.name}"]
+    assert (unscored["scored"], unscored["unscored"]) == (0, 1)  # not in the scores file: nothing invented
+    judged = ["meta-eval", "--spans", f"factgenie:{native}", "--judge", "distilled:some/adapter", "--out", str(out)]
+    assert cli_main(judged) == 2
+    assert "holds the outputs but not their inputs" in capsys.readouterr().err
