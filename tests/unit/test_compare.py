@@ -108,3 +108,27 @@ def test_the_command_prints_the_tables_and_writes_json(tmp_path: Path, capsys: p
     assert "one name per results file" in capsys.readouterr().err
     assert main(["compare", *paths, "--out", str(tmp_path / "compare.md")]) == 2  # the table would overwrite it
     assert "the comparison is JSON" in capsys.readouterr().err
+
+
+def test_on_summeval_the_comparison_follows_the_human_ratings(
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two real SummEval systems as results files, each output scored by the experts' mean coherence
+    (1-5 mapped to 0-100): M11 (mean 2.28) against M23 (4.16), and M0 (4.16) against M23, on the same
+    100 articles. The clear gap is found with both tests; the tie is not called."""
+    rows = [json.loads(line) for line in (shared_data / "meta_eval/summeval/summeval.jsonl").read_text().splitlines()]
+    paths = {}
+    for system in ("M11", "M23", "M0"):
+        mine = [r for r in rows if r["system_id"] == system]
+        results = [{"id": r["doc_id"], "evaluation": {"score": (r["scores"]["coherence"] - 1) / 4 * 100, "errors": []}}
+                   for r in mine]  # fmt: skip
+        paths[system] = tmp_path / f"{system}.jsonl"
+        paths[system].write_text("".join(json.dumps(r) + "\n" for r in results))
+    out = tmp_path / "compare.json"
+    args = ["compare", "--results", str(paths["M11"]), "--results", str(paths["M23"]), "--results", str(paths["M0"])]
+    assert main([*args, "--out", str(out), "--resamples", "1000"]) == 0, capsys.readouterr().err
+    pairs = {(p["a"], p["b"]): p for p in json.loads(out.read_text())["pairs"] if p["measure"] == "score"}
+    gap = pairs[("M11", "M23")]
+    assert gap["winner"] == "M23" and gap["p_permutation"] < 0.001 and gap["p_ttest"] < 0.001 and gap["high"] < 0
+    assert gap["difference"] == pytest.approx((2.28 - 4.163) / 4 * 100, abs=0.1)
+    assert pairs[("M23", "M0")]["winner"] is None and pairs[("M23", "M0")]["p_permutation"] > 0.5
