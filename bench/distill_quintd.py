@@ -357,8 +357,17 @@ def recipe_settings(args: argparse.Namespace) -> dict[str, Any]:
     settings = {}
     for key in RECIPE_ARGS:
         value = getattr(args, key)
-        settings[key] = list(value) if isinstance(value, tuple) else str(value) if isinstance(value, Path) else value
+        settings[key] = (
+            list(value) if isinstance(value, tuple) else _checkout_free(value) if isinstance(value, Path) else value
+        )
     return settings
+
+
+def _checkout_free(path: Path | str) -> str:
+    """A config path as the same file in any checkout: from `configs/` on (runs made before this was recorded
+    so hold the absolute path of the worktree they ran in)."""
+    parts = Path(path).parts
+    return str(Path(*parts[parts.index("configs") :])) if Path(path).is_absolute() and "configs" in parts else str(path)
 
 
 def recipe_conflict(recipe: str, label: str, settings: dict[str, Any], runs: dict[str, Any]) -> str | None:
@@ -367,7 +376,10 @@ def recipe_conflict(recipe: str, label: str, settings: dict[str, Any], runs: dic
         theirs = run["settings"]
         if other == label or theirs.get("recipe") != recipe:
             continue
-        differ = [k for k in RECIPE_ARGS if theirs.get("recipe_settings", {}).get(k) != settings.get(k)]
+        saved = dict(theirs.get("recipe_settings", {}))
+        if isinstance(saved.get("import_config"), str):
+            saved["import_config"] = _checkout_free(saved["import_config"])
+        differ = [k for k in RECIPE_ARGS if saved.get(k) != settings.get(k)]
         if differ:
             return f"recipe {recipe!r}: run {other!r} differs in {', '.join(differ)}; name this recipe otherwise"
     return None

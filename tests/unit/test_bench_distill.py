@@ -170,3 +170,10 @@ def test_a_recipes_seeds_must_share_every_setting_but_the_seed(bench: ModuleType
     assert bench.recipe_conflict("r", "b", {"lr": 0.0005}, runs) is None
     assert bench.recipe_conflict("r", "a", {"lr": 0.1}, runs) is None  # the run itself, made again
     assert "differs in lr" in bench.recipe_conflict("r", "b", {"lr": 0.1}, runs)
+    # a config path names the same file from any checkout (runs once saved the worktree's absolute path)
+    runs["a"]["settings"]["recipe_settings"]["import_config"] = "/work/proto/configs/import/q.yaml"
+    same = {"lr": 0.0005, "import_config": "configs/import/q.yaml"}
+    assert bench.recipe_conflict("r", "b", same, runs) is None
+    assert "differs in import_config" in bench.recipe_conflict(
+        "r", "b", {**same, "import_config": "configs/x.yaml"}, runs
+    )
