@@ -101,6 +101,7 @@ class Comparison:
     confidence: float
     alpha: float
     seed: int
+    errors_only: bool = False  # the error profile alone (results without scores)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,26 +127,36 @@ def compare_systems(
     confidence: float = 0.95,
     alpha: float = 0.05,
     seed: int = 0,
+    errors_only: bool = False,
 ) -> Comparison:
-    """Compare the systems' results rows (`ScoreRow` dicts) on the items all of them scored."""
+    """Compare the systems' results rows (`ScoreRow` dicts) on the items all of them scored.
+
+    `errors_only`: compare the error profile alone, of rows that have no score by nature (human
+    span annotations: `evaluation.score` null and no `unscored_reason`); a row a judge failed to
+    score (with its `unscored_reason`) is still left out."""
     from scipy.stats import ttest_rel
 
     if len(systems) < 2:
         raise InputError(f"compare needs two or more systems, got {len(systems)}")
-    scored = {
-        name: {str(row["id"]): row for row in rows if row["evaluation"].get("score") is not None}
-        for name, rows in systems.items()
-    }
+
+    def usable(row: Mapping[str, Any]) -> bool:
+        if errors_only:
+            return not row.get("unscored_reason") and isinstance(row["evaluation"].get("errors"), list)
+        return row["evaluation"].get("score") is not None
+
+    scored = {name: {str(row["id"]): row for row in rows if usable(row)} for name, rows in systems.items()}
     common = sorted(set.intersection(*(set(by_id) for by_id in scored.values())))
     if len(common) < 2:
-        raise InputError(f"the systems share {len(common)} scored item(s); compare needs at least 2 (matched by id)")
+        what = "annotated" if errors_only else "scored"
+        raise InputError(f"the systems share {len(common)} {what} item(s); compare needs at least 2 (matched by id)")
     left_out = {name: len(rows) - len(common) for name, rows in systems.items()}
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(common), size=(resamples, len(common)))
     tail = (1.0 - confidence) / 2 * 100
     means, pairs = [], []
     compared = [by_id[i] for by_id in scored.values() for i in common]
-    for measure in (*MEASURES, *category_measures(compared)):
+    measures = MEASURES[1:] if errors_only else MEASURES  # MEASURES[0] is the score
+    for measure in (*measures, *category_measures(compared)):
         values = {name: np.array([measure.of(by_id[i]) for i in common]) for name, by_id in scored.items()}
         for name, v in values.items():
             low, high = np.percentile(v[draws].mean(axis=1), [tail, 100 - tail])
@@ -175,14 +186,16 @@ def compare_systems(
                     winner,
                 )
             )
-    return Comparison(list(systems), len(common), left_out, means, pairs, resamples, confidence, alpha, seed)
+    return Comparison(
+        list(systems), len(common), left_out, means, pairs, resamples, confidence, alpha, seed, errors_only
+    )
 
 
 def markdown(result: Comparison) -> str:
     """The comparison as markdown: the systems' means, then every pair's test."""
     pct = round(result.confidence * 100)
     lines = [
-        f"{result.items} items scored by every system"
+        f"{result.items} items {'annotated' if result.errors_only else 'scored'} by every system"
         + "".join(f"; {name}: {n} rows left out" for name, n in result.left_out.items() if n),
         "",
         f"| system | measure | mean [{pct} % CI] |",

@@ -28,6 +28,11 @@ class CompareSettings:
     resamples: int = option(1000, help="Bootstrap and permutation resamples.", min=100)
     alpha: float = option(0.05, help="Significance level: a winner is named only below it.")
     seed: int = option(0, help="Seed of the resamples.")
+    errors_only: bool = option(
+        False,
+        help="Compare the error profile alone, for results without scores (e.g. human span annotations: score "
+        "null and no unscored_reason); rows a judge failed to score are still left out.",
+    )
 
 
 def compare_command(s: CompareSettings) -> None:
@@ -54,7 +59,7 @@ def compare_command(s: CompareSettings) -> None:
         if not path.is_file():
             raise InputError(f"results file not found: {path}")
     systems = {name: read_results(path) for name, path in zip(names, s.results, strict=True)}
-    result = compare_systems(systems, resamples=s.resamples, alpha=s.alpha, seed=s.seed)
+    result = compare_systems(systems, resamples=s.resamples, alpha=s.alpha, seed=s.seed, errors_only=s.errors_only)
     table = markdown(result)
     typer.echo(table, nl=False)
     if s.out is not None:
