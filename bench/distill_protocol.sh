@@ -8,7 +8,8 @@
 #
 # Choices are made on the dev split (tables 70-79); the test split (80-99) is judged once, for a
 # finished recipe only (--split test). Logs: runs/bench/distill_quintd/LABEL.log. Done so far (see
-# bench/results/distill_quintd.md): smollm2-wikidata-s42 and -s1 on dev.
+# bench/results/distill_quintd.md): smollm2-wikidata-s42, -s1 and -s2 on dev. Every run adds γ
+# agreement (--gamma; pip install 'spanjudge[agreement]').
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
@@ -33,7 +34,7 @@ for run in "${RUNS[@]}"; do
   mkdir -p runs/bench/distill_quintd
   echo "[distill_protocol $(date +%T)] $label" >&2
   # shellcheck disable=SC2086  # the options are words
-  if ! "$PYTHON" bench/distill_quintd.py --label "$label" $options --note "$NOTE" \
+  if ! "$PYTHON" bench/distill_quintd.py --label "$label" $options --gamma --note "$NOTE" \
       >> "runs/bench/distill_quintd/$label.log" 2>&1; then
     echo "[distill_protocol] $label failed: see runs/bench/distill_quintd/$label.log" >&2
   fi
