@@ -79,7 +79,7 @@ _CONTROL = r"\x00-\x1F\x7F-\x9F\u2028\u2029"
 _MARKUP = r"<*_"
 
 
-def _int_bounds(model: type[BaseModel], name: str) -> tuple[int, int]:
+def int_bounds(model: type[BaseModel], name: str) -> tuple[int, int]:
     """The (ge, le) bounds that the contract's pydantic model declares for a number field."""
     low = high = None
     for constraint in model.model_fields[name].metadata:
@@ -110,8 +110,8 @@ def judge_grammar(*, max_errors: int = MAX_ERRORS, line_max_chars: int = LINE_MA
         raise ValueError(f"max_errors must be 1-{MAX_ERRORS}, got {max_errors}")
     if line_max_chars < 1:
         raise ValueError(f"line_max_chars must be at least 1, got {line_max_chars}")
-    severity = _int_bounds(ErrorAnnotation, "severity")
-    score = _int_bounds(Evaluation, "score")
+    severity = int_bounds(ErrorAnnotation, "severity")
+    score = int_bounds(Evaluation, "score")
     rules = [
         ("root", f"verdict {_literal(BLOCK_SEPARATOR + SCORE_FIELD)} score"),
         ("verdict", f"{_literal(NO_ERROR)} | error-1"),
@@ -135,8 +135,8 @@ def judge_grammar(*, max_errors: int = MAX_ERRORS, line_max_chars: int = LINE_MA
 
 def max_reply_chars(*, max_errors: int = MAX_ERRORS, line_max_chars: int = LINE_MAX_CHARS) -> int:
     """Characters of the longest reply `judge_grammar(...)` accepts."""
-    severity = len(str(_int_bounds(ErrorAnnotation, "severity")[1]))
-    score = len(str(_int_bounds(Evaluation, "score")[1]))
+    severity = len(str(int_bounds(ErrorAnnotation, "severity")[1]))
+    score = len(str(int_bounds(Evaluation, "score")[1]))
     blocks = sum(
         len(ERROR_HEADER.format(number=n) + LINE_BREAK + LOCATION_FIELD + LINE_BREAK + EXPLANATION_FIELD + LINE_BREAK)
         + len(SEVERITY_FIELD)

@@ -10,12 +10,14 @@ with at most `max_errors` errors (none for "No Error"), each line at least one c
 most `line_max_chars` when given), severity and score integers within the contract model's
 bounds (read from the pydantic model, as the grammar does). Lines are unbounded by default: a
 `maxLength` of 200 becomes 200 nested optional rules in llama.cpp's schema-to-grammar
-conversion (which Ollama uses too), and one reply then took 390 s where the text grammar's
-took 7 s (bench/constrained_forms.py); a line that runs to the token limit leaves the reply
-cut, unparsed and retried, as without constraints. `json_reply_to_text()` renders such a reply to the text
-evaluation the judge writes unconstrained (`render.render_judge`), so everything after the
-reply — parsing, anchoring, retries, the stored raw text — is the same on every engine. A reply
-that is not the JSON form is returned as it is, and fails to parse like any malformed reply.
+conversion (which Ollama uses too), and one reply then took 390 s where the text grammar's took
+about 7 s (bench/constrained_forms.py, on a machine shared with other runs); a line that runs to
+the token limit leaves the reply cut, unparsed and retried, as without constraints.
+
+`json_reply_to_text()` renders such a reply to the text evaluation the judge writes
+unconstrained (`render.render_judge`), so everything after the reply — parsing, anchoring,
+retries, the stored raw text — is the same on every engine. A reply that is not the JSON form is
+returned as it is, and fails to parse like any malformed reply.
 
 Servers enforce schemas to different degrees (llama-cpp-python 0.3.36 ignored an integer's
 `minimum`/`maximum`, so the numbers are enums), so the rendered text is still parsed and
@@ -29,7 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .grammar import _int_bounds
+from .grammar import int_bounds
 from .model import MAX_ERRORS, ErrorAnnotation, Evaluation
 from .render import render_judge
 
@@ -44,8 +46,8 @@ def judge_json_schema(*, max_errors: int = MAX_ERRORS, line_max_chars: int | Non
     """The JSON schema of the judge's replies in JSON form (see the module docstring)."""
     if not 1 <= max_errors <= MAX_ERRORS:
         raise ValueError(f"max_errors must be 1-{MAX_ERRORS}, got {max_errors}")
-    severity_low, severity_high = _int_bounds(ErrorAnnotation, "severity")
-    score_low, score_high = _int_bounds(Evaluation, "score")
+    severity_low, severity_high = int_bounds(ErrorAnnotation, "severity")
+    score_low, score_high = int_bounds(Evaluation, "score")
     line: dict[str, Any] = {"type": "string", "minLength": 1}
     if line_max_chars is not None:
         line["maxLength"] = line_max_chars
