@@ -118,3 +118,20 @@ def test_the_schema_is_part_of_the_model_identity() -> None:
     plain = BackendSpec(kind="ollama", model="judge")
     constrained = BackendSpec(kind="ollama", model="judge", options={"format": SCHEMA})
     assert plain.model_id == "ollama:judge" and constrained.model_id.startswith("ollama:judge#")
+
+
+def test_score_cli_on_ollama_with_constrained(serve, tmp_path) -> None:
+    from spanjudge.app.cli import main as cli_main
+
+    reply = json.dumps({"errors": [], "score": 85})
+    stand_in, url = serve([Reply(text=reply)], ollama=True)
+    data = tmp_path / "items.jsonl"
+    data.write_text(json.dumps({"id": "a", "article": "They lost.", "summary": OUTPUT}) + "\n")
+    out = tmp_path / "scores.jsonl"
+    args = ["score", "--model", "judge", "--data", str(data), "--task", "qags_xsum", "--aspect", "factual consistency",
+            "--input", "Article=article", "--output-field", "summary", "--engine", "ollama", "--base-url", url,
+            "--max-new-tokens", "320", "--constrained", "--out", str(out)]  # fmt: skip
+    assert cli_main(args) == 0
+    assert stand_in.bodies[-1]["format"] == judge_json_schema(max_errors=errors_within(320))
+    row = json.loads(out.read_text())
+    assert row["evaluation"] == {"errors": [], "score": 85} and row["raw_replies"] == [reply]
