@@ -8,8 +8,8 @@
 #
 # Choices are made on the dev split (tables 70-79); the test split (80-99) is judged once, for a
 # finished recipe only (--split test). Logs: runs/bench/distill_quintd/LABEL.log. Done so far (see
-# bench/results/distill_quintd.md): smollm2-wikidata-s42, -s1 and -s2 on dev. Every run adds γ
-# agreement (--gamma; pip install 'spanjudge[agreement]').
+# bench/results/distill_quintd.md): smollm2-wikidata-s42, -s1 and -s2, and smollm2-human-s42, on
+# dev. Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
@@ -19,6 +19,8 @@ RUNS=(
   "smollm2-wikidata-s1 --recipe smollm2-wikidata --student smollm2 --train-seed 1 --probabilities"
   "smollm2-wikidata-s2 --recipe smollm2-wikidata --student smollm2 --train-seed 2 --probabilities"
   "smollm2-human-s42 --recipe smollm2-human --student smollm2 --train-seed 42 --train-source human --probabilities"
+  "smollm2-human-s1 --recipe smollm2-human --student smollm2 --train-seed 1 --train-source human --probabilities"
+  "smollm2-human-s2 --recipe smollm2-human --student smollm2 --train-seed 2 --train-source human --probabilities"
   "gemma3-wikidata-s42 --recipe gemma3-wikidata --student gemma3 --train-seed 42 --probabilities"
 )
 known=$(printf '%s\n' "${RUNS[@]%% *}")
