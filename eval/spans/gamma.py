@@ -16,6 +16,7 @@ The global numpy random state is saved and restored around each computation.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -29,7 +30,9 @@ SETTINGS: dict[str, Any] = {"alpha": 1.0, "beta": 1.0, "delta_empty": 1.0, "soft
 CATEGORY = "error"
 
 
+@functools.cache
 def _library() -> Any:
+    """pygamma-agreement, imported and set up once per process (it is asked once per output)."""
     try:
         import pygamma_agreement
     except ImportError as exc:
@@ -40,6 +43,13 @@ def _library() -> Any:
 
     cvxopt.glpk.options["msg_lev"] = "GLP_MSG_OFF"  # GLPK would print its solver log to stdout
     return pygamma_agreement
+
+
+@functools.cache
+def _dissimilarity() -> Any:
+    return _library().CombinedCategoricalDissimilarity(
+        alpha=SETTINGS["alpha"], beta=SETTINGS["beta"], delta_empty=SETTINGS["delta_empty"]
+    )
 
 
 @contextmanager
@@ -70,9 +80,7 @@ def gamma_of_pair(system: Sequence[Span], gold: Sequence[Span]) -> float | None:
                 continuum.add(annotator, Segment(start, end), CATEGORY)
     if len(continuum.annotators) < 2:
         return None
-    dissimilarity = pa.CombinedCategoricalDissimilarity(
-        alpha=SETTINGS["alpha"], beta=SETTINGS["beta"], delta_empty=SETTINGS["delta_empty"]
-    )
+    dissimilarity = _dissimilarity()
     with _quiet_seeded(SETTINGS["seed"]):
         return float(continuum.compute_gamma(dissimilarity, soft=SETTINGS["soft"]).gamma)
 
