@@ -24,7 +24,9 @@ from spanjudge.inference.judge import Judge
 SCHEMA = judge_json_schema()
 OUTPUT = "The Bruins won 3-1 at home."
 _LINE = st.text(st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=LINE_MAX_CHARS)
-_LINE = _LINE.map(str.strip).filter(lambda t: bool(t) and t[0] not in "<*_" and t.lower().strip(".") != "none")
+_LINE = _LINE.map(str.strip).filter(lambda t: bool(t) and t[0] not in "<*_")
+# A location the contract reads as "no location" ("none", ".", "n/a") becomes None, which JSON cannot carry as a line.
+_LOCATION = _LINE.filter(lambda t: ErrorAnnotation(location=t, explanation="e", severity=1).location is not None)
 
 
 def as_json(evaluation: Evaluation) -> str:
@@ -33,7 +35,7 @@ def as_json(evaluation: Evaluation) -> str:
 
 
 @given(
-    errors=st.lists(st.builds(ErrorAnnotation, location=_LINE, explanation=_LINE, severity=st.integers(1, 5)),
+    errors=st.lists(st.builds(ErrorAnnotation, location=_LOCATION, explanation=_LINE, severity=st.integers(1, 5)),
                     max_size=8),
     score=st.integers(0, 100),
 )  # fmt: skip
