@@ -68,7 +68,7 @@ def _cached_calls(cache: Path) -> int:
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory: pytest.TempPathFactory, smollm2_server: LlamaCppServer, gemma3_server: LlamaCppServer):
     tmp = tmp_path_factory.mktemp("annotate")
-    sources = _sources(tmp, 3)  # 3 inputs x (2 annotators + supervisor): the whole pipeline, on a 2-core budget
+    sources = _sources(tmp, 2)  # 2 inputs x (2 annotators + supervisor): the whole pipeline, on a 2-core budget
     out = tmp / "out"
     command = _command(out, sources, smollm2_server.base_url, gemma3_server.base_url)
     first = _run(*command)
@@ -79,8 +79,8 @@ def test_annotate_builds_the_dataset(full_run) -> None:
     _, out, first = full_run
     assert first.returncode == 0, first.stderr
     run = json.loads((out / "run.json").read_text())
-    assert run["requests"] == 3 and run["incomplete"] == 0
-    assert run["records"] + run["unscored"] == 3
+    assert run["requests"] == 2 and run["incomplete"] == 0
+    assert run["records"] + run["unscored"] == 2
     train, validation = _lines(out / "train.jsonl"), _lines(out / "validation.jsonl")
     assert len(train) + len(validation) == run["records"] > 0
     assert {r["input_id"] for r in train}.isdisjoint({r["input_id"] for r in validation})
@@ -127,12 +127,12 @@ def _expected_ids(sources: Path, shared_data: Path) -> list[str]:
 def test_killed_annotate_process_resumes_without_loss_or_duplicates(
     tmp_path: Path, smollm2_server: LlamaCppServer, gemma3_server: LlamaCppServer, shared_data: Path
 ) -> None:
-    sources = _sources(tmp_path, 2)
+    sources = _sources(tmp_path, 1)  # 1 input: killed after its first annotator's call, before the second's
     out = tmp_path / "killed"
     command = _command(out, sources, smollm2_server.base_url, gemma3_server.base_url)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 600
-    while _cached_calls(out / "cache.sqlite") < 2 and time.monotonic() < deadline and process.poll() is None:
+    while _cached_calls(out / "cache.sqlite") < 1 and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.1)
     assert process.poll() is None, "the run finished before it could be killed"
     os.killpg(process.pid, signal.SIGKILL)
@@ -144,13 +144,13 @@ def test_killed_annotate_process_resumes_without_loss_or_duplicates(
     assert len(ids) == len(set(ids))  # no duplicates
     assert sorted(ids) == _expected_ids(sources, shared_data)  # nothing lost
     run = json.loads((out / "run.json").read_text())
-    assert sum(run["cache_hits"].values()) >= 2  # the killed run's answers were reused
+    assert sum(run["cache_hits"].values()) >= 1  # the killed run's answer was reused
 
 
 def test_dead_server_leaves_incomplete_requests_that_a_rerun_finishes(
     tmp_path: Path, smollm2_server: LlamaCppServer, gemma3_path: Path, shared_data: Path
 ) -> None:
-    sources = _sources(tmp_path, 2)
+    sources = _sources(tmp_path, 1)  # 1 input: SmolLM2 answers, Gemma's server is gone, the merge waits
     out = tmp_path / "dead"
     gemma = LlamaCppServer(gemma3_path, alias="gemma3", n_ctx=4096, n_threads=1).start()
     command = _command(out, sources, smollm2_server.base_url, gemma.base_url)

@@ -131,10 +131,10 @@ def test_every_set_writes_its_full_report(tmp_path: Path) -> None:
 def test_tiny_prompted_judge_scores_whole_inputs_beside_a_metric(
     tmp_path: Path, smollm2_server, shared_data: Path
 ) -> None:
-    """SmolLM2-135M (llama.cpp, CPU) with the annotator prompt on one whole input of the four sets
-    with short inputs (the long articles of SummEval and HANNA's stories cost minutes on 2 cores
-    and test nothing more: every loader runs in the test above)."""
-    names = ["topical_chat", "sfres", "sfhot", "wiki_da"]
+    """SmolLM2-135M (llama.cpp, CPU) with the annotator prompt on one whole input of the three sets
+    with the shortest inputs (SummEval's articles, HANNA's stories and TopicalChat's six responses
+    to a long dialogue cost minutes on 2 cores and test nothing more: every loader runs above)."""
+    names = ["sfres", "sfhot", "wiki_da"]
     suite = small_suite(tmp_path, names)
     out = tmp_path / "out"
     result = run("--suite", str(suite), "--judge", "prompted:configs/ensemble/tiny_local.yaml#smollm2",
@@ -144,9 +144,9 @@ def test_tiny_prompted_judge_scores_whole_inputs_beside_a_metric(
     data = json.loads((out / "results.json").read_text())
     assert set(data["datasets"]) == set(names)
     rows = stored(out)
-    # --max-items 1 is one whole input per set: every system of it (6 TopicalChat responses, 2 SFRES ...)
+    # --max-items 1 is one whole input per set: every system of it (2 SFRES responses, 2 SFHOT, 1 Wiki-DA)
     sample = open_suite(load_suite(suite), suite, shared_data)
-    assert len(rows) == sum(len(load_suite_dataset(sample, name, 1).items) for name in names) == 11
+    assert len(rows) == sum(len(load_suite_dataset(sample, name, 1).items) for name in names) == 5
     assert all(r["score"] is not None or r["unscored_reason"] for r in rows)
-    assert sum(r["score"] is not None for r in rows) >= 4  # the grammar keeps most replies parseable
-    assert len(list(out.glob("scatter_*.png"))) == 8
+    assert sum(r["score"] is not None for r in rows) >= 3  # the grammar keeps most replies parseable
+    assert len(list(out.glob("scatter_*.png"))) == len(names) * 2  # a scatter per set and judge
