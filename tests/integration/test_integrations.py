@@ -107,7 +107,7 @@ def test_an_lm_eval_task_names_the_judge_in_its_yaml_and_logs_the_spans(
     results = simple_evaluate(
         model=Summaries(),
         tasks=["spanjudge_summaries"],
-        task_manager=TaskManager(include_path=str(task_dir)),
+        task_manager=TaskManager(include_path=str(task_dir), include_defaults=False),  # not lm-eval's own thousands
         log_samples=True,
         bootstrap_iters=0,
     )
