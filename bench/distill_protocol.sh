@@ -3,17 +3,20 @@
 # script and running it again finishes a run where it stopped (bench/distill_quintd.py keeps its
 # teacher import, student and judgments under runs/bench/distill_quintd/LABEL).
 #
-#   bench/distill_protocol.sh              # every run below, in order
-#   bench/distill_protocol.sh LABEL ...    # only these runs
+#   bench/distill_protocol.sh                        # every run below, on the dev split, in order
+#   bench/distill_protocol.sh LABEL ...              # only these runs
+#   SPLIT=test bench/distill_protocol.sh LABEL ...   # the test split, once per seed of a finished recipe
 #
 # Choices are made on the dev split (tables 70-79); the test split (80-99) is judged once, for a
-# finished recipe only (--split test). Logs: runs/bench/distill_quintd/LABEL.log. Done so far (see
-# bench/results/distill_quintd.md): smollm2-wikidata-s42, -s1 and -s2, and smollm2-human-s42, on
-# dev. Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
+# finished recipe only, and only for the runs named (the student trained for dev is reused). Logs:
+# runs/bench/distill_quintd/LABEL.log (LABEL.test.log for the test split). Done so far (see
+# bench/results/distill_quintd.md): smollm2-wikidata-s42, -s1 and -s2, and smollm2-human-s42 and
+# -s1, on dev. Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
 NOTE="${NOTE:-protocol run}"
+SPLIT="${SPLIT:-dev}"
 RUNS=(
   "smollm2-wikidata-s42 --recipe smollm2-wikidata --student smollm2 --train-seed 42 --probabilities"
   "smollm2-wikidata-s1 --recipe smollm2-wikidata --student smollm2 --train-seed 1 --probabilities"
@@ -23,6 +26,20 @@ RUNS=(
   "smollm2-human-s2 --recipe smollm2-human --student smollm2 --train-seed 2 --train-source human --probabilities"
   "gemma3-wikidata-s42 --recipe gemma3-wikidata --student gemma3 --train-seed 42 --probabilities"
 )
+case "$SPLIT" in
+  dev) log_suffix="" ;;
+  test)
+    log_suffix=".test"
+    if [[ $# -eq 0 ]]; then
+      echo "distill_protocol: SPLIT=test judges the test split of the runs you name, never all of them" >&2
+      exit 2
+    fi
+    ;;
+  *)
+    echo "distill_protocol: SPLIT is dev or test, not '$SPLIT'" >&2
+    exit 2
+    ;;
+esac
 known=$(printf '%s\n' "${RUNS[@]%% *}")
 for wanted in "$@"; do
   if ! grep -qx -- "$wanted" <<< "$known"; then
@@ -34,10 +51,11 @@ for run in "${RUNS[@]}"; do
   read -r label options <<< "$run"
   if [[ $# -gt 0 && ! " $* " =~ " $label " ]]; then continue; fi
   mkdir -p runs/bench/distill_quintd
-  echo "[distill_protocol $(date +%T)] $label" >&2
+  log="runs/bench/distill_quintd/$label$log_suffix.log"
+  echo "[distill_protocol $(date +%T)] $label ($SPLIT split)" >&2
   # shellcheck disable=SC2086  # the options are words
-  if ! "$PYTHON" bench/distill_quintd.py --label "$label" $options --gamma --note "$NOTE" \
-      >> "runs/bench/distill_quintd/$label.log" 2>&1; then
-    echo "[distill_protocol] $label failed: see runs/bench/distill_quintd/$label.log" >&2
+  if ! "$PYTHON" bench/distill_quintd.py --label "$label" $options --split "$SPLIT" --gamma --note "$NOTE" \
+      >> "$log" 2>&1; then
+    echo "[distill_protocol] $label failed: see $log" >&2
   fi
 done

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -177,3 +180,34 @@ def test_a_recipes_seeds_must_share_every_setting_but_the_seed(bench: ModuleType
     assert "differs in import_config" in bench.recipe_conflict(
         "r", "b", {**same, "import_config": "configs/x.yaml"}, runs
     )
+
+
+def test_the_protocol_script_judges_the_test_split_only_for_the_runs_it_is_given(tmp_path: Path) -> None:
+    """bench/distill_protocol.sh, in a copy of its folder, with an interpreter that records its
+    arguments in place of Python: which runs it starts, with which split, and what it refuses."""
+    (tmp_path / "bench").mkdir()
+    script = tmp_path / "bench" / "distill_protocol.sh"
+    shutil.copy(REPO / "bench" / "distill_protocol.sh", script)
+    recorder = tmp_path / "python"
+    recorder.write_text('#!/usr/bin/env bash\necho "$@" >> "$(dirname "$0")/calls"\n')
+    recorder.chmod(0o755)
+
+    def protocol(*labels: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(script), *labels], env={**os.environ, "PYTHON": str(recorder), **env},
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    assert protocol("smollm2-human-s1", SPLIT="test").returncode == 0
+    [call] = (tmp_path / "calls").read_text().splitlines()
+    assert call.startswith("bench/distill_quintd.py --label smollm2-human-s1 --recipe smollm2-human")
+    assert "--train-source human" in call and "--split test --gamma" in call
+    assert (tmp_path / "runs/bench/distill_quintd/smollm2-human-s1.test.log").is_file()
+    assert protocol("smollm2-wikidata-s2").returncode == 0  # the dev split by default
+    assert "--split dev" in (tmp_path / "calls").read_text().splitlines()[1]
+    for refused, env, says in [
+        ((), {"SPLIT": "test"}, "never all of them"),  # the test split is read for a finished recipe only
+        (("smollm2-human-s1",), {"SPLIT": "tset"}, "SPLIT is dev or test, not 'tset'"),
+        (("smollm2-human-s9",), {}, "no run 'smollm2-human-s9'"),
+    ]:
+        done = protocol(*refused, **env)
+        assert done.returncode == 2 and says in done.stderr
+    assert len((tmp_path / "calls").read_text().splitlines()) == 2  # a refused call starts nothing
