@@ -40,6 +40,11 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _generated(out: Path) -> list[dict]:
+    """The run's generated outputs, both sources."""
+    return _lines(out / "outputs" / "summeval.jsonl") + _lines(out / "outputs" / "topical_chat.jsonl")
+
+
 def _cached_calls(cache: Path) -> int:
     if not cache.exists():
         return 0
@@ -97,7 +102,7 @@ def test_killed_run_resumes_without_repeats_or_duplicates(generated) -> None:
     assert sum(run["cache_hits"].values()) >= killed_with  # the killed run's calls were reused ...
     assert sum(run["model_calls"].values()) == JOBS - sum(run["cache_hits"].values())  # ... and not made again
     assert _cached_calls(out / "cache.sqlite") == JOBS
-    rows = _lines(out / "outputs" / "summeval.jsonl") + _lines(out / "outputs" / "topical_chat.jsonl")
+    rows = _generated(out)
     rejected = _lines(out / "rejected.jsonl")
     keys = [(r["dataset"], r["input_id"], r["system"]) for r in rows + rejected]
     assert len(keys) == len(set(keys)) == JOBS  # every (input, system) exactly once
@@ -108,7 +113,7 @@ def test_killed_run_resumes_without_repeats_or_duplicates(generated) -> None:
 
 def test_outputs_carry_raw_text_and_provenance(generated) -> None:
     _, out, resumed, _, seconds = generated
-    rows = _lines(out / "outputs" / "summeval.jsonl") + _lines(out / "outputs" / "topical_chat.jsonl")
+    rows = _generated(out)
     assert len(rows) >= JOBS // 2  # tiny models, but mostly usable text
     for row in rows:
         provenance = row["provenance"]
@@ -155,8 +160,7 @@ def test_annotate_reads_the_generated_outputs_directly(generated) -> None:
     assert len(sampled) == run["outputs"] and not summary.skipped  # n_systems 2 of 2: every output is sampled
 
     # each request is the generated row as it was written: its inputs and its output, untouched
-    rows = _lines(out / "outputs" / "summeval.jsonl") + _lines(out / "outputs" / "topical_chat.jsonl")
-    generated_rows = {(r["dataset"], r["input_id"], r["system"]): r for r in rows}
+    generated_rows = {(r["dataset"], r["input_id"], r["system"]): r for r in _generated(out)}
     for request in requests:
         row = generated_rows[(request.item.dataset, request.item.input_id, request.item.system)]
         assert request.item.output == row["output"] and request.item.inputs == row["inputs"]
