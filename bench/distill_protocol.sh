@@ -24,6 +24,9 @@ RUNS=(
   "smollm2-human-s42 --recipe smollm2-human --student smollm2 --train-seed 42 --train-source human --probabilities"
   "smollm2-human-s1 --recipe smollm2-human --student smollm2 --train-seed 1 --train-source human --probabilities"
   "smollm2-human-s2 --recipe smollm2-human --student smollm2 --train-seed 2 --train-source human --probabilities"
+  "smollm2-mixed-s42 --recipe smollm2-mixed --student smollm2 --train-seed 42 --domains wikidata ice_hockey owid --train-tables 0 25 --probabilities"
+  "smollm2-mixed-s1 --recipe smollm2-mixed --student smollm2 --train-seed 1 --domains wikidata ice_hockey owid --train-tables 0 25 --probabilities"
+  "smollm2-mixed-s2 --recipe smollm2-mixed --student smollm2 --train-seed 2 --domains wikidata ice_hockey owid --train-tables 0 25 --probabilities"
   "gemma3-wikidata-s42 --recipe gemma3-wikidata --student gemma3 --train-seed 42 --probabilities"
 )
 case "$SPLIT" in

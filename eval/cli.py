@@ -62,7 +62,8 @@ class MetaEvalSettings:
         None,
         help="KEY=VALUE for distilled: (Judge.from_pretrained), e.g. engine=openai; engine_arg.KEY=VALUE is an "
         "engine argument (vllm LLM(...), transformers from_pretrained), e.g. engine_arg.max_model_len=8192; "
-        "score=expected correlates the judge's expected score (its probabilities, transformers engine), "
+        "score=expected correlates the judge's expected score (its probabilities: engines transformers, "
+        "llamacpp, vllm), "
         "score=consensus with samples=N the score of N sampled replies merged, instead of the written one "
         "(score=written, the default).",
     )

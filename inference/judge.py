@@ -50,6 +50,7 @@ from spanjudge.core.progress import Advance
 from .backends import BackendSpec, judge_engine, make_backend
 from .backends.adapters import check_safetensors_adapter
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
+from .backends.registry import NO_PROMPT_LOGPROBS, PROBABILITY_ENGINES, one_of
 from .catalog import Aspect, Catalog, load_catalog
 from .chat import encode_prompt
 from .consensus import Consensus, consensus
@@ -138,12 +139,13 @@ class Judge:
         if samples < 0:
             raise SpanjudgeError(f"samples must be 0 (none) or more, got {samples}")
         self.samples = samples
-        # where the probabilities come from: the given reader, else the backend (transformers reads its own)
+        # where the probabilities come from: the given reader, else the backend (transformers, llama.cpp and vLLM
+        # read their own)
         self._probability_reader = probability_reader or getattr(backend, "read_probabilities", None)
         if probabilities and self._probability_reader is None:
             raise SpanjudgeError(
-                f"probabilities are read on the transformers engine; {type(backend).__name__} does not expose "
-                "them to spanjudge yet (vLLM, llama.cpp and OpenAI-compatible servers: not yet)"
+                f"probabilities are read on the {one_of(PROBABILITY_ENGINES)} engines; {type(backend).__name__} "
+                "does not read them: give probability_reader="
             )
         self.probabilities = probabilities
         # the judge's own prompt (None: the built-in one); a request that names none is sent with it
@@ -204,8 +206,8 @@ class Judge:
             raise SpanjudgeError(str(exc)) from None
         if o.probabilities and not record.probabilities and probability_reader is None:
             raise SpanjudgeError(
-                f"probabilities are read on the transformers engine, not {engine!r} (vLLM, llama.cpp and "
-                "OpenAI-compatible servers: not yet)"
+                f"probabilities are read on the {one_of(PROBABILITY_ENGINES)} engines, not {engine!r} "
+                f"({NO_PROMPT_LOGPROBS}; a served llama.cpp judge: give probability_reader=)"
             )
         check_safetensors_adapter(Path(location).expanduser())  # a pickled adapter: one line, before anything loads
         template = resolve_prompt_template(location, template_given)

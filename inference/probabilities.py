@@ -369,3 +369,60 @@ class LlamaCppProbabilityReader(_ChoiceReader):
                     total += float(np.logaddexp.reduce(last[self.end_ids]))
                 totals.append(total)
         return out
+
+
+class VLLMProbabilityReader(_ChoiceReader):
+    """Reads `ReplyProbabilities` with vLLM's offline engine (`vllm.LLM`), through its prompt log-probabilities:
+    each alternative is one prompt of token ids (prompt + reply up to where it parts + the alternative, and,
+    where the choice ends the reply, one of the turn's end tokens after it), sent with
+    `SamplingParams(max_tokens=1, prompt_logprobs=0)`, which returns the log-probability of every prompt token
+    under the model (the raw logits: no sampler touches them). All of an evaluation's alternatives go in one
+    `LLM.generate` call, which vLLM batches itself. `lora_request`: the judge's adapter, as generation has it.
+
+    Not run against vLLM here: vLLM needs a CUDA GPU and could not be installed on the machines this was
+    written on (tested on a stand-in with `LLM.generate`'s interface, against the brute-force computation)."""
+
+    def __init__(
+        self, llm: Any, tokenizer: Any, end_ids: Collection[int], max_errors: int = 8, lora_request: Any = None
+    ) -> None:
+        super().__init__(tokenizer, end_ids, max_errors)
+        self.llm = llm
+        self.lora_request = lora_request
+
+    def _choice_log_probs(
+        self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],
+        ends: list[bool],
+    ) -> list[list[float]]:  # fmt: skip
+        from vllm import SamplingParams
+
+        # (choice, alternative, the prompt's tokens, its first scored position): with several end tokens, one
+        # prompt per end token; their probabilities add up (log-sum-exp) to the alternative's
+        prompts: list[tuple[int, int, list[int], int]] = []
+        for index, ((start, tails), end) in enumerate(zip(branches, ends, strict=True)):
+            before = [*prompt_ids, *reply[:start]]
+            for alternative, tail in enumerate(tails):
+                for end_id in self.end_ids if end else [None]:
+                    ids = [*before, *tail, *([] if end_id is None else [end_id])]
+                    prompts.append((index, alternative, ids, len(before)))
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": ids} for _, _, ids, _ in prompts],
+            SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0),
+            use_tqdm=False,
+            lora_request=self.lora_request,
+        )
+        parts: list[list[list[float]]] = [[[] for _ in tails] for _, tails in branches]
+        for (index, alternative, ids, first), output in zip(prompts, outputs, strict=True):
+            logprobs = output.prompt_logprobs  # one entry per prompt token, None for the first
+            parts[index][alternative].append(sum(_logprob(logprobs[j], ids[j]) for j in range(first, len(ids))))
+        return [[_log_sum_exp(values) for values in choice] for choice in parts]
+
+
+def _logprob(position: Any, token: int) -> float:
+    """The log-probability vLLM reports for `token` at one prompt position (a `Logprob`, or a bare float)."""
+    value = position[token]
+    return float(getattr(value, "logprob", value))
+
+
+def _log_sum_exp(values: Sequence[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))

@@ -19,7 +19,14 @@ from spanjudge.core.keyvalue import parse_texts
 from spanjudge.core.options import option
 from spanjudge.core.sharding import SHARD_HELP
 
-from .backends.registry import BY_NAME, ENGINE_ARG_KINDS, JUDGE_ENGINES, one_of
+from .backends.registry import (
+    BY_NAME,
+    ENGINE_ARG_KINDS,
+    JUDGE_ENGINES,
+    NO_PROMPT_LOGPROBS,
+    PROBABILITY_ENGINES,
+    one_of,
+)
 from .judge_options import JudgeOptions
 
 CHUNK = 32  # items handed to the judge at a time (each result is written as soon as it is final)
@@ -148,8 +155,8 @@ def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
         raise InputError(f"--engine must be {one_of(JUDGE_ENGINES)}, not '{settings.engine}'")
     if settings.probabilities and not BY_NAME[settings.engine].probabilities:
         raise InputError(
-            f"--probabilities is read on --engine transformers, not {settings.engine} (vLLM, llama.cpp and "
-            "OpenAI-compatible servers: not yet)"
+            f"--probabilities is read on --engine {one_of(PROBABILITY_ENGINES)}, not {settings.engine} "
+            f"({NO_PROMPT_LOGPROBS})"
         )
     engine_options = parse_engine_args(settings.engine_arg or [])
     if engine_options and settings.engine not in ENGINE_ARG_KINDS:

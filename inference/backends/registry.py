@@ -74,6 +74,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         engine_args=True,
         extra="vllm",
         judge_options=("reuse_prefix",),
+        probabilities=True,
     ),
     BackendRecord(
         "llamacpp",
@@ -104,6 +105,9 @@ BY_NAME: dict[str, BackendRecord] = {record.name: record for record in BACKENDS}
 KINDS: tuple[str, ...] = tuple(BY_NAME)
 JUDGE_ENGINES: tuple[str, ...] = tuple(r.name for r in BACKENDS if r.judge)
 ENGINE_ARG_KINDS: tuple[str, ...] = tuple(r.name for r in BACKENDS if r.engine_args)
+PROBABILITY_ENGINES: tuple[str, ...] = tuple(r.name for r in BACKENDS if r.judge and r.probabilities)
+# why the server engines cannot: what a probability reader needs is each prompt token's log-probability
+NO_PROMPT_LOGPROBS = "a server's API returns no log-probabilities of the prompt's tokens to read them from"
 
 
 def _known_kind(name: str) -> str:

@@ -21,6 +21,10 @@ their shared prompt prefix once.
 Option `grammar` (ours): a GBNF grammar every reply is held to, through vLLM's structured
 outputs (`SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...))`: vLLM
 >= 0.11; 0.12 removed the older `guided_decoding`); its default backend, xgrammar, reads GBNF.
+
+The judge's probabilities (`probabilities=True`) are read on the same engine from vLLM's prompt
+log-probabilities (`probabilities.VLLMProbabilityReader`), the prompt encoded as `LLM.chat`
+encodes it: the tokenizer's chat template as text, then its tokens without added special ones.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class VLLMBackend(Backend):
             options.update(enable_lora=True, max_lora_rank=max(rank, options.get("max_lora_rank", 16)))
             self._lora = LoRARequest("judge", 1, folder)
         self._llm: Any = vllm.LLM(model=spec.model, **options)
+        self._reader: Any = None  # the probability reader, made on first use
 
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
         if not requests:
@@ -112,6 +117,18 @@ class VLLMBackend(Backend):
             completion_tokens=len(sample.token_ids),
             seconds=seconds,
         )
+
+    def read_probabilities(self, request: ChatRequest, evaluation: Any) -> Any:
+        """The model's `probabilities.ReplyProbabilities` along `evaluation` (a parsed reply) to `request`."""
+        from ..chat import encode_prompt, judge_end_ids, render_chat
+        from ..probabilities import VLLMProbabilityReader
+
+        tokenizer = self._llm.get_tokenizer()
+        if self._reader is None:
+            end_ids = judge_end_ids(tokenizer)
+            self._reader = VLLMProbabilityReader(self._llm, tokenizer, end_ids, lora_request=self._lora)
+        prompt = render_chat(tokenizer, [message.model_dump() for message in request.messages])
+        return self._reader.read(encode_prompt(tokenizer, prompt), evaluation)
 
     def close(self) -> None:
         """Drop the engine so its GPU memory can be reused in this process."""

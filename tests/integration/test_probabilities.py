@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,7 +22,14 @@ from spanjudge.inference.contract import Evaluation, parse_judge
 from spanjudge.inference.contract.render import render_judge
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.llamacpp import smollm2_gguf
-from spanjudge.inference.probabilities import SCORES, SEVERITIES, ProbabilityReader, _choices, expected_count
+from spanjudge.inference.probabilities import (
+    SCORES,
+    SEVERITIES,
+    ProbabilityReader,
+    VLLMProbabilityReader,
+    _choices,
+    expected_count,
+)
 
 TWO_ERRORS = (
     "Error 1:\nLocation: on a hat\nExplanation: The article says mat.\nSeverity: 3\n\n"
@@ -71,11 +80,79 @@ def _brute_force(model: Any, tokenizer: Any, prompt: list[int], text: str, evalu
 @pytest.mark.parametrize("reply", [TWO_ERRORS, NO_ERROR, EIGHT_ERRORS], ids=["two", "none", "eight"])
 def test_read_probabilities_equal_a_brute_force_computation(tiny: tuple[Any, Any], reply: str) -> None:
     model, tokenizer = tiny
+    end = {tokenizer.eos_token_id}
+    _assert_brute_force(model, tokenizer, reply, end, lambda prompt, evaluation: ProbabilityReader(
+        model, tokenizer, end).read(prompt, evaluation))  # fmt: skip
+
+
+class _PromptLogprobsLLM:
+    """A stand-in for `vllm.LLM`, which needs a CUDA GPU: `generate` answers prompts of token ids with
+    `prompt_logprobs` in vLLM's shape (None for the first token, then {token: Logprob}), each computed by a
+    whole forward pass of the tiny model of its own."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.prompts = model, 0
+
+    def generate(self, prompts: list[dict[str, list[int]]], params: Any, use_tqdm: bool, lora_request: Any) -> list:
+        import torch
+
+        assert params.prompt_logprobs == 0 and params.max_tokens == 1 and not use_tqdm and lora_request == "lora"
+        self.prompts += len(prompts)
+        outputs = []
+        for prompt in prompts:
+            ids = prompt["prompt_token_ids"]
+            with torch.no_grad():
+                rows = self.model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
+            entries = [{ids[j]: SimpleNamespace(logprob=float(rows[j - 1, ids[j]]))} for j in range(1, len(ids))]
+            outputs.append(SimpleNamespace(prompt_logprobs=[None, *entries]))
+        return outputs
+
+
+@pytest.mark.parametrize("reply", [TWO_ERRORS, NO_ERROR], ids=["two", "none"])
+def test_vllm_prompt_logprobs_read_what_a_brute_force_computation_reads(
+    tiny: tuple[Any, Any], reply: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM's reader on the stand-in, with two end tokens (the turn's end and eos, as Gemma has): every
+    alternative is one prompt, and an ending alternative one prompt per end token."""
+    model, tokenizer = tiny
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(**kw)))
+    llm, end = _PromptLogprobsLLM(model), {tokenizer.eos_token_id, 0}  # <|endoftext|> beside eos
+    reader = VLLMProbabilityReader(llm, tokenizer, end, lora_request="lora")
+    _assert_brute_force(model, tokenizer, reply, end, reader.read)
+    assert llm.prompts > len(SCORES) * len(end)  # the score's alternatives each end the reply: 2 prompts each
+
+
+def test_the_vllm_engine_reads_along_the_prompt_its_chat_sends(
+    tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`VLLMBackend.read_probabilities` encodes a request as `LLM.chat` does (the chat template as text, then its
+    tokens) and reads what the transformers reader reads there (the stand-in as vLLM's `LLM`)."""
+    from spanjudge.inference.backends import BackendSpec, make_backend
+    from spanjudge.inference.chat import encode_prompt, judge_end_ids, render_chat
+
+    model, tokenizer = tiny
+    llm = _PromptLogprobsLLM(model)
+    llm.get_tokenizer = lambda: tokenizer  # type: ignore[attr-defined]
+    fake = SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(**kw), LLM=lambda model, **options: llm)
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    backend = make_backend(BackendSpec(kind="vllm", model="tiny"))
+    backend._lora = "lora"  # what an `adapter` option makes: the reader sends the judge's LoRA with each prompt
+    evaluation = parse_judge(TWO_ERRORS)
+    request = ChatRequest.user("Is 'A cat sat on a hat.' faithful to 'The cat sat on the mat.'?")
+    read = backend.read_probabilities(request, evaluation)
+    prompt = encode_prompt(tokenizer, render_chat(tokenizer, [m.model_dump() for m in request.messages]))
+    expected = ProbabilityReader(model, tokenizer, judge_end_ids(tokenizer)).read(prompt, evaluation)
+    assert read.expected_score == pytest.approx(expected.expected_score, abs=1e-4)
+    assert read.expected_errors == pytest.approx(expected.expected_errors, abs=1e-5)
+    assert [e.confidence for e in read.errors] == pytest.approx([e.confidence for e in expected.errors], abs=1e-5)
+
+
+def _assert_brute_force(model: Any, tokenizer: Any, reply: str, end: set[int], read_with: Any) -> None:
+    """`read_with(prompt, evaluation)` reads what the brute-force computation reads, on every value."""
     evaluation = parse_judge(reply)
     assert isinstance(evaluation, Evaluation)
     prompt = tokenizer("Is 'A cat sat on a hat.' faithful to 'The cat sat on the mat.'?")["input_ids"]
-    end = {tokenizer.eos_token_id}
-    read = ProbabilityReader(model, tokenizer, end).read(prompt, evaluation)
+    read = read_with(prompt, evaluation)
     counts, severities, score = _brute_force(model, tokenizer, prompt, render_judge(evaluation), evaluation, end)
 
     going_on = [c[0] for c in counts]  # float32: incremental and whole-sequence attention round apart by ~1e-6
@@ -303,7 +380,8 @@ def test_probabilities_on_an_engine_that_cannot_read_them_is_one_line(
     code = cli_main(["score", "--model", "judge", "--engine", "openai", "--base-url", "http://127.0.0.1:9/v1",
                      "--data", str(tmp_path / "none.jsonl"), "--out", str(out), "--probabilities"])  # fmt: skip
     err = capsys.readouterr().err.strip()
-    assert code == 2 and "--probabilities is read on --engine transformers" in err and len(err.splitlines()) == 1
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "--probabilities is read on --engine vllm, llamacpp or transformers, not openai" in err
 
 
 def test_meta_eval_expected_score_needs_an_engine_that_reads_probabilities() -> None:
@@ -314,7 +392,7 @@ def test_meta_eval_expected_score_needs_an_engine_that_reads_probabilities() -> 
         DistilledJudge("judge", {"score": "median"})
     with pytest.raises(InputError, match="give --judge-option samples=N too"):
         DistilledJudge("judge", {"score": "consensus"})
-    with pytest.raises(SpanjudgeError, match="probabilities are read on the transformers engine, not 'openai'"):
+    with pytest.raises(SpanjudgeError, match="read on the vllm, llamacpp or transformers engines, not 'openai'"):
         DistilledJudge("judge", {"score": "expected", "engine": "openai", "base_url": "http://127.0.0.1:9/v1"})
     written = DistilledJudge("judge", {"engine": "openai", "base_url": "http://127.0.0.1:9/v1"})
     assert written.name == "distilled:judge" and written.score_kind == "written"
