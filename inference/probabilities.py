@@ -50,7 +50,9 @@ SEVERITIES = tuple(range(1, 6))  # the contract's severity values (`ErrorAnnotat
 SCORES = tuple(range(0, 101))  # the contract's score values (`Evaluation.score`)
 _BATCH = 16  # alternatives per forward pass at most: 101 score values x Gemma's 262k vocabulary stay small
 # the prompt's KV cache is copied once per alternative in a pass: an 8B model's 4k-token prompt
-# holds 0.5 GB of it, so a pass takes as many alternatives as fit this (at least one)
+# holds 0.5 GB of it, so a pass takes as many alternatives as fit this (at least one); on a CUDA
+# device a quarter of its free memory when more (an 80 GB card then takes 16 such copies a pass:
+# bench/results/gpu_probabilities.md)
 CACHE_BUDGET_BYTES = 2 * 1024**3
 
 
@@ -143,6 +145,17 @@ def _normalised(log_probabilities: Sequence[float]) -> list[float]:
     return [weight / total for weight in weights]
 
 
+def cache_budget(device: Any) -> int:
+    """The memory the copies of a prompt's cache may take in one pass on `device` (a torch device):
+    `CACHE_BUDGET_BYTES`, or on a CUDA device a quarter of its free memory when that is more."""
+    if getattr(device, "type", None) != "cuda":
+        return CACHE_BUDGET_BYTES
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(CACHE_BUDGET_BYTES, free // 4)
+
+
 def alternatives_per_pass(row_bytes: float, budget_bytes: int) -> int:
     """How many alternatives one forward pass takes: each copies a prompt cache of `row_bytes`."""
     return max(1, min(_BATCH, int(budget_bytes // max(1.0, row_bytes))))
@@ -200,7 +213,8 @@ class ProbabilityReader(_ChoiceReader):
 
     `end_ids`: the tokens that end the judge's turn (eos, Gemma's `<end_of_turn>`).
     `cache_budget_bytes`: how much memory the copies of the prompt's KV cache may take in one
-    forward pass over alternatives (fewer alternatives a pass on a long prompt; same results).
+    forward pass over alternatives (fewer alternatives a pass on a long prompt; same results); by
+    default `cache_budget` of the model's device.
     `reuse_prefix`: keep the last reading's KV cache, so the next prompt reads only the tokens it does
     not share with the last one (the judge reads the outputs of one input one after another)."""
 
@@ -210,7 +224,7 @@ class ProbabilityReader(_ChoiceReader):
         tokenizer: Any,
         end_ids: Collection[int],
         max_errors: int = 8,
-        cache_budget_bytes: int = CACHE_BUDGET_BYTES,
+        cache_budget_bytes: int | None = None,
         reuse_prefix: bool = False,
     ) -> None:
         import torch
@@ -284,7 +298,8 @@ class ProbabilityReader(_ChoiceReader):
         at = len(prompt_ids) + start  # the first tail token is predicted by the row before it
         opening = first[at - 1]
         totals = [float(opening[tail[0]]) if tail else 0.0 for tail in tails]
-        size = alternatives_per_pass(_cache_bytes(cache) * at / max(1, cache.get_seq_length()), self.cache_budget_bytes)
+        budget = self.cache_budget_bytes or cache_budget(self.model.device)
+        size = alternatives_per_pass(_cache_bytes(cache) * at / max(1, cache.get_seq_length()), budget)
         for begin in range(0, len(tails), size):
             group = tails[begin : begin + size]
             width = max(len(tail) for tail in group)

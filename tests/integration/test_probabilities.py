@@ -200,6 +200,19 @@ def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, 
     )
 
 
+def test_the_cache_budget_is_2_gib_or_a_quarter_of_a_gpus_free_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from spanjudge.inference.probabilities import CACHE_BUDGET_BYTES, cache_budget
+
+    assert cache_budget(torch.device("cpu")) == CACHE_BUDGET_BYTES == 2 * 1024**3
+    free = {"bytes": 60 * 1024**3}  # what torch.cuda.mem_get_info says is free (the stand-in for a GPU here)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free["bytes"], 80 * 1024**3))
+    assert cache_budget(torch.device("cuda", 0)) == 15 * 1024**3
+    free["bytes"] = 4 * 1024**3  # a nearly full card: never under the CPU's budget
+    assert cache_budget(torch.device("cuda", 0)) == CACHE_BUDGET_BYTES
+
+
 def test_a_reader_reusing_the_last_prompt_reads_what_a_fresh_one_reads(tiny: tuple[Any, Any]) -> None:
     """With `reuse_prefix`, the next prompt reads only what it does not share with the last reading's
     tokens (the cache cut back to them); the readings equal those of a reader starting afresh."""
