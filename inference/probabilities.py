@@ -139,10 +139,13 @@ def _assemble(
 
 
 def _normalised(log_probabilities: Sequence[float]) -> list[float]:
-    top = max(log_probabilities)
-    weights = [math.exp(value - top) for value in log_probabilities]
-    total = sum(weights)
-    return [weight / total for weight in weights]
+    total = _log_sum_exp(log_probabilities)
+    return [math.exp(value - total) for value in log_probabilities]
+
+
+def _log_sum_exp(values: Sequence[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
 
 
 def cache_budget(device: Any) -> int:
@@ -436,8 +439,3 @@ def _logprob(position: Any, token: int) -> float:
     """The log-probability vLLM reports for `token` at one prompt position (a `Logprob`, or a bare float)."""
     value = position[token]
     return float(getattr(value, "logprob", value))
-
-
-def _log_sum_exp(values: Sequence[float]) -> float:
-    top = max(values)
-    return top + math.log(sum(math.exp(v - top) for v in values))
