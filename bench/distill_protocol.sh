@@ -6,6 +6,7 @@
 #   bench/distill_protocol.sh                        # every run below, on the dev split, in order
 #   bench/distill_protocol.sh LABEL ...              # only these runs
 #   SPLIT=test bench/distill_protocol.sh LABEL ...   # the test split, once per seed of a finished recipe
+#   SAMPLES=3 bench/distill_protocol.sh LABEL ...    # also self-consistency rows (3 sampled replies an output)
 #
 # Choices are made on the dev split (tables 70-79); the test split (80-99) is judged once, for a
 # finished recipe only, and only for the runs named (the student trained for dev is reused). Logs:
@@ -17,6 +18,7 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
 NOTE="${NOTE:-protocol run}"
 SPLIT="${SPLIT:-dev}"
+SAMPLES="${SAMPLES:-0}"
 RUNS=(
   "smollm2-wikidata-s42 --recipe smollm2-wikidata --student smollm2 --train-seed 42 --probabilities"
   "smollm2-wikidata-s1 --recipe smollm2-wikidata --student smollm2 --train-seed 1 --probabilities"
@@ -57,7 +59,7 @@ for run in "${RUNS[@]}"; do
   log="runs/bench/distill_quintd/$label$log_suffix.log"
   echo "[distill_protocol $(date +%T)] $label ($SPLIT split)" >&2
   # shellcheck disable=SC2086  # the options are words
-  if ! "$PYTHON" bench/distill_quintd.py --label "$label" $options --split "$SPLIT" --gamma --note "$NOTE" \
+  if ! "$PYTHON" bench/distill_quintd.py --label "$label" $options --split "$SPLIT" --samples "$SAMPLES" --gamma --note "$NOTE" \
       >> "$log" 2>&1; then
     echo "[distill_protocol] $label failed: see $log" >&2
   fi

@@ -208,20 +208,26 @@ def student_gguf(student: str) -> Path:
     return gemma3_gguf() if student == "gemma3" else smollm2_gguf()
 
 
-def in_process_judge(adapter: Path, args: argparse.Namespace) -> Callable[[], Any]:
+def in_process_judge(adapter: Path, args: argparse.Namespace, probabilities: bool, samples: int) -> Callable[[], Any]:
     from spanjudge.inference.judge import Judge
 
     def make() -> Any:
         return Judge.from_pretrained(
             adapter, engine="transformers", max_new_tokens=args.max_new_tokens, retries=args.retries,
-            max_context=4096, constrained=args.constrained, probabilities=args.probabilities,
+            max_context=4096, constrained=args.constrained, probabilities=probabilities, samples=samples,
         )  # fmt: skip
 
     return make
 
 
 def served_judge(
-    folder: Path, gguf: Path, lora: Path | None, args: argparse.Namespace, constrained: bool, probabilities: bool
+    folder: Path,
+    gguf: Path,
+    lora: Path | None,
+    args: argparse.Namespace,
+    constrained: bool,
+    probabilities: bool,
+    samples: int = 0,
 ) -> Callable[[], Any]:
     """A judge llama.cpp serves; with `probabilities`, read in this process from the same GGUF and LoRA."""
     from spanjudge.inference.hf_models import load_tokenizer
@@ -238,6 +244,7 @@ def served_judge(
             folder, engine="openai", base_url=server.base_url, served_model="judge",
             max_new_tokens=args.max_new_tokens, retries=args.retries, max_context=4096, constrained=constrained,
             probabilities=probabilities, probability_reader=None if reader is None else reader.read_probabilities,
+            samples=samples,
         )  # fmt: skip
         close = judge.close
 
@@ -296,9 +303,11 @@ def domain_rows(
     seed: int,
     counts: dict[str, float] | None = None,
     gammas: dict[str, tuple[float | None, int]] | None = None,
+    written: bool = True,
 ) -> list[dict[str, Any]]:
     """One agreement row per domain of `docs` and one pooled over them, for the judge `name` on `split`;
-    with `gammas` (`output_gammas` of the judge), factgenie's γ agreement too."""
+    with `gammas` (`output_gammas` of the judge), factgenie's γ agreement too. `written`: the spans are those of
+    the judge's written replies (not a reading of its probabilities or of its sampled replies)."""
     from spanjudge.eval.spans.agreement import span_agreement
     from spanjudge.eval.spans.gamma import gamma_summary
 
@@ -316,7 +325,7 @@ def domain_rows(
         if judged is not None:
             kept = [judged["rows"][d.id] for d in subset]
             # a reply whose errors were all left unanchored has no spans but is not 'No Error'
-            if counts is None:
+            if written:
                 row["no_error_outputs"] = sum(1 for r in kept if r["spans"] is not None and r["errors"] == 0)
             row["evaluations_per_s"] = judged["evaluations_per_s"]
             row["retries"] = sum(r["attempts"] - 1 for r in kept if r["attempts"])
@@ -391,6 +400,10 @@ def _stats(values: list[float | None]) -> dict[str, Any]:
     return {"mean": round(sum(values) / len(values), 4), "min": round(min(values), 4), "max": round(max(values), 4)}
 
 
+# the student's rows of a run, and the recipe name's suffix each gets in the recipes list
+READINGS = (("student", ""), ("student·expected", "+expected"), ("student·consensus", "+consensus"))
+
+
 def recipes(runs: dict[str, Any]) -> list[dict[str, Any]]:
     """One object per (recipe and decoding, split, domain) over the protocol runs: the agreement columns' mean,
     min and max over the recipe's training seeds, with the teacher and the number baseline on the same outputs."""
@@ -400,7 +413,7 @@ def recipes(runs: dict[str, Any]) -> list[dict[str, Any]]:
         if run["settings"].get("protocol"):
             grouped.setdefault(run["settings"]["recipe"], []).append(run)
     for recipe, members in grouped.items():
-        for judge, suffix in (("student", ""), ("student·expected", "+expected")):
+        for judge, suffix in READINGS:
             keys = {(r["split"], r["domain"]) for run in members for r in run["rows"] if r["judge"] == judge}
             for split, domain in sorted(keys, key=lambda k: (k[0] != "dev", k[1] == "pooled", k[1])):
 
@@ -444,7 +457,8 @@ def protocol_tables(entries: list[dict[str, Any]]) -> list[str]:
         "once per finished recipe and chooses nothing. **Bold**: the mean is at least half of the teacher's value on "
         "the same outputs; count r marked ≥ when it is at or above the number-marking baseline's. `+expected`: the "
         "same judgments read with the judge's probabilities (count = expected number of errors; spans kept when "
-        "the judge writes them with probability ≥ 0.5).",
+        "the judge writes them with probability ≥ 0.5). `+consensus`: self-consistency, the spans that at least half "
+        "of N sampled replies mark (`--samples N`, temperature 0.7), on the same outputs.",
     ]
     for split in ("dev", "test"):
         chosen = [e for e in entries if e["split"] == split]
@@ -809,7 +823,15 @@ def main() -> None:
     parser.add_argument(
         "--probabilities",
         action="store_true",
-        help="judge the student on the transformers engine reading its probabilities: adds the `+expected` rows",
+        help="also read the student's probabilities along its replies: adds the `+expected` rows",
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also judge the student with self-consistency: N sampled replies per output merged (the `+consensus` "
+        "rows; a judging option, not part of the recipe, so it can be added to a finished run)",
     )
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument(
@@ -832,7 +854,13 @@ def main() -> None:
     def say(message: str) -> None:
         print(f"[distill_quintd {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
-    from spanjudge.eval.spans.judging import expected_predictions, judge_span_documents, predictions, quintd_tables
+    from spanjudge.eval.spans.judging import (
+        consensus_predictions,
+        expected_predictions,
+        judge_span_documents,
+        predictions,
+        quintd_tables,
+    )
     from spanjudge.eval.spans.metrics import mark_numbers
     from spanjudge.inference.export import adapter_to_gguf
     from spanjudge.inference.hf_models import convert_gguf
@@ -858,16 +886,16 @@ def main() -> None:
     key = judging_key(args.eval_domains, tables, args.max_new_tokens, args.retries)
     # The base judges the test split only (the row beside each reported recipe), on the contract's grammar so
     # that it writes evaluations at all (unconstrained it parses none); once per student model and setting.
-    judges = (
-        [("student", adapter, lora)]
-        if args.split == "dev"
-        else [("base", base_turns, None), ("student", adapter, lora)]
-    )
-    for name, folder, adapter_gguf in judges:
+    judges = [("student", adapter, lora, 0)]
+    if args.split == "test":
+        judges.insert(0, ("base", base_turns, None, 0))
+    if args.samples:  # self-consistency: the same student asked again for N sampled replies per output
+        judges.append(("student", adapter, lora, args.samples))
+    for name, folder, adapter_gguf, samples in judges:
         constrained = args.constrained or name == "base"
         name += "+grammar" if constrained else ""
-        if name.startswith("student") and args.probabilities:
-            name += "+probabilities"
+        probabilities = name.startswith("student") and args.probabilities and not samples
+        name += "+probabilities" if probabilities else f"+consensus{samples}" if samples else ""
         # a SmolLM2 student is served by llama.cpp (its probabilities read from the same GGUF), a Gemma one runs
         # on transformers; the engine is in the file's name, so one engine's judgments never resume another's
         in_process = name.startswith("student") and args.student == "gemma3"
@@ -877,9 +905,9 @@ def main() -> None:
             base_key = key if args.student == "smollm2" else f"{args.student}_{key}"
             path = work.parent / "base_judgments" / f"{base_key}+grammar.json"
         if in_process:
-            make = in_process_judge(adapter, args)
+            make = in_process_judge(adapter, args, probabilities, samples)
         else:
-            make = served_judge(folder, gguf, adapter_gguf, args, constrained, name.endswith("+probabilities"))
+            make = served_judge(folder, gguf, adapter_gguf, args, constrained, probabilities, samples)
         judge = None if path.is_file() else make()
         counter = {"done": 0}
 
@@ -903,10 +931,13 @@ def main() -> None:
 
     rows = []
     for name, payload in judged.items():
+        if "+consensus" in name:
+            rows += rows_of("student·consensus", consensus_predictions(payload), payload, written=False)
+            continue
         rows += rows_of(name.split("+")[0], predictions(payload), payload)
         if name.endswith("+probabilities"):
             spans, counts = expected_predictions(payload)
-            rows += rows_of("student·expected", spans, payload, counts=counts)
+            rows += rows_of("student·expected", spans, payload, counts=counts, written=False)
     rows += rows_of("teacher", teacher)
     rows += rows_of("number_baseline", {d.id: mark_numbers(d.output) for d in docs})
     settings = {
@@ -937,6 +968,7 @@ def main() -> None:
         "retries": args.retries,
         "constrained": args.constrained,
         "probabilities": args.probabilities,
+        "samples": args.samples,
         "recipe_settings": recipe_settings(args),
         "resamples": args.resamples,
         "train": train,

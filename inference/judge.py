@@ -382,9 +382,10 @@ class Judge:
     def _add_consensus(
         self, prepared: Mapping[int, _Prepared], held: Mapping[int, JudgedEvaluation], settle: ResultCallback
     ) -> None:
-        """N sampled replies for every held (scored) result, merged into its `consensus`. A result
-        whose sampled calls did not all reach the model is settled as a failed call, so a re-run
-        asks again rather than keep a consensus of fewer replies."""
+        """N sampled replies for every held (scored) result, merged into its `consensus`; each result is settled
+        as soon as its N replies are in (a killed run keeps those). A result whose sampled calls did not all
+        reach the model is settled as a failed call, so a re-run asks again rather than keep a consensus of
+        fewer replies."""
         order = self._in_prefix_order(prepared, sorted(held))
         calls = [
             ChatRequest.user(
@@ -394,24 +395,38 @@ class Judge:
             for index in order
             for k in range(1, self.samples + 1)
         ]
-        replies = self.backend.generate(calls)
-        for n, index in enumerate(order):
-            item, results = prepared[index], replies[n * self.samples : (n + 1) * self.samples]
-            failure = next((r for r in results if isinstance(r, CallFailure)), None)
-            if failure is not None:
-                settle(
-                    index, _unscored(item, held[index].raw_replies, held[index].attempts, call_failure=failure.reason)
-                )
-                continue
-            evaluations: list[Evaluation | None] = []
-            for result in results:
-                assert isinstance(result, Completion)  # failures were settled above
-                parsed = parse_judge(self._reply_text(result.text))
-                if isinstance(parsed, ParseFailure):
-                    evaluations.append(None)  # a reply that marked nothing
-                else:
-                    evaluations.append(anchor_evaluation(parsed, item.request.output))
-            settle(index, held[index].model_copy(update={"consensus": consensus(evaluations, self.samples)}))
+        arrived: dict[int, dict[int, CallResult]] = {index: {} for index in order}
+        lock = threading.Lock()  # a backend may deliver results from a worker thread
+
+        def handle(position: int, result: CallResult) -> None:
+            index, k = order[position // self.samples], position % self.samples
+            with lock:
+                if k in arrived[index]:
+                    return
+                arrived[index][k] = result
+                if len(arrived[index]) == self.samples:
+                    replies = [arrived[index][j] for j in range(self.samples)]
+                    settle(index, self._merge_samples(prepared[index], held[index], replies))
+
+        for position, result in enumerate(self.backend.generate(calls, handle)):
+            handle(position, result)  # a no-op unless the backend skipped on_result for it
+
+    def _merge_samples(
+        self, item: _Prepared, result: JudgedEvaluation, replies: Sequence[CallResult]
+    ) -> JudgedEvaluation:
+        """`result` with the consensus of its N sampled `replies` (a failed call, if any of them failed)."""
+        failure = next((r for r in replies if isinstance(r, CallFailure)), None)
+        if failure is not None:
+            return _unscored(item, result.raw_replies, result.attempts, call_failure=failure.reason)
+        evaluations: list[Evaluation | None] = []
+        for reply in replies:
+            assert isinstance(reply, Completion)  # failures were settled above
+            parsed = parse_judge(self._reply_text(reply.text))
+            if isinstance(parsed, ParseFailure):
+                evaluations.append(None)  # a reply that marked nothing
+            else:
+                evaluations.append(anchor_evaluation(parsed, item.request.output))
+        return result.model_copy(update={"consensus": consensus(evaluations, self.samples)})
 
     def _attempt(
         self,

@@ -67,6 +67,15 @@ def _judgment_row(result: Any) -> dict[str, Any]:
             "expected_score": reading.expected_score,
             "span_written": [p for e, p in zip(result.errors, written[1:], strict=True) if e.start is not None],
         }
+    if scored and result.consensus is not None:  # a judge asked for N sampled replies (`samples=N`)
+        merged = result.consensus
+        row["consensus"] = {
+            "samples": merged.samples,
+            "parsed": merged.parsed,
+            "score": merged.score,
+            "spans": [[e.start, e.end] for e in merged.errors],
+            "confidence": [e.confidence for e in merged.errors],
+        }
     return row
 
 
@@ -156,6 +165,17 @@ def predictions(judged: dict[str, Any]) -> dict[str, list[tuple[int, int]] | Non
     }
 
 
+def _readings(judged: dict[str, Any], key: str, option: str) -> dict[str, dict[str, Any] | None]:
+    """Document id -> the row's `key` reading (None: unscored); a scored row without it was judged without
+    `option`."""
+    readings: dict[str, dict[str, Any] | None] = {}
+    for doc_id, row in judged["rows"].items():
+        if row["spans"] is not None and key not in row:
+            raise InputError(f"judgment of {doc_id} has no {key}: judge again with {option}")
+        readings[doc_id] = None if row["spans"] is None else row[key]
+    return readings
+
+
 def expected_predictions(
     judged: dict[str, Any], keep: float = 0.5
 ) -> tuple[dict[str, list[tuple[int, int]] | None], dict[str, float]]:
@@ -164,14 +184,20 @@ def expected_predictions(
     expected number of errors (the count `span_agreement` correlates, via `counts`)."""
     spans: dict[str, list[tuple[int, int]] | None] = {}
     counts: dict[str, float] = {}
-    for doc_id, row in judged["rows"].items():
-        if row["spans"] is None:
+    for doc_id, reading in _readings(judged, "probabilities", "probabilities=True").items():
+        if reading is None:
             spans[doc_id] = None
             continue
-        if "probabilities" not in row:
-            raise InputError(f"judgment of {doc_id} has no probabilities: judge again with probabilities=True")
-        reading = row["probabilities"]
-        kept = zip(row["spans"], reading["span_written"], strict=True)
+        kept = zip(judged["rows"][doc_id]["spans"], reading["span_written"], strict=True)
         spans[doc_id] = [(start, end) for (start, end), written in kept if written >= keep]
         counts[doc_id] = reading["expected_errors"]
     return spans, counts
+
+
+def consensus_predictions(judged: dict[str, Any]) -> dict[str, list[tuple[int, int]] | None]:
+    """The self-consistency reading of judgments made with `samples=N`: document id -> the spans at least half of
+    the N sampled replies mark (None: unscored, as its greedy reply was)."""
+    return {
+        doc_id: None if merged is None else [(start, end) for start, end in merged["spans"]]
+        for doc_id, merged in _readings(judged, "consensus", "samples=N").items()
+    }

@@ -91,6 +91,23 @@ def test_the_judge_merges_its_sampled_replies(serve: Serve) -> None:
     assert temperatures == [0, 0.7, 0.7, 0.7] and {b.get("seed") for b in stand_in.bodies if b.get("seed")} == {1, 2, 3}
 
 
+def test_each_outputs_consensus_is_settled_as_soon_as_its_replies_are_in(serve: Serve) -> None:
+    """A killed run keeps every output whose sampled replies were all in: each is handed to `on_result` then,
+    not after the last output's replies."""
+    stand_in, url = serve(lambda body: Reply(text=BLOCK.format(location="a hat", severity=3, score=40)))
+    judge = Judge.from_pretrained("judge", engine="openai", base_url=url, samples=2, retries=0, concurrency=1)
+    settled: list[int] = []
+    try:
+        requests = [
+            judge.request("qags_xsum", "factual consistency", {"Article": f"A mat {n}."}, OUTPUT) for n in range(3)
+        ]
+        results = judge.score(requests, on_result=lambda index, result: settled.append(stand_in.hits))
+    finally:
+        judge.close()
+    assert all(r.consensus is not None and r.consensus.errors for r in results)
+    assert settled == [3 + 2, 3 + 4, 3 + 6]  # 3 greedy replies, then 2 samples per output, one output at a time
+
+
 def test_a_sample_that_cannot_reach_the_model_leaves_the_row_to_a_rerun(serve: Serve) -> None:
     def reply(body: dict[str, Any]) -> Reply:
         return (

@@ -56,3 +56,26 @@ def test_another_judges_partial_file_is_refused(tmp_path: Path, shared_data: Pat
     with pytest.raises(InputError, match=r"student\.partial\.jsonl:1: judged by 'first', not 'second'"):
         judge_span_documents(_judge(url, "second"), docs, path)
     assert stand_in.hits == 0
+
+
+def test_a_judge_asked_for_sampled_replies_keeps_their_consensus(tmp_path: Path, shared_data: Path, serve) -> None:
+    from spanjudge.eval.spans.judging import consensus_predictions
+    from spanjudge.inference.contract import ErrorAnnotation, Evaluation
+    from spanjudge.inference.contract.render import render_judge
+
+    (doc,) = quintd_tables("human", (80, 81), root=shared_data)[:1]
+    quote = doc.output.split()[0]
+
+    def marking(*quotes: str) -> Reply:
+        errors = [ErrorAnnotation(location=q, explanation="not in the table", severity=2) for q in quotes]
+        return Reply(text=render_judge(Evaluation(errors=errors, score=60)))
+
+    # the greedy reply, then 3 sampled ones: two mark the quote, one marks nothing
+    stand_in, url = serve([marking(), marking(quote), CLEAN, marking(quote)])
+    judge = Judge.from_pretrained("stand-in", engine="openai", base_url=url, retries=0, samples=3)
+    judged = judge_span_documents(judge, [doc], tmp_path / "consensus.json")
+    assert stand_in.hits == 4
+    start = doc.output.index(quote)
+    assert predictions(judged) == {doc.id: []}  # the greedy reply's spans
+    assert consensus_predictions(judged) == {doc.id: [(start, start + len(quote))]}
+    assert judged["rows"][doc.id]["consensus"]["confidence"] == [pytest.approx(2 / 3)]

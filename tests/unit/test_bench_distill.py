@@ -199,10 +199,10 @@ def test_the_protocol_script_judges_the_test_split_only_for_the_runs_it_is_given
     assert protocol("smollm2-human-s1", SPLIT="test").returncode == 0
     [call] = (tmp_path / "calls").read_text().splitlines()
     assert call.startswith("bench/distill_quintd.py --label smollm2-human-s1 --recipe smollm2-human")
-    assert "--train-source human" in call and "--split test --gamma" in call
+    assert "--train-source human" in call and "--split test --samples 0 --gamma" in call
     assert (tmp_path / "runs/bench/distill_quintd/smollm2-human-s1.test.log").is_file()
-    assert protocol("smollm2-wikidata-s2").returncode == 0  # the dev split by default
-    assert "--split dev" in (tmp_path / "calls").read_text().splitlines()[1]
+    assert protocol("smollm2-wikidata-s2", SAMPLES="3").returncode == 0  # the dev split by default
+    assert "--split dev --samples 3" in (tmp_path / "calls").read_text().splitlines()[1]
     for refused, env, says in [
         ((), {"SPLIT": "test"}, "never all of them"),  # the test split is read for a finished recipe only
         (("smollm2-human-s1",), {"SPLIT": "tset"}, "SPLIT is dev or test, not 'tset'"),
@@ -211,3 +211,15 @@ def test_the_protocol_script_judges_the_test_split_only_for_the_runs_it_is_given
         done = protocol(*refused, **env)
         assert done.returncode == 2 and says in done.stderr
     assert len((tmp_path / "calls").read_text().splitlines()) == 2  # a refused call starts nothing
+
+
+def test_a_reading_that_only_some_seeds_have_is_a_recipe_entry_over_those_seeds(bench: ModuleType) -> None:
+    values = {"overlap_f1": 0.2, "token_f1": 0.3, "count_pearson": 0.1, "token_pearson": 0.0}
+    runs = {"a": _protocol_run(42, values), "b": _protocol_run(1, values)}
+    # seed 1 was also judged with self-consistency (--samples N, added to a finished run)
+    runs["b"]["rows"].append({**runs["b"]["rows"][0], "judge": "student·consensus", "overlap_f1": 0.5})
+    entries = {entry["recipe"]: entry for entry in bench.recipes(runs)}
+    assert sorted(entries) == ["r", "r+consensus"]
+    assert entries["r"]["seeds"] == [42, 1] and entries["r+consensus"]["seeds"] == [1]
+    assert entries["r+consensus"]["mean"]["overlap_f1"] == 0.5
+    assert entries["r+consensus"]["teacher"] == entries["r"]["teacher"]  # on the same outputs

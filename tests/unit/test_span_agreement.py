@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr
 
+from spanjudge.core.errors import InputError
 from spanjudge.eval.spans.agreement import (
     INTERVAL_METRICS,
     Pearson,
@@ -256,3 +257,13 @@ def test_the_probability_aware_reading_keeps_the_spans_the_judge_likely_writes()
     spans, counts = expected_predictions({"rows": rows})
     assert spans == {"a": [(0, 1)], "b": None}  # the second span is written with probability 0.4 < 0.5
     assert counts == {"a": 1.3}  # unscored outputs have no count
+
+
+def test_the_self_consistency_reading_keeps_the_spans_most_sampled_replies_mark() -> None:
+    from spanjudge.eval.spans.judging import consensus_predictions
+
+    merged = {"samples": 3, "parsed": 3, "score": 70.0, "spans": [[4, 9]], "confidence": [0.667]}
+    rows = {"a": {"spans": [[0, 1], [4, 9]], "consensus": merged}, "b": {"spans": None}}
+    assert consensus_predictions({"rows": rows}) == {"a": [(4, 9)], "b": None}  # not the greedy reply's spans
+    with pytest.raises(InputError, match="judgment of c has no consensus: judge again with samples=N"):
+        consensus_predictions({"rows": {"c": {"spans": []}}})
