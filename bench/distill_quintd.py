@@ -842,6 +842,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--note", default="", help="a remark printed with the run (e.g. what else shared the machine)")
     args = parser.parse_args()
+    if args.samples < 0:  # before hours of import and training, not when the judge is made
+        parser.error(f"--samples is 0 (no self-consistency rows) or more, not {args.samples}")
     problem = leak(args)
     previous = RESULTS.with_suffix(".json")
     runs = json.loads(previous.read_text()).get("runs", {}) if previous.is_file() else {}

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -223,3 +224,13 @@ def test_a_reading_that_only_some_seeds_have_is_a_recipe_entry_over_those_seeds(
     assert entries["r"]["seeds"] == [42, 1] and entries["r+consensus"]["seeds"] == [1]
     assert entries["r+consensus"]["mean"]["overlap_f1"] == 0.5
     assert entries["r+consensus"]["teacher"] == entries["r"]["teacher"]  # on the same outputs
+
+
+def test_a_negative_samples_count_is_refused_before_any_work(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "distill_quintd.py"), "--label", "x", "--samples", "-1",
+         "--work", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--samples is 0 (no self-consistency rows) or more, not -1" in done.stderr
+    assert not (tmp_path / "work").exists()
