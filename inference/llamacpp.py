@@ -196,8 +196,8 @@ class LlamaCppProbabilities:
 
     The served judge sends the chat-templated prompt (`api: prompt`), so the request's text is what the
     server saw; it is encoded with the judge's tokenizer (`tokenizer`, of the model the GGUF was
-    converted from) and read by `probabilities.LlamaCppProbabilityReader`. The server cannot give these
-    itself (see that class). The model is loaded with `logits_all=True` (n_ctx × vocabulary floats)."""
+    converted from) and read by `probabilities.LlamaCppProbabilityReader`, on a llama.cpp context of its
+    own. The server cannot give these itself (see that class)."""
 
     def __init__(
         self,
@@ -207,20 +207,15 @@ class LlamaCppProbabilities:
         n_ctx: int = 4096,
         n_threads: int | None = None,
     ) -> None:
-        from llama_cpp import Llama
-
         from .chat import judge_end_ids
         from .probabilities import LlamaCppProbabilityReader
 
         self.tokenizer = tokenizer
-        end = judge_end_ids(tokenizer)
-        self.llm = Llama(
-            model_path=str(gguf), lora_path=str(lora) if lora else None, n_ctx=n_ctx, logits_all=True,
-            n_threads=n_threads or max(1, os.cpu_count() or 1), verbose=False,
-        )  # fmt: skip
-        # the cache keeps the last reading: the next prompt reads only what it does not share with it (the
+        # the context keeps the last reading: the next prompt reads only what it does not share with it (the
         # judge sends the outputs of one input one after another, so all but the output is shared)
-        self.reader = LlamaCppProbabilityReader(self.llm, self.tokenizer, end, keep_cache=True)
+        self.reader = LlamaCppProbabilityReader(
+            gguf, tokenizer, judge_end_ids(tokenizer), lora=lora, n_ctx=n_ctx, n_threads=n_threads
+        )
 
     def read_probabilities(self, request: Any, evaluation: Any) -> Any:
         """`ReplyProbabilities` along `evaluation` after the request's (templated) prompt."""
@@ -229,7 +224,7 @@ class LlamaCppProbabilities:
         return self.reader.read(encode_prompt(self.tokenizer, request.messages[-1].content), evaluation)
 
     def close(self) -> None:
-        self.llm.close()
+        self.reader.close()
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

@@ -11,10 +11,11 @@ adapter folder's own tokenizer wins, as on transformers); `spec.options`:
 - `grammar`: a GBNF grammar every reply is held to (set by the judge with `constrained=True`);
 - `adapter`, `trust_remote_code`: set by the judge (the tokenizer's folder, and whether to run its code).
 
-Generation and the judge's probabilities share one model and its KV cache: reading the
-probabilities along a reply it has just written reuses the prompt it read (`probabilities.
-LlamaCppProbabilityReader` with the cache kept), so `probabilities=True` costs the alternatives only.
-The model keeps the logits of every position (`logits_all`: n_ctx × vocabulary floats).
+The judge's probabilities (`probabilities=True`) are read on a second llama.cpp context of the same GGUF
+and LoRA (`probabilities.LlamaCppProbabilityReader`), made at the first reading: it runs a reply's
+alternatives side by side as sequences of one cache, which `Llama`'s single-sequence context cannot. It
+keeps what it last read, so the outputs of one input share their prompt there too; the first output of
+each input has its prompt read twice, once by each context.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ class LlamaCppBackend(Backend):
         self.tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust)
         self.llm = Llama(
             model_path=str(gguf), lora_path=str(lora) if lora else None, n_ctx=n_ctx, n_threads=n_threads,
-            logits_all=True, verbose=False,
+            verbose=False,
         )  # fmt: skip
+        self._model_files = {"gguf": gguf, "lora": lora, "n_ctx": n_ctx, "n_threads": n_threads}
         self._grammar = LlamaGrammar.from_string(grammar, verbose=False) if grammar else None
         self._end_ids = judge_end_ids(self.tokenizer)
         self._reader: Any = None
@@ -96,8 +98,13 @@ class LlamaCppBackend(Backend):
         from ..probabilities import LlamaCppProbabilityReader
 
         if self._reader is None:
-            self._reader = LlamaCppProbabilityReader(self.llm, self.tokenizer, self._end_ids, keep_cache=True)
+            self._reader = LlamaCppProbabilityReader(
+                self._model_files["gguf"], self.tokenizer, self._end_ids, lora=self._model_files["lora"],
+                n_ctx=self._model_files["n_ctx"], n_threads=self._model_files["n_threads"],
+            )  # fmt: skip
         return self._reader.read(self._prompt_ids(request), evaluation)
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
         self.llm.close()
