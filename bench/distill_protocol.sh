@@ -12,8 +12,8 @@
 # finished recipe only, and only for the runs named (the student trained for dev is reused). Logs:
 # runs/bench/distill_quintd/LABEL.log (LABEL.test.log for the test split). Done so far (see
 # bench/results/distill_quintd.md): smollm2-wikidata-s42, -s1 and -s2, smollm2-human-s42, -s1 and
-# -s2, and smollm2-mixed-s42 and -s1 (both with SAMPLES=3), on dev. Every run adds γ agreement (--gamma;
-# pip install 'spanjudge[agreement]').
+# -s2, and smollm2-mixed-s42 and -s1 (both with SAMPLES=3) and -s2, on dev. Every run adds γ
+# agreement (--gamma; pip install 'spanjudge[agreement]').
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"

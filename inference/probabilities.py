@@ -342,8 +342,10 @@ class LlamaCppProbabilityReader(_ChoiceReader):
 
     Why its own context: `llama_cpp.Llama` makes one with a single sequence, so it could only run the ~120
     alternatives of an evaluation one after another, ~60 ms each after a 3.8k-token prompt on 2 cores
-    (bench/results/judge_throughput.md). The context keeps what it last read: the next prompt reads only the
-    tokens it does not share with it (the judge sends the outputs of one input one after another).
+    (bench/results/llamacpp_reading.md). The context keeps what it last read: the next prompt reads only the
+    tokens it does not share with it (the judge sends the outputs of one input one after another). `source`: a
+    `llama_cpp.Llama` of the same GGUF and LoRA (the in-process engine's, which has just read the prompt to
+    write the reply): when it shares more of the next prompt, its cache is copied here instead of read again.
 
     The token ids come from the judge's tokenizer (`tokenizer`), so every engine reads the same sequences; the
     GGUF must have been converted from that tokenizer's model (same vocabulary). Through llama.cpp's *server*
@@ -360,6 +362,7 @@ class LlamaCppProbabilityReader(_ChoiceReader):
         n_ctx: int = 4096,
         n_threads: int | None = None,
         max_errors: int = 8,
+        source: Any = None,
     ) -> None:
         import logging
 
@@ -397,6 +400,8 @@ class LlamaCppProbabilityReader(_ChoiceReader):
         self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.sequences)
         self._stack.callback(llama_cpp.llama_batch_free, self.batch)
         self._held: list[int] = []  # the tokens sequence 0 holds: the last prompt + reply read
+        self._source = source
+        self.tokens_read = 0  # tokens put in sequence 0 so far (not those copied from `source`)
 
     def close(self) -> None:
         self._stack.close()
@@ -422,10 +427,14 @@ class LlamaCppProbabilityReader(_ChoiceReader):
         return rows - np.logaddexp.reduce(rows, axis=1, keepdims=True)
 
     def _read_written(self, written: list[int], wanted: set[int]) -> dict[int, Any]:
-        """Puts prompt + reply (`written`) in sequence 0, reading only what it does not share with what it held;
-        the rows after the positions in `wanted` (every one of them is read again)."""
+        """Puts prompt + reply (`written`) in sequence 0, reading only what it does not share with what it held
+        (or with `source`, copied); the rows after the positions in `wanted` (every one of them is read again)."""
         if len(written) > self.n_ctx:
             raise ValueError(f"prompt + reply are {len(written)} tokens; the llama.cpp context holds {self.n_ctx}")
+        if self._source is not None:
+            theirs = list(self._source.input_ids[: self._source.n_tokens])
+            if shared_length(theirs, written) > shared_length(self._held, written):
+                self._copy_sequence(self._source.ctx, theirs)
         kept = min(shared_length(self._held, written), min(wanted))
         self._llama.llama_memory_seq_rm(self.memory, -1, kept, -1)
         self._held = written[:kept]
@@ -435,7 +444,20 @@ class LlamaCppProbabilityReader(_ChoiceReader):
             read = self._decode([(written[p], p, (0,), p in wanted) for p in positions])
             rows.update(zip([p for p in positions if p in wanted], read, strict=True))
             self._held = written[: positions[-1] + 1]
+            self.tokens_read += len(positions)
         return rows
+
+    def _copy_sequence(self, ctx: Any, tokens: list[int]) -> None:
+        """Sequence 0 becomes a copy of sequence 0 of another context of the same model (`ctx`, holding
+        `tokens`): a memory copy of its KV cells, far cheaper than reading a long prompt again."""
+        llama_cpp = self._llama
+        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+        state = (ctypes.c_uint8 * size)()
+        copied = llama_cpp.llama_state_seq_get_data(ctx, state, size, 0) == size
+        llama_cpp.llama_memory_seq_rm(self.memory, -1, -1, -1)
+        self._held = []
+        if copied and llama_cpp.llama_state_seq_set_data(self.ctx, state, size, 0):
+            self._held = tokens
 
     def _choice_log_probs(
         self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],

@@ -13,9 +13,9 @@ adapter folder's own tokenizer wins, as on transformers); `spec.options`:
 
 The judge's probabilities (`probabilities=True`) are read on a second llama.cpp context of the same GGUF
 and LoRA (`probabilities.LlamaCppProbabilityReader`), made at the first reading: it runs a reply's
-alternatives side by side as sequences of one cache, which `Llama`'s single-sequence context cannot. It
-keeps what it last read, so the outputs of one input share their prompt there too; the first output of
-each input has its prompt read twice, once by each context.
+alternatives side by side as sequences of one cache, which `Llama`'s single-sequence context cannot. The
+prompt generation has just read is copied into it (KV cells, not read again), so `probabilities=True`
+costs the reply and the alternatives only.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class LlamaCppBackend(Backend):
         if self._reader is None:
             self._reader = LlamaCppProbabilityReader(
                 self._model_files["gguf"], self.tokenizer, self._end_ids, lora=self._model_files["lora"],
-                n_ctx=self._model_files["n_ctx"], n_threads=self._model_files["n_threads"],
+                n_ctx=self._model_files["n_ctx"], n_threads=self._model_files["n_threads"], source=self.llm,
             )  # fmt: skip
         return self._reader.read(self._prompt_ids(request), evaluation)
 

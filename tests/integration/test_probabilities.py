@@ -329,9 +329,9 @@ def test_a_served_judge_reads_its_probabilities_through_the_given_reader(serve: 
 @pytest.mark.slow
 def test_the_in_process_llama_cpp_engine_reads_what_a_fresh_reader_reads() -> None:
     """`engine="llamacpp"`: llama.cpp in this process writes the evaluations (held to the contract's grammar)
-    and reads the probabilities along them on a second context of the same GGUF, which keeps the prompt it
-    last read (the second output's prompt shares all but the output with the first's); each reading equals
-    one made on a fresh context up to llama.cpp's batch rounding."""
+    and reads the probabilities along them on a second context of the same GGUF, into which the prompt the
+    generating model has just read is copied; each reading equals one made on a fresh context (which reads
+    the prompt itself) up to llama.cpp's batch rounding."""
     from spanjudge.inference.judge import Judge
     from spanjudge.inference.probabilities import LlamaCppProbabilityReader
 
@@ -346,6 +346,10 @@ def test_the_in_process_llama_cpp_engine_reads_what_a_fresh_reader_reads() -> No
         results = judge.score(requests)
         assert all(result.scored and result.probabilities is not None for result in results)
         backend = judge.backend
+        # each reading took the prompt from the generating model's cache: it read only the prompt's last token
+        # (its row is read) and the reply, never the prompt itself
+        replies = [backend._reader._ids(render_judge(parse_judge(r.raw_replies[-1]))) for r in results]
+        assert backend._reader.tokens_read == sum(len(reply) + 1 for reply in replies)
         readings = []
         for request, result in zip(requests, results, strict=True):
             fresh = LlamaCppProbabilityReader(gguf, backend.tokenizer, backend._end_ids, n_ctx=2048, n_threads=2)
