@@ -67,9 +67,13 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.run / "student" / "adapter").is_dir() or not (args.run / "student-lora.gguf").is_file():
         parser.error(f"--run {args.run}: no SmolLM2 student there (student/adapter and student-lora.gguf)")
+    first, stop = args.tables
+    tables = f"table {first}" if stop - first == 1 else f"tables {first}-{stop - 1}"
+    docs_of = {domain: quintd_tables("human", (first, stop), [domain]) for domain in args.domains}
+    if not all(docs_of.values()):
+        parser.error(f"quintd-1 has no outputs of {tables} in {[d for d, docs in docs_of.items() if not docs]}")
     rows = []
-    for domain in args.domains:
-        docs = quintd_tables("human", tuple(args.tables), [domain])
+    for domain, docs in docs_of.items():
         written_s, _ = judge_domain(args.run, docs, probabilities=False)
         with_s, results = judge_domain(args.run, docs, probabilities=True)
         readings = {
@@ -90,7 +94,7 @@ def main() -> None:
     payload = {
         "machine": machine(),
         "judge": f"SmolLM2-135M-Instruct Q4_1 (PyPI GGUF) + the GGUF LoRA of {args.run.name}, in-process llama.cpp",
-        "items": f"every system's output of quintd-1 tables {args.tables[0]}-{args.tables[1] - 1}, per domain",
+        "items": f"every system's output of quintd-1 {tables}, per domain",
         "results": kept + rows,
     }
     lines = [

@@ -342,10 +342,11 @@ class LlamaCppProbabilityReader(_ChoiceReader):
 
     Why its own context: `llama_cpp.Llama` makes one with a single sequence, so it could only run the ~120
     alternatives of an evaluation one after another, ~60 ms each after a 3.8k-token prompt on 2 cores
-    (bench/results/llamacpp_reading.md). The context keeps what it last read: the next prompt reads only the
-    tokens it does not share with it (the judge sends the outputs of one input one after another). `source`: a
-    `llama_cpp.Llama` of the same GGUF and LoRA (the in-process engine's, which has just read the prompt to
-    write the reply): when it shares more of the next prompt, its cache is copied here instead of read again.
+    (docs/research/distillation.md; bench/results/llamacpp_reading.md compares the two). The context keeps
+    what it last read: the next prompt reads only the tokens it does not share with it (the judge sends the
+    outputs of one input one after another). `source`: a `llama_cpp.Llama` of the same GGUF and LoRA (the
+    in-process engine's, which has just read the prompt to write the reply): the reader uses its weights, and
+    when it shares more of the next prompt, its cache is copied here instead of read again.
 
     The token ids come from the judge's tokenizer (`tokenizer`), so every engine reads the same sequences; the
     GGUF must have been converted from that tokenizer's model (same vocabulary). Through llama.cpp's *server*
@@ -373,10 +374,13 @@ class LlamaCppProbabilityReader(_ChoiceReader):
         self._stack = ExitStack()  # frees what was made, in reverse: batch, context, model
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)  # as `Llama(verbose=False)` does
         llama_cpp.llama_backend_init()
-        model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), llama_cpp.llama_model_default_params())
-        if model is None:
-            raise ValueError(f"llama.cpp could not load the GGUF {gguf}")
-        self._stack.callback(llama_cpp.llama_model_free, model)
+        if source is not None:  # its weights, not a second load of the GGUF (close this reader before it)
+            model = source.model
+        else:
+            model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), llama_cpp.llama_model_default_params())
+            if model is None:
+                raise ValueError(f"llama.cpp could not load the GGUF {gguf}")
+            self._stack.callback(llama_cpp.llama_model_free, model)
         self.n_ctx, self.n_batch = n_ctx, _LLAMA_CPP_BATCH
         self.sequences = min(_LLAMA_CPP_SEQUENCES, llama_cpp.llama_max_parallel_sequences())
         params = llama_cpp.llama_context_default_params()
@@ -492,13 +496,13 @@ class LlamaCppProbabilityReader(_ChoiceReader):
         prefix), in passes of at most `sequences - 1` runs and `n_batch` tokens."""
         rows: dict[tuple[int, tuple[int, ...]], Any] = {}
         group: list[tuple[int, list[int]]] = []
+        size = 0  # the group's tokens
         for run in runs:
-            if group and (
-                len(group) == self.sequences - 1 or sum(len(r) for _, r in group) + len(run[1]) > self.n_batch
-            ):
+            if group and (len(group) == self.sequences - 1 or size + len(run[1]) > self.n_batch):
                 rows.update(self._read_runs(group))
-                group = []
+                group, size = [], 0
             group.append(run)
+            size += len(run[1])
         if group:
             rows.update(self._read_runs(group))
         return rows
