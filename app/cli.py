@@ -10,6 +10,7 @@ same handling (train.py starts training with it).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import signal
 import sys
@@ -125,6 +126,21 @@ _SIGNALLED: list[int] = []  # the signal that stopped the command (a library may
 
 def _raise_terminated(signum: int, _frame: object) -> None:
     _SIGNALLED.append(signum)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is not None and asyncio.current_task(loop) is not None:
+        # Raised inside a task's step, the stop would become that task's exception, which
+        # asyncio.run's shutdown then logs as an unhandled traceback. A callback's
+        # KeyboardInterrupt leaves the loop instead, as a signal that lands in select() does;
+        # the task's step (e.g. a row being written) finishes first.
+        loop.call_soon(_raise_terminated_now)
+        return
+    raise Terminated()
+
+
+def _raise_terminated_now() -> None:
     raise Terminated()
 
 

@@ -487,6 +487,36 @@ def test_a_signal_says_what_was_kept_and_the_rerun_finishes(
     assert sorted(ids) == sorted(f"item-{n}" for n in range(20))  # each once: nothing redone
 
 
+def test_sigterm_inside_an_asyncio_task_leaves_the_loop_without_an_unhandled_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The race behind a flaky run of the test above: SIGTERM that lands while a task runs (a row
+    being written from a served judge's callback) became that task's exception, which asyncio.run's
+    shutdown logged as a traceback. Sent from inside the task, it lands there every time."""
+    import asyncio
+
+    from spanjudge.app.cli import Terminated, _raise_terminated
+
+    finished: list[str] = []
+
+    async def writes_a_row() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs right here, inside this task's step
+        finished.append("row")  # the step that was running finishes: the row is written
+        await asyncio.sleep(5)
+
+    async def judge() -> None:
+        await asyncio.gather(writes_a_row(), asyncio.sleep(5))
+
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        with pytest.raises(Terminated):
+            asyncio.run(judge())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert finished == ["row"]
+    assert not [record for record in caplog.records if record.name == "asyncio"], caplog.text
+
+
 # -- 14. an empty source is an error; an empty reply is a failed call ------------------------------
 
 
