@@ -11,9 +11,10 @@
 # Choices are made on the dev split (tables 70-79); the test split (80-99) is judged once, for a
 # finished recipe only, and only for the runs named (the student trained for dev is reused). Logs:
 # runs/bench/distill_quintd/LABEL.log (LABEL.test.log for the test split). Done so far (see
-# bench/results/distill_quintd.md): smollm2-wikidata-s42, -s1 and -s2, smollm2-human-s42, -s1 and
-# -s2, and smollm2-mixed-s42 and -s1 (both with SAMPLES=3) and -s2, on dev. Every run adds γ
-# agreement (--gamma; pip install 'spanjudge[agreement]').
+# bench/results/distill_quintd.md): on dev, smollm2-wikidata-s42, -s1 and -s2, smollm2-human-s42,
+# -s1 and -s2, and smollm2-mixed-s42 and -s1 (both with SAMPLES=3) and -s2; on test, the recipe dev
+# chose: smollm2-mixed-s42, -s1 and -s2. Every run adds γ agreement (--gamma; pip install
+# 'spanjudge[agreement]').
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
@@ -21,16 +22,16 @@ NOTE="${NOTE:-protocol run}"
 SPLIT="${SPLIT:-dev}"
 SAMPLES="${SAMPLES:-0}"
 RUNS=(
-  "smollm2-wikidata-s42 --recipe smollm2-wikidata --student smollm2 --train-seed 42 --probabilities"
-  "smollm2-wikidata-s1 --recipe smollm2-wikidata --student smollm2 --train-seed 1 --probabilities"
-  "smollm2-wikidata-s2 --recipe smollm2-wikidata --student smollm2 --train-seed 2 --probabilities"
-  "smollm2-human-s42 --recipe smollm2-human --student smollm2 --train-seed 42 --train-source human --probabilities"
-  "smollm2-human-s1 --recipe smollm2-human --student smollm2 --train-seed 1 --train-source human --probabilities"
-  "smollm2-human-s2 --recipe smollm2-human --student smollm2 --train-seed 2 --train-source human --probabilities"
+  "smollm2-wikidata-s42 --recipe smollm2-wikidata --student smollm2 --train-seed 42 --probabilities --domains wikidata --train-tables 0 70"
+  "smollm2-wikidata-s1 --recipe smollm2-wikidata --student smollm2 --train-seed 1 --probabilities --domains wikidata --train-tables 0 70"
+  "smollm2-wikidata-s2 --recipe smollm2-wikidata --student smollm2 --train-seed 2 --probabilities --domains wikidata --train-tables 0 70"
+  "smollm2-human-s42 --recipe smollm2-human --student smollm2 --train-seed 42 --train-source human --probabilities --domains wikidata --train-tables 0 70"
+  "smollm2-human-s1 --recipe smollm2-human --student smollm2 --train-seed 1 --train-source human --probabilities --domains wikidata --train-tables 0 70"
+  "smollm2-human-s2 --recipe smollm2-human --student smollm2 --train-seed 2 --train-source human --probabilities --domains wikidata --train-tables 0 70"
   "smollm2-mixed-s42 --recipe smollm2-mixed --student smollm2 --train-seed 42 --domains wikidata ice_hockey owid --train-tables 0 25 --probabilities"
   "smollm2-mixed-s1 --recipe smollm2-mixed --student smollm2 --train-seed 1 --domains wikidata ice_hockey owid --train-tables 0 25 --probabilities"
   "smollm2-mixed-s2 --recipe smollm2-mixed --student smollm2 --train-seed 2 --domains wikidata ice_hockey owid --train-tables 0 25 --probabilities"
-  "gemma3-wikidata-s42 --recipe gemma3-wikidata --student gemma3 --train-seed 42 --probabilities"
+  "gemma3-wikidata-s42 --recipe gemma3-wikidata --student gemma3 --train-seed 42 --probabilities --domains wikidata --train-tables 0 70"
 )
 case "$SPLIT" in
   dev) log_suffix="" ;;

