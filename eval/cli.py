@@ -63,7 +63,8 @@ class MetaEvalSettings:
         help="KEY=VALUE for distilled: (Judge.from_pretrained), e.g. engine=openai; engine_arg.KEY=VALUE is an "
         "engine argument (vllm LLM(...), transformers from_pretrained), e.g. engine_arg.max_model_len=8192; "
         "score=expected correlates the judge's expected score (its probabilities: engines transformers, "
-        "llamacpp, vllm), "
+        "llamacpp, vllm; with --spans, the spans it writes with probability >= 0.5 and its expected number of "
+        "errors), "
         "score=consensus with samples=N the score of N sampled replies merged, instead of the written one "
         "(score=written, the default).",
     )

@@ -136,7 +136,22 @@ def model_fingerprint(location: str) -> str:
 
 def error_spans(evaluation: Any) -> list[list[int]]:
     """The anchored error spans of an evaluation ([start, end] character offsets), for span metrics."""
-    return [[e.start, e.end] for e in evaluation.errors if e.start is not None and e.end is not None]
+    return _anchored(evaluation.errors)
+
+
+def _anchored(errors: Iterable[Any]) -> list[list[int]]:
+    return [[e.start, e.end] for e in errors if e.start is not None and e.end is not None]
+
+
+def _expected_detail(evaluation: Any) -> dict[str, Any]:
+    """The span metrics' view of an evaluation read with its probabilities: the spans it writes with
+    probability at least SPAN_KEPT_AT along its reply, and its expected number of errors (what the
+    count correlation uses), as bench/distill_quintd.py's `+expected` rows read them."""
+    from spanjudge.inference.probabilities import SPAN_KEPT_AT
+
+    reading = evaluation.probabilities
+    kept = [e for e, p in zip(evaluation.errors, reading.written(), strict=True) if p >= SPAN_KEPT_AT]
+    return {"errors": len(kept), "spans": _anchored(kept), "expected_errors": reading.expected_errors}
 
 
 class ScoresFileJudge:
@@ -246,14 +261,14 @@ class DistilledJudge:
             if getattr(evaluation, "call_failure", None):
                 continue  # the model was unreachable: not stored, tried again next run
             score = evaluation.score
+            detail = {"errors": len(evaluation.errors), "spans": error_spans(evaluation)}
             if self.score_kind == "expected" and evaluation.probabilities is not None:
                 score = evaluation.probabilities.expected_score
+                detail = _expected_detail(evaluation)
             elif self.score_kind == "consensus" and evaluation.consensus is not None:
                 score = evaluation.consensus.score
             results[item.id] = Judgment(
-                None if score is None else float(score),
-                getattr(evaluation, "unscored_reason", None),
-                {"errors": len(evaluation.errors), "spans": error_spans(evaluation)},
+                None if score is None else float(score), getattr(evaluation, "unscored_reason", None), detail
             )
         return results
 

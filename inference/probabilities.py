@@ -64,6 +64,11 @@ _LLAMA_CPP_BATCH = 512
 _LLAMA_CPP_SEQUENCES = 256
 
 
+# the probability-aware reading keeps a written span when the judge writes it (and every block before
+# it) with at least this probability along its reply
+SPAN_KEPT_AT = 0.5
+
+
 class ErrorProbabilities(BaseModel):
     """One written error block: the probability of writing it given the blocks before it, and
     its severity as a distribution over the contract's values."""
@@ -81,6 +86,15 @@ class ReplyProbabilities(BaseModel):
     errors: list[ErrorProbabilities]
     expected_score: float
     score_distribution: dict[int, float]
+
+    def written(self) -> list[float]:
+        """Per written error, the probability that the judge writes at least that many errors along
+        this reply (the product of the confidences up to it); the probability-aware reading keeps
+        the spans where it is at least SPAN_KEPT_AT."""
+        at_least = [1.0]
+        for error in self.errors:
+            at_least.append(at_least[-1] * error.confidence)
+        return at_least[1:]
 
 
 @dataclass(frozen=True)

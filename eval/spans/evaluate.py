@@ -38,7 +38,7 @@ def evaluate_span_set(
     """
     import json
 
-    from spanjudge.core.errors import InputError
+    from spanjudge.core.errors import InputError, SpanjudgeError
     from spanjudge.core.fileio import atomic_write_text
     from spanjudge.inference.catalog import load_catalog
 
@@ -58,12 +58,14 @@ def evaluate_span_set(
         gold = [GoldSpan(*span, g.category) for g in doc.gold for span in snap_to_words([(g.start, g.end)], doc.output)]
         return replace(doc, gold=tuple(gold))
 
-    def with_agreement(on: Sequence[SpanDocument], predictions: dict[str, Any]) -> dict[str, Any]:
+    def with_agreement(
+        on: Sequence[SpanDocument], predictions: dict[str, Any], counts: dict[str, float] | None = None
+    ) -> dict[str, Any]:
         if snap_words:
             text = {d.id: d.output for d in on}
             predictions = {k: None if v is None else snap_to_words(v, text[k]) for k, v in predictions.items()}
         result = evaluate_spans(on, predictions)
-        row = span_agreement(on, predictions)
+        row = span_agreement(on, predictions, counts=counts)
         result |= {
             "count_pearson": metric_interval(row, "count_pearson"),
             "token_pearson": metric_interval(row, "token_pearson"),
@@ -98,13 +100,23 @@ def evaluate_span_set(
             label = f"{spec.name.removeprefix('spans-')}/{judge.name}"
             judge_missing(judge, store, dataset, aspect, todo, bars(label, len(todo)))
         predictions: dict[str, Any] = {}
+        expected: dict[str, float] = {}  # a judge read with its probabilities (score=expected): its expected counts
         for item in items:
             found = store.found.get((spec.name, aspect.name, item.id))
             if found is None:
                 continue
-            spans = (found.detail or {}).get("spans") if found.score is not None else None
+            detail = found.detail or {}
+            spans = detail.get("spans") if found.score is not None else None
             predictions[item.id] = None if spans is None else [tuple(s) for s in spans]
-        results[judge.name] = with_agreement(docs, predictions)
+            if spans is not None and "expected_errors" in detail:
+                expected[item.id] = float(detail["expected_errors"])
+        scored = sum(p is not None for p in predictions.values())
+        if expected and len(expected) != scored:
+            raise SpanjudgeError(
+                f"{judge.name}: {scored - len(expected)} of its {scored} judgments on {name} have no expected "
+                f"number of errors; delete {store.path} to judge them again"
+            )
+        results[judge.name] = with_agreement(docs, predictions, expected or None)
     if name == "quintd1":
         first, second = human_pairs(data_root, max_items)
         if snap_words:

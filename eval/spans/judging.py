@@ -21,6 +21,7 @@ from spanjudge.core.fileio import atomic_write_json
 from spanjudge.core.jsonl import JsonlStore
 from spanjudge.core.progress import Advance
 from spanjudge.data_gen.quintd import QUINTD_DOMAINS
+from spanjudge.inference.probabilities import SPAN_KEPT_AT
 
 from .documents import SpanDocument
 from .quintd import load_quintd1
@@ -58,14 +59,11 @@ def _judgment_row(result: Any) -> dict[str, Any]:
     }
     if scored and result.probabilities is not None:  # a judge asked for its probabilities (`probabilities=True`)
         reading = result.probabilities
-        written = [1.0]  # P(the judge writes at least k errors) along its reply: Π_{j≤k} c_j
-        for error in reading.errors:
-            written.append(written[-1] * error.confidence)
         row["probabilities"] = {
             "p_no_error": reading.p_no_error,
             "expected_errors": reading.expected_errors,
             "expected_score": reading.expected_score,
-            "span_written": [p for e, p in zip(result.errors, written[1:], strict=True) if e.start is not None],
+            "span_written": [p for e, p in zip(result.errors, reading.written(), strict=True) if e.start is not None],
         }
     if scored and result.consensus is not None:  # a judge asked for N sampled replies (`samples=N`)
         merged = result.consensus
@@ -177,7 +175,7 @@ def _readings(judged: dict[str, Any], key: str, option: str) -> dict[str, dict[s
 
 
 def expected_predictions(
-    judged: dict[str, Any], keep: float = 0.5
+    judged: dict[str, Any], keep: float = SPAN_KEPT_AT
 ) -> tuple[dict[str, list[tuple[int, int]] | None], dict[str, float]]:
     """The probability-aware reading of judgments made with `probabilities=True`: document id -> the spans the
     judge writes with probability at least `keep` along its reply (None: unscored), and document id -> its

@@ -115,6 +115,36 @@ def test_span_metrics_for_the_number_baseline_and_the_judge(
     assert "| baseline: mark every number | overlap |" in (out / "spans.md").read_text()
 
 
+@pytest.mark.slow
+def test_span_metrics_of_a_judge_read_with_its_probabilities_use_its_expected_counts(
+    trained_judge: TrainedRun, shared_data: Path, tmp_path: Path
+) -> None:
+    """`--judge-option score=expected`: the spans the judge writes with probability ≥ 0.5 and its
+    expected number of errors (what the count correlation uses), as the distillation protocol's
+    `+expected` rows read them."""
+    from spanjudge.eval.spans.agreement import span_agreement
+    from spanjudge.eval.spans.quintd import load_quintd1
+
+    out = tmp_path / "quintd1"
+    options = ["--judge-option", "max_new_tokens=160", "--judge-option", "retries=0", "--judge-option",
+               "constrained=true", "--judge-option", "score=expected"]  # fmt: skip
+    args = ["meta-eval", "--spans", "quintd1", "--out", str(out), "--max-items", "4", "--data-dir", str(shared_data)]
+    assert cli_main([*args, "--judge", f"distilled:{trained_judge.adapter}", *options]) == 0
+    results = json.loads((out / "spans.json").read_text())
+    [name] = [key for key in results if key.startswith("distilled:")]
+    assert name.endswith("(expected score)")
+    [store] = (out / "judgments").glob("distilled*.jsonl")
+    rows = {row["id"]: row for row in map(json.loads, store.read_text().splitlines())}
+    scored = {k: row["detail"] for k, row in rows.items() if row["score"] is not None}
+    assert scored, "the grammar-held judge scores its outputs"
+    for detail in scored.values():
+        assert detail["errors"] >= len(detail["spans"]) and 0 <= detail["expected_errors"] <= 8
+    docs = load_quintd1(shared_data, limit=4)
+    predictions = {k: [tuple(s) for s in d["spans"]] for k, d in scored.items()}
+    again = span_agreement(docs, predictions, counts={k: d["expected_errors"] for k, d in scored.items()})
+    assert results[name]["agreement"]["count_pearson"] == again["count_pearson"]
+
+
 def test_a_damaged_benchmark_file_names_the_line(
     tmp_path: Path, shared_data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -267,3 +267,25 @@ def test_the_self_consistency_reading_keeps_the_spans_most_sampled_replies_mark(
     assert consensus_predictions({"rows": rows}) == {"a": [(4, 9)], "b": None}  # not the greedy reply's spans
     with pytest.raises(InputError, match="judgment of c has no consensus: judge again with samples=N"):
         consensus_predictions({"rows": {"c": {"spans": []}}})
+
+
+def test_meta_eval_reads_a_judge_with_its_probabilities_as_the_protocol_does() -> None:
+    """`--judge-option score=expected`: the spans written with probability ≥ 0.5 along the reply
+    (the product of the blocks' confidences up to each) and the expected number of errors."""
+    from spanjudge.eval.judge_files import _expected_detail
+    from spanjudge.inference.contract import ErrorAnnotation
+    from spanjudge.inference.judge import JudgedEvaluation
+    from spanjudge.inference.probabilities import ErrorProbabilities, ReplyProbabilities
+
+    def error(start: int | None, confidence: float) -> tuple[ErrorAnnotation, ErrorProbabilities]:
+        written = ErrorAnnotation(location="x", explanation="e", severity=2, start=start, end=None if start is None
+                                  else start + 1)  # fmt: skip
+        return written, ErrorProbabilities(confidence=confidence, expected_severity=2.0, severity_distribution={2: 1})
+
+    # at least 1, 2, 3 errors written with probability 0.9, 0.9 × 0.8 = 0.72 (unanchored), 0.72 × 0.6 = 0.43
+    errors = [error(0, 0.9), error(None, 0.8), error(4, 0.6)]
+    reading = ReplyProbabilities(p_no_error=0.1, expected_errors=2.1, errors=[p for _, p in errors],
+                                 expected_score=55.0, score_distribution={55: 1.0})  # fmt: skip
+    assert reading.written() == pytest.approx([0.9, 0.72, 0.432])
+    evaluation = JudgedEvaluation(errors=[e for e, _ in errors], score=50, probabilities=reading)
+    assert _expected_detail(evaluation) == {"errors": 2, "spans": [[0, 1]], "expected_errors": 2.1}
