@@ -111,7 +111,9 @@ def evaluate_span_set(
             if spans is not None and "expected_errors" in detail:
                 expected[item.id] = float(detail["expected_errors"])
         scored = sum(p is not None for p in predictions.values())
-        if expected and len(expected) != scored:
+        # judgments stored before score=expected kept its reading (or by hand) would be read as written ones
+        wants_expected = getattr(judge, "score_kind", None) == "expected"
+        if (expected or wants_expected) and len(expected) != scored:
             raise SpanjudgeError(
                 f"{judge.name}: {scored - len(expected)} of its {scored} judgments on {name} have no expected "
                 f"number of errors; delete {store.path} to judge them again"

@@ -117,7 +117,7 @@ def test_span_metrics_for_the_number_baseline_and_the_judge(
 
 @pytest.mark.slow
 def test_span_metrics_of_a_judge_read_with_its_probabilities_use_its_expected_counts(
-    trained_judge: TrainedRun, shared_data: Path, tmp_path: Path
+    trained_judge: TrainedRun, shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`--judge-option score=expected`: the spans the judge writes with probability ≥ 0.5 and its
     expected number of errors (what the count correlation uses), as the distillation protocol's
@@ -143,6 +143,12 @@ def test_span_metrics_of_a_judge_read_with_its_probabilities_use_its_expected_co
     predictions = {k: [tuple(s) for s in d["spans"]] for k, d in scored.items()}
     again = span_agreement(docs, predictions, counts={k: d["expected_errors"] for k, d in scored.items()})
     assert results[name]["agreement"]["count_pearson"] == again["count_pearson"]
+    # judgments kept without the expected reading (an older store) are not read as if they had it
+    stale = [{**row, "detail": {"errors": 0, "spans": []}} for row in rows.values()]
+    store.write_text("".join(json.dumps(row) + "\n" for row in stale))
+    capsys.readouterr()
+    assert cli_main([*args, "--judge", f"distilled:{trained_judge.adapter}", *options]) == 2
+    assert "have no expected number of errors; delete" in capsys.readouterr().err
 
 
 def test_a_damaged_benchmark_file_names_the_line(
