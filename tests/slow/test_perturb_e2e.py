@@ -128,7 +128,7 @@ def test_span_metrics_of_a_judge_read_with_its_probabilities_use_its_expected_co
     out = tmp_path / "quintd1"
     options = ["--judge-option", "max_new_tokens=160", "--judge-option", "retries=0", "--judge-option",
                "constrained=true", "--judge-option", "score=expected"]  # fmt: skip
-    args = ["meta-eval", "--spans", "quintd1", "--out", str(out), "--max-items", "4", "--data-dir", str(shared_data)]
+    args = ["meta-eval", "--spans", "quintd1", "--out", str(out), "--max-items", "3", "--data-dir", str(shared_data)]
     assert cli_main([*args, "--judge", f"distilled:{trained_judge.adapter}", *options]) == 0
     results = json.loads((out / "spans.json").read_text())
     [name] = [key for key in results if key.startswith("distilled:")]
@@ -139,7 +139,7 @@ def test_span_metrics_of_a_judge_read_with_its_probabilities_use_its_expected_co
     assert scored, "the grammar-held judge scores its outputs"
     for detail in scored.values():
         assert detail["errors"] >= len(detail["spans"]) and 0 <= detail["expected_errors"] <= 8
-    docs = load_quintd1(shared_data, limit=4)
+    docs = load_quintd1(shared_data, limit=3)
     predictions = {k: [tuple(s) for s in d["spans"]] for k, d in scored.items()}
     again = span_agreement(docs, predictions, counts={k: d["expected_errors"] for k, d in scored.items()})
     assert results[name]["agreement"]["count_pearson"] == again["count_pearson"]
