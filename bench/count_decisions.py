@@ -87,9 +87,8 @@ def measure(label: str, settings: dict[str, Any], judgments: Path) -> dict[str, 
     from scipy.stats import pearsonr
 
     from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK, quintd_tables
-    from spanjudge.inference.chat import encode_prompt
     from spanjudge.inference.judge import Judge
-    from spanjudge.inference.judge_conversation import judge_chat_prompt
+    from spanjudge.inference.judge_conversation import judge_prompt_ids
 
     folder = RUNS / label
     rows = json.loads(judgments.read_text())["rows"]
@@ -104,7 +103,7 @@ def measure(label: str, settings: dict[str, Any], judgments: Path) -> dict[str, 
             if row["spans"] is None:  # unscored: no count to compare
                 continue
             request = judge.request(QUINTD_TASK, QUINTD_ASPECT, {header: next(iter(doc.inputs.values()))}, doc.output)
-            prompt_ids = encode_prompt(tokenizer, judge_chat_prompt(tokenizer, request))
+            prompt_ids = judge_prompt_ids(tokenizer, request)
             human.append(len(doc.gold_spans))
             greedy.append(row["errors"])
             expected.append(expected_count(decisions(model, tokenizer, prompt_ids, row["reply"], first)))

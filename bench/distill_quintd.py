@@ -59,12 +59,33 @@ COLUMNS = ("parse_rate", "overlap_f1", "token_f1", "count_pearson", "token_pears
 
 
 def _run(command: list[str], log: Path) -> float:
-    """Run a spanjudge command with its output in `log`; the wall time in seconds."""
+    """Run a spanjudge command with its output in `log`; the wall time in seconds. A failure says how the
+    command ended (a signal by name, with its likely cause), its peak memory and, for a training killed by
+    the out-of-memory killer, what lowers the memory; the same line ends the log."""
+    import resource
+    import signal
+
+    from spanjudge.core.crash import describe_exit
+
     started = time.perf_counter()
     with log.open("a", encoding="utf-8") as handle:
         process = subprocess.run(command, cwd=REPO, env=ENV, stdout=handle, stderr=subprocess.STDOUT)
     if process.returncode != 0:
-        sys.exit(f"{' '.join(command[:2])} failed (exit {process.returncode}); see {log}")
+        peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
+        minutes = (time.perf_counter() - started) / 60
+        message = (
+            f"{' '.join(command[:2])} failed after {minutes:.1f} min: {describe_exit(process.returncode)}; "
+            f"peak memory of the commands so far {peak_gib:.1f} GiB"
+        )
+        if process.returncode == -signal.SIGKILL and "train" in command[:2]:
+            message += (
+                "; to need less memory: a smaller --device-batch (training.per_device_batch_size; the effective "
+                "batch stays, by accumulation) or a lower data.max_length. Run the same command again: the "
+                "training resumes from its last checkpoint (saved every training.save_minutes)"
+            )
+        with log.open("a", encoding="utf-8") as handle:
+            handle.write(f"[distill_quintd] {message}\n")
+        sys.exit(f"{message}; see {log}")
     return round(time.perf_counter() - started, 1)
 
 

@@ -47,11 +47,11 @@ from score_throughput import train_adapter  # noqa: E402
 
 from spanjudge.core.paths import data_dir  # noqa: E402
 from spanjudge.inference.backends.prefix import prefix_batches  # noqa: E402
-from spanjudge.inference.chat import encode_prompt, shared_length  # noqa: E402
+from spanjudge.inference.chat import encode_text, shared_length  # noqa: E402
 from spanjudge.inference.export import adapter_to_gguf  # noqa: E402
 from spanjudge.inference.hf_models import local_folder, resolve_model_source  # noqa: E402
 from spanjudge.inference.judge import Judge, JudgeRequest, recorded_base  # noqa: E402
-from spanjudge.inference.judge_conversation import judge_chat_prompt  # noqa: E402
+from spanjudge.inference.judge_conversation import judge_prompt_ids  # noqa: E402
 from spanjudge.inference.llamacpp import smollm2_gguf  # noqa: E402
 
 MAX_NEW_TOKENS = 128
@@ -115,11 +115,11 @@ def plain_loop(adapter: Path, requests: list[JudgeRequest]) -> tuple[float, list
     base = local_folder(resolve_model_source(recorded_base(adapter)))
     tokenizer = AutoTokenizer.from_pretrained(adapter)
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, use_safetensors=True), adapter).eval()
-    prompts = [judge_chat_prompt(tokenizer, request) for request in requests]
+    prompts = [judge_prompt_ids(tokenizer, request) for request in requests]
     replies, generated = [], []
     started = time.perf_counter()
     for prompt in prompts:
-        encoded = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+        encoded = {"input_ids": torch.tensor([prompt]), "attention_mask": torch.ones(1, len(prompt), dtype=torch.long)}
         with torch.inference_mode():
             output = model.generate(**encoded, max_new_tokens=MAX_NEW_TOKENS, **GREEDY,
                                     pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)  # fmt: skip
@@ -139,7 +139,7 @@ def judged(make: Callable[[ExitStack], Judge], requests: list[JudgeRequest]) -> 
         wall = time.perf_counter() - started
         assert judge.tokenizer is not None
         replies = [r.raw_replies[-1] if r.raw_replies else "" for r in results]
-        return wall, replies, [len(encode_prompt(judge.tokenizer, reply)) + 1 for reply in replies]
+        return wall, replies, [len(encode_text(judge.tokenizer, reply)) + 1 for reply in replies]
 
 
 def gguf_lora(adapter: Path, out: Path) -> Path:
@@ -337,7 +337,7 @@ def main() -> None:
         }
         probe.close()
         for name, requests in work.items():
-            prompts = [encode_prompt(tokenizer, judge_chat_prompt(tokenizer, r)) for r in requests]
+            prompts = [judge_prompt_ids(tokenizer, r) for r in requests]
             loop_wall, _, loop_generated = plain_loop(adapter, requests)
             measured = [("transformers-loop", False, 1, loop_wall, None, loop_generated)]
             for engine, batch, make in engines:

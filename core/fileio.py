@@ -1,7 +1,11 @@
 """Atomic writes: a killed job never leaves a half-written file behind.
 
 Every stage writes its outputs through these helpers: the content goes to a temporary
-file in the target folder and is renamed over the target only when complete.
+file in the target folder and is renamed over the target only when complete. A write that
+fails (a full disk, a read-only folder) removes its temporary file before the error goes on,
+so a re-run does not find the disk fuller than before. Files and folders get the permissions
+of the process's umask, as `open()` and `mkdir()` would give them (a team sharing a run folder
+reads it), not the 0600/0700 of Python's temporary files.
 """
 
 from __future__ import annotations
@@ -11,18 +15,37 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux says it (/proc/self/status),
+    else by setting and restoring it."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as tmp:
-        tmp.write(text)
-        tmp.flush()
-        os.fsync(tmp.fileno())
-    os.replace(tmp.name, path)
+    handle, name = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as tmp:
+            os.fchmod(tmp.fileno(), 0o666 & ~current_umask())
+            tmp.write(text)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.replace(name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
 
 
 def atomic_write_json(path: Path, payload: Any) -> None:
@@ -81,6 +104,7 @@ def atomic_directory(
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
     try:
+        scratch.chmod(0o777 & ~current_umask())
         yield scratch
         (scratch / OUTPUT_MARKER).write_text(kind + "\n", encoding="utf-8")
         check_replaceable(path, kind, option, recognised_by)  # again: the block may have run for hours
@@ -90,3 +114,42 @@ def atomic_directory(
     finally:
         if scratch.exists():
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def check_overwritable(
+    path: Path,
+    kind: str,
+    ours: Callable[[Path], bool],
+    option: str = "--out",
+    inputs: Iterable[Path] = (),
+) -> None:
+    """InputError, one line, unless `path` is absent or a file this command wrote before (`ours(path)`
+    recognises its content: a marker its writer puts in every file of `kind`). A file given as one of the
+    command's `inputs` is refused even then. Callers check first, before any long work, and again right
+    before they write if the work was long."""
+    from .errors import InputError
+
+    for given in inputs:
+        if path.exists() and given.exists() and path.resolve() == given.resolve():
+            raise InputError(f"{option} {path}: is one of this command's inputs; write the {kind} to another file")
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_symlink() or not path.is_file():
+        raise InputError(f"{option} {path}: exists and is not a regular file; name a new file for the {kind}")
+    if path.stat().st_size == 0:  # nothing to lose
+        return
+    try:
+        recognised = ours(path)
+    except (OSError, ValueError, UnicodeDecodeError):
+        recognised = False
+    if not recognised:
+        raise InputError(
+            f"{option} {path}: the file exists and is not spanjudge's {kind}; it is never overwritten: "
+            "name a new file (or remove it)"
+        )
+
+
+def first_line(path: Path, limit: int = 1 << 16) -> str:
+    """The first line of a text file (at most `limit` bytes), for recognising what wrote it."""
+    with path.open("rb") as handle:
+        return handle.read(limit).split(b"\n", 1)[0].decode("utf-8")

@@ -47,9 +47,12 @@ def _same_file(fd: int, path: Path) -> bool:
         return False
 
 
-def acquire(lock_file: Path, what: Path | str, command: str, error: type[Busy] = Busy) -> int:
+def acquire(
+    lock_file: Path, what: Path | str, command: str, error: type[Busy] = Busy, elsewhere: str = "choose another --out"
+) -> int:
     """Lock `lock_file` for this process and return its descriptor; `error` (one line naming
-    the holder) when another holds it. `what` is the file or folder the lock guards."""
+    the holder, and `elsewhere`: how to write somewhere else) when another holds it. `what` is
+    the file or folder the lock guards."""
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(10):  # bounded: only a holder removing the file as we open it makes us retry
         fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)  # no O_TRUNC: the holder's line stays
@@ -58,7 +61,7 @@ def acquire(lock_file: Path, what: Path | str, command: str, error: type[Busy] =
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            raise error(f"{what} is in use by {holder}; wait for that run to end or choose another --out") from None
+            raise error(f"{what} is in use by {holder}; wait for that run to end or {elsewhere}") from None
         if _same_file(fd, lock_file):
             started = datetime.now(timezone.utc).isoformat(timespec="seconds")
             with contextlib.suppress(OSError):  # who holds it is for messages only: a full disk must not leak the lock
@@ -78,9 +81,11 @@ def release(fd: int, lock_file: Path | None = None) -> None:
 
 
 @contextlib.contextmanager
-def exclusive(lock_file: Path, what: Path | str, command: str, error: type[Busy] = Busy) -> Iterator[None]:
+def exclusive(
+    lock_file: Path, what: Path | str, command: str, error: type[Busy] = Busy, elsewhere: str = "choose another --out"
+) -> Iterator[None]:
     """Hold `lock_file` until the block ends (the file stays, with the last holder's line)."""
-    fd = acquire(lock_file, what, command, error)
+    fd = acquire(lock_file, what, command, error, elsewhere)
     try:
         yield
     finally:

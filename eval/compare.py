@@ -13,11 +13,20 @@ The tests, all paired over the items every system has a score for:
 - **paired t-test** (`scipy.stats.ttest_rel`, the test comet-compare reports beside the bootstrap).
 The winner of a pair is named only when the permutation test's p < `alpha`; otherwise the pair is
 "no significant difference".
+
+Only like with like: every system's rows must be judged on one task and aspect by one judge (its model,
+decoding and prompt template, as the results rows record them); results that differ are refused unless
+`allow_mixed`, and the table then says what differs. Rows are checked first (`check_rows`): ids unique
+within a system, scores finite and within the contract's 0-100, severities 1-5; one bad row is one line
+naming the system and the id.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -27,6 +36,9 @@ import numpy as np
 from spanjudge.core.errors import InputError
 
 MAJOR_SEVERITY = 4  # MQM's major and critical errors (severity 4-5 of the contract's 1-5)
+# what a results row records about how it was judged, with the flag or name that sets it
+SETTINGS = {"task": "task", "aspect": "aspect", "model": "judge", "decoding": "decoding",
+            "prompt_template_sha256": "prompt template"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,9 @@ class Comparison:
     alpha: float
     seed: int
     errors_only: bool = False  # the error profile alone (results without scores)
+    mixed: dict[str, dict[str, str]] | None = (
+        None  # with allow_mixed: setting -> system -> its value, where they differ
+    )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,6 +135,73 @@ def permutation_p(differences: np.ndarray, resamples: int, rng: np.random.Genera
     return float(((means >= observed - 1e-12).sum() + 1) / (resamples + 1))
 
 
+def _bad_row(row: Mapping[str, Any]) -> str | None:
+    """What makes a results row unusable for a comparison, or None."""
+    evaluation = row.get("evaluation")
+    if not isinstance(evaluation, Mapping):
+        return "it has no evaluation"
+    score = evaluation.get("score")
+    if score is not None and (
+        isinstance(score, bool)
+        or not isinstance(score, int | float)
+        or not math.isfinite(score)
+        or not 0 <= score <= 100
+    ):
+        return f"score {score!r} is not a number within 0-100"
+    errors = evaluation.get("errors")
+    if errors is None:
+        return None
+    if not isinstance(errors, list) or not all(isinstance(error, Mapping) for error in errors):
+        return "its errors are not a list of objects"
+    for error in errors:
+        severity = error.get("severity")
+        if severity is not None and not _number_within(severity, 1, 5):
+            return f"severity {severity!r} is not a number within 1-5"
+    return None
+
+
+def _number_within(value: Any, low: float, high: float) -> bool:
+    """A finite int or float (not a bool) within [low, high]."""
+    return (
+        not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and low <= value <= high
+    )
+
+
+def check_rows(systems: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+    """InputError, one line naming the system and the id, for a repeated id or a row `_bad_row` refuses."""
+    for name, rows in systems.items():
+        seen: set[str] = set()
+        for number, row in enumerate(rows, 1):
+            item = str(row.get("id"))
+            if item in seen:
+                raise InputError(f"system '{name}': id '{item}' appears twice (row {number}); keep one row per item")
+            seen.add(item)
+            problem = _bad_row(row)
+            if problem:
+                raise InputError(f"system '{name}', id '{item}' (row {number}): {problem}")
+
+
+def _setting(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if isinstance(value, Mapping | list) else str(value)
+
+
+def differing_settings(systems: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, dict[str, str]]:
+    """setting -> system -> its value, for each setting (`SETTINGS`) on which the systems differ; a setting a
+    system's rows do not record is not compared. A system whose own rows differ is refused (InputError)."""
+    found: dict[str, dict[str, str]] = {}
+    for field, label in SETTINGS.items():
+        values: dict[str, str] = {}
+        for name, rows in systems.items():
+            own = {_setting(row[field]) for row in rows if row.get(field) is not None}
+            if len(own) > 1:
+                raise InputError(f"system '{name}' mixes rows of several {label}s ({', '.join(sorted(own))})")
+            if own:
+                values[name] = own.pop()
+        if len(set(values.values())) > 1:
+            found[field] = values
+    return found
+
+
 def compare_systems(
     systems: Mapping[str, Sequence[Mapping[str, Any]]],
     *,
@@ -128,16 +210,31 @@ def compare_systems(
     alpha: float = 0.05,
     seed: int = 0,
     errors_only: bool = False,
+    allow_mixed: bool = False,
 ) -> Comparison:
     """Compare the systems' results rows (`ScoreRow` dicts) on the items all of them scored.
 
     `errors_only`: compare the error profile alone, of rows that have no score by nature (human
     span annotations: `evaluation.score` null and no `unscored_reason`); a row a judge failed to
-    score (with its `unscored_reason`) is still left out."""
+    score (with its `unscored_reason`) is still left out. `allow_mixed`: compare results judged on
+    different tasks, aspects or by different judges (refused otherwise); the comparison says which."""
     from scipy.stats import ttest_rel
 
     if len(systems) < 2:
         raise InputError(f"compare needs two or more systems, got {len(systems)}")
+    if not 0 < alpha < 1:
+        raise InputError(f"alpha must be between 0 and 1 (exclusive), got {alpha}")
+    if not 0 < confidence < 1:
+        raise InputError(f"confidence must be between 0 and 1 (exclusive), got {confidence}")
+    check_rows(systems)
+    mixed = differing_settings(systems)
+    if mixed and not allow_mixed:
+        field = next(iter(mixed))
+        values = "; ".join(f"{name}: {value}" for name, value in mixed[field].items())
+        raise InputError(
+            f"the systems were judged with different {SETTINGS[field]}s ({values}): their scores are not comparable; "
+            "compare results of one task, aspect and judge, or pass --allow-mixed to compare them anyway"
+        )
 
     def usable(row: Mapping[str, Any]) -> bool:
         if errors_only:
@@ -187,14 +284,22 @@ def compare_systems(
                 )
             )
     return Comparison(
-        list(systems), len(common), left_out, means, pairs, resamples, confidence, alpha, seed, errors_only
-    )
+        list(systems), len(common), left_out, means, pairs, resamples, confidence, alpha, seed, errors_only,
+        mixed or None,
+    )  # fmt: skip
 
 
 def markdown(result: Comparison) -> str:
     """The comparison as markdown: the systems' means, then every pair's test."""
     pct = round(result.confidence * 100)
+    warning = [
+        f"**Mixed settings (--allow-mixed)**: the systems differ in {SETTINGS[field]} "
+        f"({'; '.join(f'{name}: {value}' for name, value in values.items())}); the differences below are not "
+        "only the systems'."
+        for field, values in (result.mixed or {}).items()
+    ]
     lines = [
+        *(line for text in warning for line in (text, "")),
         f"{result.items} items {'annotated' if result.errors_only else 'scored'} by every system"
         + "".join(f"; {name}: {n} rows left out" for name, n in result.left_out.items() if n),
         "",
@@ -215,23 +320,52 @@ def markdown(result: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
+PLOT_PANELS = 8  # measures drawn at most: the score, the error counts, then the categories with most errors
+PLOT_MARK = "spanjudge compare"  # the PNG's Software text: marks a plot as ours (only ours is overwritten)
+
+
 def plot(result: Comparison, path: Any) -> Any:
-    """One panel per measure: each system's mean with its interval (a PNG at `path`)."""
+    """One panel per measure (at most `PLOT_PANELS`: the table has them all): each system's mean with its
+    interval (a PNG at `path`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     measures = list(dict.fromkeys(m.measure for m in result.means))
-    fig, axes = plt.subplots(1, len(measures), figsize=(4 * len(measures), 3))
-    for ax, measure in zip(axes, measures, strict=True):
+    peak = {measure: max(m.mean for m in result.means if m.measure == measure) for measure in measures}
+    fixed = [m for m in measures if not m.startswith("'")]  # the score and the error counts; categories are quoted
+    categories = sorted((m for m in measures if m.startswith("'")), key=lambda m: -peak[m])
+    shown = (fixed + categories)[:PLOT_PANELS]
+    fig, axes = plt.subplots(1, len(shown), figsize=(4 * len(shown), 3), squeeze=False)
+    for ax, measure in zip(axes[0], shown, strict=True):
         rows = [m for m in result.means if m.measure == measure]
         low = [m.mean - m.low for m in rows]
         high = [m.high - m.mean for m in rows]
         ax.bar([m.system for m in rows], [m.mean for m in rows], yerr=[low, high], capsize=4, color="#7a9cc6")
         ax.set_title(measure, fontsize=9)
-    fig.suptitle(f"{result.items} items; bars: {round(result.confidence * 100)} % bootstrap intervals", fontsize=9)
+    left = len(measures) - len(shown)
+    more = f"; {left} more measures in the table" if left else ""
+    title = f"{result.items} items; bars: {round(result.confidence * 100)} % bootstrap intervals{more}"
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata={"Software": PLOT_MARK})
     plt.close(fig)
     return path
+
+
+def is_our_plot(path: Any) -> bool:
+    with open(path, "rb") as handle:
+        return PLOT_MARK.encode() in handle.read(4096)
+
+
+def is_our_table(path: Any) -> bool:
+    from spanjudge.core.fileio import first_line
+
+    return bool(re.match(r"(\*\*Mixed settings|\d+ items (scored|annotated) by every system)", first_line(path)))
+
+
+def is_our_comparison(path: Any) -> bool:
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    return isinstance(data, dict) and {"systems", "means", "pairs", "results"} <= data.keys()

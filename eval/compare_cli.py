@@ -26,12 +26,17 @@ class CompareSettings:
         None, help="Write the comparison as JSON here, the table beside it with .md and a plot with .png."
     )
     resamples: int = option(1000, help="Bootstrap and permutation resamples.", min=100)
-    alpha: float = option(0.05, help="Significance level: a winner is named only below it.")
+    alpha: float = option(0.05, help="Significance level (between 0 and 1): a winner is named only below it.")
     seed: int = option(0, help="Seed of the resamples.")
     errors_only: bool = option(
         False,
         help="Compare the error profile alone, for results without scores (e.g. human span annotations: score "
         "null and no unscored_reason); rows a judge failed to score are still left out.",
+    )
+    allow_mixed: bool = option(
+        False,
+        help="Compare results judged on different tasks or aspects, or by different judges (decoding, prompt "
+        "template): refused otherwise, since their scores are not comparable; the table says what differs.",
     )
 
 
@@ -41,15 +46,23 @@ def compare_command(s: CompareSettings) -> None:
     permutation test and a paired t-test, naming the better system only where the difference is
     significant."""
     from spanjudge.core.errors import InputError
-    from spanjudge.core.fileio import atomic_write_json, atomic_write_text
+    from spanjudge.core.fileio import atomic_write_json, atomic_write_text, check_overwritable
     from spanjudge.inference.score_data import read_results
 
-    from .compare import compare_systems, markdown, plot
+    from .compare import compare_systems, is_our_comparison, is_our_plot, is_our_table, markdown, plot
 
     if s.out is not None and s.out.suffix != ".json":  # the table and the plot go beside it: never over it
         raise InputError(
             f"--out {s.out}: the comparison is JSON (e.g. {s.out.with_suffix('.json')}); its .md and .png go beside it"
         )
+    outputs = {
+        ".json": ("comparison", is_our_comparison),
+        ".md": ("table", is_our_table),
+        ".png": ("plot", is_our_plot),
+    }
+    if s.out is not None:
+        for suffix, (kind, ours) in outputs.items():
+            check_overwritable(s.out.with_suffix(suffix), f"comparison {kind}", ours, "--out", inputs=s.results)
     names = s.name or [path.stem for path in s.results]
     if len(names) != len(s.results):
         raise InputError(f"{len(names)} --name for {len(s.results)} --results: give one name per results file")
@@ -59,7 +72,10 @@ def compare_command(s: CompareSettings) -> None:
         if not path.is_file():
             raise InputError(f"results file not found: {path}")
     systems = {name: read_results(path) for name, path in zip(names, s.results, strict=True)}
-    result = compare_systems(systems, resamples=s.resamples, alpha=s.alpha, seed=s.seed, errors_only=s.errors_only)
+    result = compare_systems(
+        systems, resamples=s.resamples, alpha=s.alpha, seed=s.seed, errors_only=s.errors_only,
+        allow_mixed=s.allow_mixed,
+    )  # fmt: skip
     table = markdown(result)
     typer.echo(table, nl=False)
     if s.out is not None:

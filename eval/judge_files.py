@@ -10,6 +10,9 @@ Scores file (JSONL, one evaluation per line), e.g. `spanjudge score` output:
   every aspect of that item.
 - the score: `evaluation.score`, else a top-level `score`, 0-100; null means unscored (the
   line's `unscored_reason`, if any, is kept). Items missing from the file are reported as missing.
+- `output` (optional; `spanjudge score` writes it): the text that was judged. When given, it must be
+  the item's output: a line judged on another text (another campaign whose ids happen to match) is
+  refused with its id, since its score and its spans' offsets are about that other text.
 
 A file that cannot mean what it says is refused with its file and line: a second line for the
 same (id, aspect) (which one counts would be a guess), a score outside 0-100, a file with no
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.digests import file_sha256
 from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.core.jsonl import iter_jsonl
 from spanjudge.core.progress import Advance
@@ -69,6 +73,7 @@ ScoreKey = tuple[str, str | None]  # item id, aspect (None: every aspect of the 
 class ScoresFile:
     judgments: dict[ScoreKey, Judgment] = field(default_factory=dict)
     lines: dict[ScoreKey, str] = field(default_factory=dict)  # key -> "file:line", for messages
+    outputs: dict[ScoreKey, str] = field(default_factory=dict)  # key -> the judged text, where the line gives it
     aspects: dict[str, str] = field(default_factory=dict)  # aspect -> "file:line" of its first line
 
 
@@ -92,11 +97,24 @@ def load_scores_file(path: Path) -> ScoresFile:
         reason = None if score is not None else str(row.get("unscored_reason") or "unscored in the scores file")
         found[key] = Judgment(score, reason, _file_spans(row.get("evaluation")))
         scores.lines[key] = where
+        output = row.get("output")
+        if output is not None:
+            if not isinstance(output, str):
+                raise InputError(f"{where}: 'output' must be the judged text, got {type(output).__name__}")
+            scores.outputs[key] = output
         if key[1] is not None:
             scores.aspects.setdefault(key[1], where)
     if not found:
         raise InputError(f"{path}: the scores file holds no evaluation (it is empty)")
     return scores
+
+
+def _first_difference(judged: str, expected: str) -> str:
+    """Where two texts first differ, quoted briefly."""
+    at = next(
+        (i for i, (a, b) in enumerate(zip(judged, expected, strict=False)) if a != b), min(len(judged), len(expected))
+    )
+    return f"they part at character {at}: {judged[at : at + 30]!r} vs {expected[at : at + 30]!r}"
 
 
 def file_digest(path: Path) -> str:
@@ -177,7 +195,17 @@ class ScoresFileJudge:
     ) -> dict[str, Judgment]:
         results = {}
         for item in items:
-            found = self._scores.get((item.id, aspect.judge_aspect)) or self._scores.get((item.id, None))
+            key: ScoreKey = (item.id, aspect.judge_aspect)
+            if key not in self._scores:
+                key = (item.id, None)
+            found = self._scores.get(key)
+            judged = self._file.outputs.get(key)
+            if found is not None and judged is not None and judged != item.output:
+                raise InputError(
+                    f"{self._file.lines[key]}: id '{item.id}' was judged on another text than {dataset.name}'s "
+                    f"output of that id ({_first_difference(judged, item.output)}); its score and spans are "
+                    "not about this output: score this data set's outputs (meta-eval --export-requests)"
+                )
             results[item.id] = found or Judgment(None, f"missing from {self.path.name}")
             if progress:
                 progress(1)
@@ -245,7 +273,14 @@ class DistilledJudge:
         # content (an edited --judge-option prompt_template=FILE keeps its name); see model_fingerprint
         settings = ",".join(f"{k}={v}" for k, v in sorted(options.items()))
         template = template_sha256(self._judge.prompt_template)
+        files = ",".join(  # files an engine option names (llama.cpp's gguf= and lora=) by their content
+            f"{k}={file_sha256(Path(v).expanduser())}"
+            for k, v in sorted(options.items())
+            if k.startswith(ENGINE_ARG) and Path(v).expanduser().is_file()
+        )
         self.store_key = f"distilled:{model_fingerprint(location)}|{settings}|template={template}"
+        if files:
+            self.store_key += f"|files={files}"
 
     def judge(
         self, dataset: MetaDataset, aspect: AspectSpec, items: Sequence[MetaItem], progress: Advance | None = None

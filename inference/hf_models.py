@@ -132,6 +132,13 @@ def load_tokenizer(folder: str, *, trust_remote_code: bool = False) -> PreTraine
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
     except OSError as exc:
         raise SpanjudgeError(f"cannot load the tokenizer of {folder}: {str(exc).splitlines()[0]}") from None
+    except ValueError as exc:
+        if "trust_remote_code" not in str(exc):
+            raise
+        raise SpanjudgeError(
+            f"the tokenizer of {folder} needs its own Python code to load (auto_map in tokenizer_config.json); "
+            "spanjudge runs a model's code only when asked: pass trust_remote_code=true if you trust that code"
+        ) from None
     if tokenizer.pad_token is None:  # batching needs one; the EOS token is the usual choice
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-HEAD = '<meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
+GENERATOR = '<meta name="generator" content="spanjudge">'  # marks a page as ours: only such a page is overwritten
+HEAD = f'<meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">{GENERATOR}'
 STYLE = """
 body{font:15px/1.5 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
 h1{font-size:1.4rem} .meta{color:#666;font-size:.9rem}
@@ -33,6 +35,12 @@ background:#222;color:#fff;font-size:.85rem;font-weight:400;white-space:normal}
 .flag{color:#a60;font-size:.85rem}
 .legend mark{margin-right:.4rem;white-space:nowrap;display:inline-block;margin-bottom:.2rem}
 """
+
+
+def is_our_page(path: Path) -> bool:
+    """Whether the file at `path` is a page spanjudge wrote (its head carries `GENERATOR`)."""
+    with path.open("rb") as handle:
+        return GENERATOR.encode() in handle.read(4096)
 
 
 def _highlighted(output: str, errors: Sequence[Mapping[str, Any]], item: str) -> str:

@@ -41,6 +41,17 @@ def _located(errors: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any
     return located, len(errors) - len(located)
 
 
+XCOMET_FIELDS = frozenset({"mt", "error_spans", "unlocated_errors"})  # what marks a row as `xcomet_rows`'s
+
+
+def is_xcomet_file(path: Path) -> bool:
+    """Whether the file at `path` is one `render --to xcomet` wrote (its first row has our fields)."""
+    from spanjudge.core.fileio import first_line
+
+    row = json.loads(first_line(path))
+    return isinstance(row, dict) and row.keys() >= XCOMET_FIELDS
+
+
 def xcomet_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One xCOMET-style row per result row, in order."""
     converted = []
@@ -142,24 +153,52 @@ class AnnotatedOutput:
 
 def read_factgenie_campaign(folder: Path) -> list[AnnotatedOutput]:
     """Every annotated output of a factgenie campaign folder (metadata.json + files/*.jsonl), in
-    file order. A span whose text is not at its `start` in the output, an unknown category or a
-    record without its output is one InputError naming the file and line."""
+    file order. Anything that is not what factgenie writes (text that is not UTF-8, a metadata file
+    that is no object, a category without a name, a record or span of the wrong type, a span whose
+    text is not at its `start` in the output) is one InputError naming the file and line."""
     metadata_path = folder / "metadata.json"
     if not metadata_path.is_file():
         raise InputError(f"{folder} is not a factgenie campaign: no metadata.json")
-    try:
-        config = json.loads(metadata_path.read_text(encoding="utf-8")).get("config", {})
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{metadata_path}: not JSON ({exc})") from None
-    categories = tuple(c["name"] for c in config.get("annotation_span_categories", []))
+    categories = _categories(metadata_path)
     files = sorted((folder / "files").glob("*.jsonl"))
     if not files:
         raise InputError(f"{folder}/files holds no .jsonl annotation file")
+    for path in files:
+        if not path.is_file():
+            raise InputError(f"{path}: is not a file (a campaign's files/*.jsonl are its annotation files)")
     return [read for path in files for read in _records(path, categories)]
 
 
+def _utf8(path: Path) -> str:
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#x} at offset {exc.start})") from None
+
+
+def _categories(path: Path) -> tuple[str, ...]:
+    """The span categories' names in a campaign's metadata.json."""
+    try:
+        metadata = json.loads(_utf8(path))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    config = metadata.get("config", {}) if isinstance(metadata, dict) else None
+    categories = config.get("annotation_span_categories", []) if isinstance(config, dict) else None
+    if not isinstance(categories, list):
+        raise InputError(f"{path}: not a factgenie campaign's metadata (an object whose config lists its categories)")
+    names = []
+    for number, category in enumerate(categories):
+        name = category.get("name") if isinstance(category, dict) else None
+        if not isinstance(name, str) or not name:
+            raise InputError(f"{path}: span category {number} has no name (config.annotation_span_categories)")
+        names.append(name)
+    return tuple(names)
+
+
 def _records(path: Path, categories: tuple[str, ...]) -> Iterator[AnnotatedOutput]:
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(_utf8(path).splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
@@ -169,16 +208,34 @@ def _records(path: Path, categories: tuple[str, ...]) -> Iterator[AnnotatedOutpu
             key = (str(record["dataset"]), str(record["split"]), str(record["setup_id"]), int(record["example_idx"]))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{where}: not a factgenie annotation record ({exc!r})") from None
+        if not isinstance(output, str):
+            raise InputError(f"{where}: the record's output must be text, got {type(output).__name__}")
+        annotations = record.get("annotations") or []
+        if not isinstance(annotations, list):
+            raise InputError(f"{where}: annotations must be a list of spans, got {type(annotations).__name__}")
         spans = []
-        for annotation in record.get("annotations") or []:
+        for annotation in annotations:
+            if not isinstance(annotation, dict):
+                raise InputError(f"{where}: a span must be an object with text, start and type, got {annotation!r}")
             kind = annotation.get("type", annotation.get("annotation_type"))
             text, start = annotation.get("text"), annotation.get("start")
-            if not isinstance(kind, int) or not 0 <= kind < len(categories):
+            if isinstance(kind, bool) or not isinstance(kind, int) or not 0 <= kind < len(categories):
                 raise InputError(f"{where}: span category {kind!r} is not one of the campaign's {len(categories)}")
-            if not isinstance(start, int) or not text or output[start : start + len(text)] != text:
-                raise InputError(f"{where}: span {text!r} is not at character {start} of the output")
-            spans.append((start, start + len(text), kind, annotation.get("reason") or ""))
-        yield AnnotatedOutput(key, output, tuple(spans), categories, record.get("metadata") or {})
+            if (
+                not isinstance(text, str)
+                or not text
+                or isinstance(start, bool)
+                or not isinstance(start, int)
+                or start < 0
+                or output[start : start + len(text)] != text
+            ):
+                raise InputError(f"{where}: span {text!r} is not at character {start!r} of the output")
+            reason = annotation.get("reason")
+            spans.append((start, start + len(text), kind, reason if isinstance(reason, str) else ""))
+        metadata = record.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise InputError(f"{where}: the record's metadata must be an object, got {type(metadata).__name__}")
+        yield AnnotatedOutput(key, output, tuple(spans), categories, metadata)
 
 
 def write_factgenie_campaign(

@@ -52,13 +52,13 @@ from .backends.adapters import check_safetensors_adapter
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
 from .backends.registry import NO_PROMPT_LOGPROBS, PROBABILITY_ENGINES, one_of
 from .catalog import Aspect, Catalog, load_catalog
-from .chat import encode_prompt
+from .chat import encode_text
 from .consensus import Consensus, consensus
 from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
 from .contract.grammar import errors_within, judge_grammar, server_grammar_fields
 from .contract.json_form import json_reply_to_text, judge_json_schema
 from .hf_models import load_tokenizer, local_folder, resolve_model_source
-from .judge_conversation import JudgeRequest, judge_chat_prompt, judge_messages, stored_template
+from .judge_conversation import JudgeRequest, judge_chat_prompt, judge_messages, judge_prompt_ids, stored_template
 from .judge_options import MAX_NEW_TOKENS, RETRIES, JudgeOptions, judge_options
 from .predictions import Predictions, predict
 from .probabilities import ReplyProbabilities
@@ -512,7 +512,7 @@ class Judge:
 
     def _prompt_tokens(self, request: JudgeRequest) -> int:
         assert self.tokenizer is not None
-        return len(encode_prompt(self.tokenizer, judge_chat_prompt(self.tokenizer, request)))
+        return len(judge_prompt_ids(self.tokenizer, request))
 
     def _fit_context(self, request: JudgeRequest) -> tuple[JudgeRequest | None, str | None]:
         """The request cut to fit the context (inputs only, longest first), and a note of the cut."""
@@ -523,21 +523,21 @@ class Judge:
         if excess <= 0:
             return request, None
         inputs = dict(request.inputs)
-        before = {header: len(encode_prompt(self.tokenizer, text)) for header, text in inputs.items()}
+        before = {header: len(encode_text(self.tokenizer, text)) for header, text in inputs.items()}
         lengths = dict(before)
         while excess > 0:
             header = max(lengths, key=lambda h: lengths[h])
-            keep = lengths[header] - excess - len(encode_prompt(self.tokenizer, TRUNCATION_MARK))
+            keep = lengths[header] - excess - len(encode_text(self.tokenizer, TRUNCATION_MARK))
             if keep < 1:
                 unscored = (
                     f"the prompt needs {budget + excess} tokens but the context leaves {budget} "
                     f"({self.max_context} minus {self.max_new_tokens} for the reply) even with the inputs cut"
                 )
                 return None, unscored
-            ids = encode_prompt(self.tokenizer, inputs[header])[:keep]
+            ids = encode_text(self.tokenizer, inputs[header])[:keep]
             inputs[header] = self.tokenizer.decode(ids) + TRUNCATION_MARK
             request = replace(request, inputs=inputs)
-            lengths[header] = len(encode_prompt(self.tokenizer, inputs[header]))
+            lengths[header] = len(encode_text(self.tokenizer, inputs[header]))
             excess = self._prompt_tokens(request) - budget
         cut = ", ".join(f"{h} {before[h]}→{lengths[h]} tokens" for h in before if lengths[h] != before[h])
         return request, f"inputs cut to fit the context ({cut})"

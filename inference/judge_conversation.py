@@ -1,9 +1,10 @@
 """The distilled judge's conversation: one function for training and for scoring.
 
-Training builds (prompt, completion) pairs with `judge_training_texts`; scoring sends
-`judge_chat_prompt` to the model. Both start from `judge_messages`, and the chat template is
-applied the same way in both, so the model sees at inference exactly the context it was
-trained on (the published OpeNLGauge code does not guarantee this).
+Training encodes (prompt, completion) pairs with `judge_training_ids`; scoring encodes
+`judge_prompt_ids` (or sends `judge_chat_prompt`'s text to a server). All start from
+`judge_messages`, and the chat template is applied the same way in all of them, so the model sees
+at inference exactly the context it was trained on (the published OpeNLGauge code does not
+guarantee this). The judged text never becomes a control token on either side (`chat`).
 
 A judge trained with its own prompt template (`data.prompt_template`, or a foreign judge such
 as OpeNLGauge's released adapter) carries it on each request (`JudgeRequest.template`); the
@@ -22,7 +23,7 @@ from spanjudge.core.artifacts import ADAPTER_METADATA, read_adapter_metadata
 from spanjudge.core.errors import InputError, SpanjudgeError
 
 from .catalog import Aspect, Catalog, Task, validate_inputs
-from .chat import render_chat
+from .chat import Piece, chat_pieces, encode_chat, encode_pieces, render_chat, served_prompt
 from .contract import Evaluation, render_judge
 from .prompts import PromptTemplate, render_judge_prompt
 
@@ -86,25 +87,69 @@ def _require_template(tokenizer: PreTrainedTokenizerBase) -> None:
 
 
 def judge_chat_prompt(tokenizer: PreTrainedTokenizerBase, request: JudgeRequest) -> str:
-    """The exact text the judge reads: the chat template with the assistant turn opened."""
+    """The text the judge reads, for a server that takes text: the chat template with the assistant turn
+    opened, any control-token spelling in the request's text defused (`chat.served_prompt`)."""
     _require_template(tokenizer)
-    return render_chat(tokenizer, judge_messages(request))
+    return served_prompt(tokenizer, judge_messages(request))
+
+
+def judge_prompt_ids(tokenizer: PreTrainedTokenizerBase, request: JudgeRequest) -> list[int]:
+    """The token ids the judge reads: the chat template with the assistant turn opened; the request's
+    text (inputs, output, aspect definition) never becomes a control token (`chat.encode_chat`)."""
+    _require_template(tokenizer)
+    return encode_chat(tokenizer, judge_messages(request))
+
+
+def judge_training_ids(
+    tokenizer: PreTrainedTokenizerBase, request: JudgeRequest, evaluation: Evaluation
+) -> tuple[list[int], list[int]]:
+    """(prompt ids, completion ids) of a training example, as `judge_training_texts` splits its text: the
+    prompt is `judge_prompt_ids`; the completion is the evaluation (its text, never a control token) and
+    the template's end of the assistant turn."""
+    _require_template(tokenizer)
+    messages = judge_messages(request)
+    conversation = [*messages, {"role": "assistant", "content": render_judge(evaluation)}]
+    prompt = chat_pieces(tokenizer, messages)
+    full = chat_pieces(tokenizer, conversation, add_generation_prompt=False)
+    prompt_text = "".join(text for text, _ in prompt)
+    completion = _after(full, len(prompt_text))
+    if completion is None or not "".join(text for text, _ in full).startswith(prompt_text):
+        raise SpanjudgeError(_SPLIT_REFUSED)
+    return encode_pieces(tokenizer, prompt), encode_pieces(tokenizer, completion)
+
+
+_SPLIT_REFUSED = (
+    "the chat template renders the prompt differently when an answer follows it; "
+    "prompt and completion cannot be split for completion-only loss"
+)
+
+
+def _after(pieces: list[Piece], length: int) -> list[Piece] | None:
+    """The pieces of a rendered chat after its first `length` characters, which must be template text
+    or whole contents (never a cut through a content)."""
+    at = 0
+    for index, (text, content) in enumerate(pieces):
+        if at + len(text) > length:
+            cut = length - at
+            if content and cut:
+                return None
+            return [(text[cut:], content), *pieces[index + 1 :]]
+        at += len(text)
+    return [] if at == length else None
 
 
 def judge_training_texts(
     tokenizer: PreTrainedTokenizerBase, request: JudgeRequest, evaluation: Evaluation
 ) -> tuple[str, str]:
-    """(prompt, completion): the prompt is `judge_chat_prompt`; the completion is the rendered
-    evaluation plus whatever the template closes the assistant turn with (so the model learns
-    to stop)."""
-    prompt = judge_chat_prompt(tokenizer, request)
+    """(prompt, completion) as text: the prompt is the chat template with the assistant turn opened;
+    the completion is the rendered evaluation plus whatever the template closes the assistant turn
+    with (so the model learns to stop). Training encodes them with `judge_training_ids`."""
+    _require_template(tokenizer)
+    prompt = render_chat(tokenizer, judge_messages(request))
     conversation = [*judge_messages(request), {"role": "assistant", "content": render_judge(evaluation)}]
     full = render_chat(tokenizer, conversation, add_generation_prompt=False)
     if not full.startswith(prompt):
-        raise SpanjudgeError(
-            "the chat template renders the prompt differently when an answer follows it; "
-            "prompt and completion cannot be split for completion-only loss"
-        )
+        raise SpanjudgeError(_SPLIT_REFUSED)
     return prompt, full[len(prompt) :]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -22,7 +23,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from spanjudge.core.crash import crashed, describe_exit, log_tail
 from spanjudge.core.errors import SpanjudgeError
+
+from .backends.server import forget_endpoint, watch_endpoint
+from .llamacpp_build import build_advice
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
@@ -125,6 +130,9 @@ class LlamaCppServer:
         return cmd
 
     def start(self, timeout: float = 120.0) -> LlamaCppServer:
+        """Start the server and return once it has answered a first completion: a server that loads its
+        model and then dies at the first computation (a llama.cpp built for another CPU) is reported
+        here as a crash, not later as requests that go unanswered."""
         if importlib.util.find_spec("llama_cpp") is None:
             raise SpanjudgeError("llama-cpp-python is not installed: pip install 'spanjudge[llamacpp]'")
         if not self.model_path.is_file():
@@ -148,12 +156,16 @@ class LlamaCppServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise SpanjudgeError(f"llama.cpp server exited with code {self.process.returncode}: {self.log_tail()}")
+                raise SpanjudgeError(self.crash_report() or "the llama.cpp server exited")
             if self._ready():
+                self._first_completion(deadline)
+                watch_endpoint(self.base_url, self.crash_report)
                 return self
             time.sleep(0.2)
         self.stop()
-        raise SpanjudgeError(f"llama.cpp server not ready after {timeout:.0f} s: {self.log_tail()}")
+        raise SpanjudgeError(
+            f"llama.cpp server {self.alias!r} not ready after {timeout:.0f} s; its log ends: {self.log_tail()}"
+        )
 
     def _ready(self) -> bool:
         """A health probe (not a model call): GET /v1/models answers 200 once loaded."""
@@ -163,14 +175,43 @@ class LlamaCppServer:
         except (OSError, ValueError):
             return False
 
-    def log_tail(self, limit: int = 600) -> str:
-        path = self._log
-        if path is None or not path.exists():
-            return "(no log)"
-        text = path.read_bytes()[-limit:].decode("utf-8", "replace").strip()
-        return " | ".join(text.splitlines()[-5:]) or "(empty log)"
+    def _first_completion(self, deadline: float) -> None:
+        """One token of a completion: the first time the model computes anything."""
+        body = json.dumps({"model": self.alias, "prompt": "Hello", "max_tokens": 1, "temperature": 0}).encode()
+        request = urllib.request.Request(
+            f"{self.base_url}/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=max(1.0, deadline - time.monotonic())) as response:
+                response.read()
+        except (OSError, ValueError) as error:
+            time.sleep(0.5)  # a crashing server closes the connection before the kernel reaps it
+            report = self.crash_report()
+            self.stop()
+            raise SpanjudgeError(
+                report
+                or f"llama.cpp server {self.alias!r} failed its first completion ({error}); "
+                f"its log ends: {self.log_tail()}"
+            ) from None
+
+    def crash_report(self) -> str | None:
+        """Why the server is no longer running, in one line (which server, its exit signal and likely cause,
+        the end of its log, what to do), or None while it runs or after `stop()`."""
+        process = self.process
+        if process is None or process.poll() is None:
+            return None
+        return (
+            f"the llama.cpp server {self.alias!r} ({self.model_path.name}, pid {process.pid}, {self.base_url}) "
+            f"{'crashed' if crashed(process.returncode) else 'stopped'}: {describe_exit(process.returncode)}; "
+            f"{build_advice()}its log ({self._log}) ends: {self.log_tail()}; once fixed, run the same command "
+            "again: finished work is kept and resumed"
+        )
+
+    def log_tail(self) -> str:
+        return log_tail(self._log)
 
     def stop(self, grace: float = 10.0) -> None:
+        forget_endpoint(self.base_url)
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return
@@ -207,9 +248,11 @@ class LlamaCppProbabilities:
         n_ctx: int = 4096,
         n_threads: int | None = None,
     ) -> None:
+        from .backends.llamacpp_local import checked_files
         from .chat import judge_end_ids
         from .probabilities import LlamaCppProbabilityReader
 
+        checked_files(Path(gguf), Path(lora) if lora else None, tokenizer, "llama.cpp probabilities")
         self.tokenizer = tokenizer
         # the context keeps the last reading: the next prompt reads only what it does not share with it (the
         # judge sends the outputs of one input one after another, so all but the output is shared)
@@ -219,9 +262,10 @@ class LlamaCppProbabilities:
 
     def read_probabilities(self, request: Any, evaluation: Any) -> Any:
         """`ReplyProbabilities` along `evaluation` after the request's (templated) prompt."""
-        from .chat import encode_prompt
+        from .chat import encode_templated
 
-        return self.reader.read(encode_prompt(self.tokenizer, request.messages[-1].content), evaluation)
+        # the text the server read, encoded as it reads it: its contents were defused (`chat.served_prompt`)
+        return self.reader.read(encode_templated(self.tokenizer, request.messages[-1].content), evaluation)
 
     def close(self) -> None:
         self.reader.close()

@@ -90,7 +90,7 @@ def render_command(
     explanations on hover or focus), as xCOMET-style `error_spans` (severity 1-2 minor, 3-4 major,
     5 critical) or as a factgenie annotation campaign (one span category per severity)."""
     from spanjudge.core.errors import InputError
-    from spanjudge.core.fileio import atomic_write_text
+    from spanjudge.core.fileio import atomic_write_text, check_overwritable
 
     from .score_data import read_results
 
@@ -98,25 +98,26 @@ def render_command(
         raise InputError(f"--to must be one of {', '.join(RENDER_FORMATS)}, not '{to}'")
     if not results.is_file():
         raise InputError(f"results file not found: {results}")
-    rows = read_results(results)
     if to == "html":
-        from .html_report import render_html
-        from .scoring import check_page_path, page_path
+        from .html_report import is_our_page, render_html
+        from .scoring import page_path
 
         target = out or page_path(results)
-        check_page_path(results, target, "--out" if out else "RESULTS")
+        check_overwritable(target, "page", is_our_page, "--out" if out else "RESULTS", inputs=[results])
+        rows = read_results(results, required=("output",), complete=True)
         atomic_write_text(target, render_html(rows, title=f"spanjudge: {results.stem}"))
     elif to == "xcomet":
-        from .interchange import xcomet_rows
+        from .interchange import is_xcomet_file, xcomet_rows
 
         target = out or results.with_suffix(".xcomet.jsonl")
-        if target.resolve() == results.resolve():
-            raise InputError(f"--out {target}: would be written over the results")
-        atomic_write_text(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in xcomet_rows(rows)))
+        check_overwritable(target, "xCOMET file", is_xcomet_file, "--out" if out else "RESULTS", inputs=[results])
+        rows = xcomet_rows(read_results(results, required=("task", "aspect", "output"), complete=True))
+        atomic_write_text(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     else:
         from .interchange import factgenie_campaign, write_factgenie_campaign
 
         target = out or results.with_name(f"{results.stem}-factgenie")
+        rows = read_results(results, required=("task", "aspect", "output"), complete=True)
         tasks = sorted({str(r["task"]) for r in rows})
         metadata, records = factgenie_campaign(
             rows, campaign_id=target.name, dataset=dataset or "+".join(tasks), split=split, setup_id=setup

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from spanjudge.core.errors import InputError
 from spanjudge.core.hub_data import iter_rows, parse_dataset_id
@@ -282,6 +282,30 @@ class ScoreEvaluation(BaseModel):
         return value
 
 
+def error_problem(error: Any, output: str | None, *, complete: bool = False) -> str | None:
+    """What makes one error of a results row impossible, or None (see `ScoreRow`). An explanation and a
+    severity may be absent (human span annotations carry neither) unless `complete`; given, they must be
+    text and an integer 1-5."""
+    if not isinstance(error, dict):
+        return f"is not an object: {error!r}"
+    explanation, severity = error.get("explanation"), error.get("severity")
+    if (explanation is not None or complete) and not isinstance(explanation, str):
+        return "has no explanation text"
+    if (severity is not None or complete) and (
+        isinstance(severity, bool) or not isinstance(severity, int) or not 1 <= severity <= 5
+    ):
+        return f"severity {severity!r} is not an integer 1-5"
+    start, end = error.get("start"), error.get("end")
+    if start is None and end is None:
+        return None
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, end)):
+        return f"offsets {start!r}, {end!r} are not both integers (or both null: not located)"
+    if not 0 <= start < end or (output is not None and end > len(output)):
+        size = f" of {len(output)} characters" if output is not None else ""
+        return f"offsets [{start}, {end}) are not a range inside the output{size}"
+    return None
+
+
 class ScoreRow(BaseModel):
     """One line of a results file: what `spanjudge score` writes per item (`ScoreRow.of`) and
     what the resume store and `read_score_rows` read back. The resume key fields (`KEY_FIELDS`)
@@ -312,6 +336,16 @@ class ScoreRow(BaseModel):
     @classmethod
     def _id_as_text(cls, value: Any) -> Any:
         return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _possible_errors(self) -> ScoreRow:
+        """Each error possible (`error_problem`): offsets both null (not located) or a non-empty range inside
+        the output, an explanation that is text and a severity 1-5 where given; nothing else is read."""
+        for number, error in enumerate(self.evaluation.errors, 1):
+            problem = error_problem(error, self.output)
+            if problem:
+                raise ValueError(f"error {number}: {problem}")
+        return self
 
     @classmethod
     def of(cls, request: Any, evaluation: Any, key: Mapping[str, Any] | None = None) -> ScoreRow:
@@ -360,18 +394,16 @@ def _checked(value: dict[str, Any], where: str) -> ScoreRow:
         return ScoreRow.model_validate(value)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise _not_a_result(where, f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise _not_a_result(
+            where, ": ".join(part for part in (".".join(map(str, first["loc"])), message) if part)
+        ) from None
 
 
 def _not_a_result(where: str, problem: str) -> InputError:
     return InputError(
         f"{where}: not a result of `spanjudge score` ({problem}); is --out another file? Choose a new results file"
     )
-
-
-def _checked_row(value: dict[str, Any], where: str) -> dict[str, Any]:
-    _checked(value, where)
-    return value
 
 
 def _score_entry(where: str, row: dict[str, Any]) -> tuple[str, tuple[str, dict[str, Any]]]:
@@ -464,9 +496,22 @@ def write_run_info(out: Path, info: Mapping[str, Any]) -> Path:
     return path
 
 
-def read_results(path: Path) -> list[dict[str, Any]]:
-    """The rows of a results file; InputError naming the line of one that is not a result."""
-    return [_checked_row(row, where) for where, row in iter_jsonl(path)]
+def read_results(path: Path, required: Sequence[str] = (), *, complete: bool = False) -> list[dict[str, Any]]:
+    """The rows of a results file; InputError naming the line of one that is not a result, or that lacks
+    one of the `required` text fields (rows from before resume keys, or from another tool, may), or, with
+    `complete`, has an error without its explanation and severity (as `spanjudge score` writes every one)."""
+    rows = []
+    for where, row in iter_jsonl(path):
+        _checked(row, where)
+        missing = [name for name in required if not isinstance(row.get(name), str)]
+        if missing:
+            raise InputError(f"{where}: the row has no {missing[0]} (text); this needs rows `spanjudge score` wrote")
+        for number, error in enumerate(row["evaluation"].get("errors") or [], 1):
+            problem = error_problem(error, row.get("output"), complete=complete)
+            if problem:
+                raise InputError(f"{where}: error {number}: {problem}; this needs rows `spanjudge score` wrote")
+        rows.append(row)
+    return rows
 
 
 def read_score_rows(path: Path) -> list[ScoreRow]:

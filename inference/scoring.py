@@ -8,7 +8,7 @@ re-run with the same settings skips what is done (see `score_data`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,9 +126,15 @@ def check_page_path(results: Path, page: Path, option: str) -> None:
         )
 
 
-def model_identity(model: str, base: str | None, engine: str, served_model: str | None) -> str:
+def model_identity(
+    model: str, base: str | None, engine: str, served_model: str | None, engine_options: Mapping[str, Any] | None = None
+) -> str:
     """The judge as the resume key records it: a local folder by its absolute path (the same
-    judge from another working directory), with the base and the served name when given."""
+    judge from another working directory), with the base and the served name when given, and each
+    file an engine option names by its content (llama.cpp's gguf= and lora=: the same adapter folder
+    run on the bare GGUF and with its LoRA are two judges, and their rows never share a file)."""
+    from spanjudge.core.digests import file_sha256
+
     local = Path(model).expanduser()
     name = str(local.resolve()) if local.exists() else model
     if base:
@@ -136,6 +142,10 @@ def model_identity(model: str, base: str | None, engine: str, served_model: str 
     record = BY_NAME.get(engine)
     if record is not None and record.server and served_model:
         name += f" (served as {served_model})"
+    for key, value in sorted((engine_options or {}).items()):
+        path = Path(str(value)).expanduser() if isinstance(value, str | Path) else None
+        if path is not None and path.is_file():
+            name += f" ({key} {path.name} sha256:{file_sha256(path)[:16]})"
     return name
 
 
@@ -229,9 +239,10 @@ def _judge_todo(
     template: Any,
     engine_options: dict[str, Any],
     console: Console,
+    started: Callable[[], None],
 ) -> int:
     """Score `todo`, appending each final result to the run's `ScoreStore`; returns the number of
-    failed model calls."""
+    failed model calls. `started()` is called once the judge is loaded, before the first item."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     from spanjudge.core.progress import tracker_bars
@@ -240,6 +251,7 @@ def _judge_todo(
 
     s, failed = settings, 0
     judge = Judge.from_pretrained(s.model, s, catalog=catalog, engine_options=engine_options, prompt_template=template)
+    started()
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
         with tracker_bars(*columns, console=console) as progress:  # log lines when not a terminal
@@ -281,7 +293,7 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
         decoding["probabilities"] = True
     if s.samples:
         decoding["samples"] = s.samples
-    identity = model_identity(s.model, s.base, s.engine, s.served_model)
+    identity = model_identity(s.model, s.base, s.engine, s.served_model, engine_options)
     keys = {str(r.id): resume_key(r, identity, decoding) for r in requests}
     store = ScoreStore(out, "spanjudge score")  # held for the run: a second run on the same --out is refused
     try:
@@ -289,11 +301,17 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
         check_results_file(out, done, keys)
         done = _drop_to_score_again(out, done, set(keys), unscored=s.refresh_unscored)
         todo = [r for r in requests if r.id not in done]
-        if todo or not run_info_path(out).exists():
-            template_used = {"path": str(template.path), "sha256": template.sha256} if template else None
+        template_used = {"path": str(template.path), "sha256": template.sha256} if template else None
+
+        def record_run() -> None:  # once the judge is up: a run that fails before it leaves no provenance
             write_run_info(out, run_info("score", {**asdict(s), "prompt_template": template_used}, seed=None))
+
         console.print(f"{len(requests)} rows; {len(requests) - len(todo)} already scored in {out}; {len(todo)} to go")
-        failed = _judge_todo(s, store, todo, keys, catalog, template, engine_options, console) if todo else 0
+        failed = (
+            _judge_todo(s, store, todo, keys, catalog, template, engine_options, console, record_run) if todo else 0
+        )
+        if not todo and not run_info_path(out).exists():
+            record_run()
         rows = read_results(out)
         if todo:
             rows = _in_data_order(out, rows, requests)

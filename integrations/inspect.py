@@ -23,7 +23,10 @@ from typing import TYPE_CHECKING, Any
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import TaskState
 
+from spanjudge.core.errors import InputError
 from spanjudge.inference.judge import Judge
+
+from . import check_task_aspect
 
 if TYPE_CHECKING:
     from spanjudge.inference.predictions import Prediction
@@ -41,16 +44,20 @@ def spanjudge_scorer(
     """`judge`: an adapter folder, model or Hub id (loaded once, with `judge_options` as in
     `Judge.from_pretrained`), or a loaded `Judge`."""
     loaded = judge if isinstance(judge, Judge) else Judge.from_pretrained(judge, **judge_options)
+    check_task_aspect(loaded, task, aspect, aspect_definition)  # so an InputError below is about one sample
     lock = asyncio.Lock()  # one judgment at a time: an in-process model is not shared between threads
 
     async def score(state: TaskState, target: Target) -> Score:
         item = {"id": str(state.sample_id), "input": state.input_text, "output": state.output.completion}
         if reference:
             item["reference"] = target.text
-        async with lock:
-            [prediction] = await asyncio.to_thread(
-                loaded.predict, [item], task=task, aspect=aspect, aspect_definition=aspect_definition
-            )
+        try:
+            async with lock:
+                [prediction] = await asyncio.to_thread(
+                    loaded.predict, [item], task=task, aspect=aspect, aspect_definition=aspect_definition
+                )
+        except InputError as error:  # this sample's texts (an empty input, no completion): unscored, not an error
+            return Score.unscored(reason="grader_failed", answer=state.output.completion, explanation=str(error))
         return score_of(prediction, state.output.completion, judge=loaded.name)
 
     return score

@@ -18,7 +18,9 @@ Per document the model's generation is judged against the document's input (`inp
 judge could not evaluate it: `scored_mean` leaves it out, never counts it as 0) and
 `spanjudge_errors` (the errors, each with its offsets in the generation, text, severity and
 explanation; None when unscored), which `--log_samples` writes with the sample. The judge loads on the first
-document, with the keyword options of `Judge.from_pretrained`.
+document, with the keyword options of `Judge.from_pretrained`; the task and aspect are checked then. A document
+the judge cannot take (no input text, an empty or missing generation) is unscored (None), never the end of the
+whole lm-eval run.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.errors import InputError
 from spanjudge.inference.judge import Judge
+
+from . import check_task_aspect
+
+UNSCORED = {"spanjudge_score": None, "spanjudge_errors": None}  # not an output without errors: no evaluation
 
 
 class JudgedResults:
@@ -46,6 +53,7 @@ class JudgedResults:
         self._judge, self._options = judge, judge_options
         self.task, self.aspect, self.aspect_definition = task, aspect, aspect_definition
         self.input_field, self.reference_field = input_field, reference_field
+        self._checked = False  # the task and aspect, checked once before the first document
 
     def __deepcopy__(self, memo: dict[int, Any]) -> JudgedResults:
         return self  # lm-eval copies a task's config to log it: the loaded model is shared, not copied
@@ -58,15 +66,22 @@ class JudgedResults:
     def judge(self) -> Judge:
         if not isinstance(self._judge, Judge):  # loaded once, on the first document
             self._judge = Judge.from_pretrained(self._judge, **self._options)
+        if not self._checked:
+            check_task_aspect(self._judge, self.task, self.aspect, self.aspect_definition)
+            self._checked = True
         return self._judge
 
-    def __call__(self, doc: Mapping[str, Any], results: Sequence[str]) -> dict[str, Any]:
-        item = {"input": doc[self.input_field], "output": results[0] if results else ""}
+    def __call__(self, doc: Mapping[str, Any], results: Sequence[str | None]) -> dict[str, Any]:
+        judge = self.judge
+        item = {"input": doc.get(self.input_field), "output": results[0] if results else None}
         if self.reference_field is not None:
-            item["reference"] = doc[self.reference_field]
-        [prediction] = self.judge.predict(
-            [item], task=self.task, aspect=self.aspect, aspect_definition=self.aspect_definition
-        )
+            item["reference"] = doc.get(self.reference_field)
+        try:
+            [prediction] = judge.predict(
+                [item], task=self.task, aspect=self.aspect, aspect_definition=self.aspect_definition
+            )
+        except InputError:  # this document's texts (the task and aspect were checked at load): unscored
+            return dict(UNSCORED)
         errors = prediction.to_dict()["errors"]  # start, end, text, severity, explanation
         # unscored: no score and no error list (not an output without errors)
         return {"spanjudge_score": prediction.score, "spanjudge_errors": None if prediction.score is None else errors}

@@ -107,6 +107,12 @@ class TrainingSection(_Strict):
     eval_steps: int | None = Field(default=None, gt=0, description="evaluate every N steps (always at the end)")
     eval_on_start: bool = False
     save_steps: int = Field(default=100, gt=0)
+    save_minutes: float | None = Field(
+        default=10,
+        gt=0,
+        description="also save a checkpoint once this many minutes have passed since the last one, so a killed run "
+        "loses at most that much (null: by save_steps only)",
+    )
     save_total_limit: int | None = Field(default=2, gt=0)
     logging_steps: int = Field(default=10, gt=0)
     seed: int = 42

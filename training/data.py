@@ -1,11 +1,13 @@
 """data_gen records → tokenized (input_ids, labels) with the loss on the completion only.
 
-The prompt is the judge's chat prompt (`judge_chat_prompt`, the very text scoring sends), from
+The prompt is the judge's chat prompt (`judge_prompt_ids`, the very ids scoring reads), from
 the built-in template or the user's `data.prompt_template`;
 the completion is the merged evaluation rendered by the output contract, plus the token(s)
 that close the assistant turn. Prompt and completion are tokenized separately and joined,
 which is exactly how the model meets them at inference: the prompt tokenized alone, then
 generated tokens. Every prompt token gets the label -100, so it adds nothing to the loss.
+Record text (inputs, outputs, explanations) is encoded as text: a control token's spelling in it
+never becomes the control token (`inference.chat`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ from spanjudge.core.errors import InputError
 from spanjudge.core.jsonl import Located, iter_jsonl
 from spanjudge.core.overlap import input_digest
 from spanjudge.inference.catalog import Catalog
-from spanjudge.inference.chat import encode_prompt
 from spanjudge.inference.contract import Evaluation
-from spanjudge.inference.judge_conversation import judge_training_texts, request_from_record
+from spanjudge.inference.judge_conversation import judge_training_ids, request_from_record
 from spanjudge.inference.prompts import PromptTemplate
 
 if TYPE_CHECKING:
@@ -71,9 +72,8 @@ def record_evaluation(record: dict[str, Any], where: str) -> Evaluation:
     return evaluation
 
 
-def tokenize_example(tokenizer: PreTrainedTokenizerBase, prompt: str, completion: str) -> tuple[list[int], list[int]]:
-    prompt_ids = encode_prompt(tokenizer, prompt)
-    completion_ids = encode_prompt(tokenizer, completion)
+def example_labels(prompt_ids: list[int], completion_ids: list[int]) -> tuple[list[int], list[int]]:
+    """(input_ids, labels) of one example: the loss on the completion only."""
     return prompt_ids + completion_ids, [IGNORE_INDEX] * len(prompt_ids) + completion_ids
 
 
@@ -110,8 +110,7 @@ def tokenize_split(
             break
         request = request_from_record(record, catalog, where, template)
         evaluation = record_evaluation(record, where)
-        prompt, completion = judge_training_texts(tokenizer, request, evaluation)
-        input_ids, labels = tokenize_example(tokenizer, prompt, completion)
+        input_ids, labels = example_labels(*judge_training_ids(tokenizer, request, evaluation))
         if len(input_ids) > max_length:
             prompt_length = labels.count(IGNORE_INDEX)
             detail = f"{len(input_ids)} tokens (prompt {prompt_length}) > data.max_length {max_length}"

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from spanjudge.core.configio import configs_dir
-from spanjudge.core.errors import SpanjudgeError
+from spanjudge.core.errors import InputError, SpanjudgeError
 
 from .config import TrainConfig
 
@@ -332,6 +332,11 @@ def epoch_size(config: TrainConfig, examples: int | None, mean_tokens: float | N
         else:
             examples = THESIS_EXAMPLES
             assumptions.append(f"{examples:,} examples: the thesis's training set (no data at {config.data.train})")
+    if mean_tokens is not None and mean_tokens > config.data.max_length:
+        raise InputError(
+            f"--mean-tokens {mean_tokens:g}: no example is longer than data.max_length {config.data.max_length} "
+            "(the memory is planned at that length); give the mean within it, or raise data.max_length"
+        )
     if mean_tokens is None:
         mean_tokens = float(config.data.max_length)
         assumptions.append(

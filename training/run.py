@@ -8,12 +8,16 @@ The run folder (`training.output_dir`) holds everything needed to resume and to 
     metrics.json         final train/eval metrics, tokens/s, peak memory, world size
     log_history.jsonl    every logged step (loss, learning rate, eval loss)
 
-Killing a run and starting it again with the same config resumes from the last checkpoint;
-starting a finished run again does nothing.
+Killing a run and starting it again with the same config resumes from the last complete checkpoint
+(one torn by a kill while it was saved is set aside: `checkpoints.py`); checkpoints are saved every
+`training.save_steps` and every `training.save_minutes`. Starting a finished run again does nothing.
+One run at a time holds the folder (OUTPUT_DIR/.spanjudge.lock): a second training into it is refused
+with one line naming the first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import json
@@ -21,7 +25,7 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
@@ -32,12 +36,14 @@ import yaml
 from spanjudge.core.artifacts import ADAPTER_METADATA
 from spanjudge.core.errors import ConfigError, SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from spanjudge.core.locks import Busy, exclusive, this_command
 from spanjudge.core.overlap import RULE as OVERLAP_RULE
 from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.hf_models import load_causal_lm, load_tokenizer, local_folder, resolve_model_source
 from spanjudge.inference.judge_conversation import TEMPLATE_FILE
 from spanjudge.inference.prompts import template_sha256
 
+from .checkpoints import TimedSaves, resume_point
 from .config import (
     TrainConfig,
     check_trackers,
@@ -53,6 +59,13 @@ from .decision import decision_weighted_trainer
 from .world import World, gradient_accumulation
 
 ADAPTER_DIR = "adapter"
+LOCK_FILE = ".spanjudge.lock"
+
+
+class OutputDirBusy(Busy):
+    """Another training run holds the run folder."""
+
+
 METADATA_FORMAT = "spanjudge-judge/1"
 
 
@@ -189,17 +202,32 @@ class TrainingRun:
             self.log(line)
 
     def train(self) -> dict[str, Any]:
+        """Train (resuming), holding the run folder (the main process) so no second run trains into it."""
+        with self._holding_output_dir():
+            return self._train()
+
+    @contextlib.contextmanager
+    def _holding_output_dir(self) -> Iterator[None]:
+        if not self.world.main:  # the main process holds it for all processes of the run
+            yield
+            return
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        elsewhere = "set another training.output_dir"
+        with exclusive(self.output_dir / LOCK_FILE, self.output_dir, this_command(), OutputDirBusy, elsewhere):
+            yield
+
+    def _train(self) -> dict[str, Any]:
         if self.finished:
             self.log(f"{self.output_dir} already holds a finished run; nothing to do")
             return json.loads((self.output_dir / "metrics.json").read_text(encoding="utf-8"))
-        from transformers.trainer_utils import get_last_checkpoint
-
         config = self.config
         if self.world.main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.output_dir / "train_config.yaml", resolved_yaml(config))
-        last = get_last_checkpoint(str(self.output_dir)) if self.output_dir.is_dir() else None
+        last = resume_point(self.output_dir, self.world.main, self.log)
         trainer = self._trainer()
+        if config.training.save_minutes:
+            trainer.add_callback(TimedSaves(config.training.save_minutes))
         self.log(f"resuming from {last}" if last else "starting from the base model")
         started = time.perf_counter()
         result = trainer.train(resume_from_checkpoint=last)

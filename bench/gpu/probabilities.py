@@ -64,7 +64,7 @@ def reply(errors: int) -> str:
 
 def prompt_ids(tokenizer: Any, article: list[int], length: int, summary: str = SUMMARY) -> list[int]:
     """A judge prompt whose article is cut so that the whole prompt is about `length` tokens."""
-    from spanjudge.inference.chat import encode_prompt, render_chat
+    from spanjudge.inference.chat import encode_chat
 
     def encoded(words: list[int]) -> list[int]:
         text = (
@@ -73,7 +73,7 @@ def prompt_ids(tokenizer: Any, article: list[int], length: int, summary: str = S
             + tokenizer.decode(words)
             + f"\n\nSummary: {summary}"
         )
-        return encode_prompt(tokenizer, render_chat(tokenizer, [{"role": "user", "content": text}]))
+        return encode_chat(tokenizer, [{"role": "user", "content": text}])
 
     overhead = len(encoded([])) + 2
     return encoded(article[: max(0, length - overhead)])

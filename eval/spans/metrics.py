@@ -6,6 +6,7 @@ mark-every-number baseline and `evaluate_spans`, which applies them to a span se
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -89,17 +90,54 @@ def overlap_matches(predicted: Sequence[Span], gold: Sequence[Span]) -> list[boo
 
     From the shared task's evaluate.py: "Once a submitted mistake has recalled a GSML mistake,
     the submitted mistake is consumed". Returns, per gold span in the given order, matched.
+    The first unused overlapping prediction (in sorted order) is found in O(log n) with a tree of the
+    unused predictions' largest end, so a document with many spans costs (gold + predicted) · log.
     """
     remaining = sorted(predicted)
+    starts = [start for start, _ in remaining]
+    ends = _MaxTree([end for _, end in remaining])
     matched = [False] * len(gold)
     for g_index in sorted(range(len(gold)), key=lambda i: gold[i]):
         g_start, g_end = gold[g_index]
-        for p_index, (p_start, p_end) in enumerate(remaining):
-            if p_start < g_end and g_start < p_end:
-                del remaining[p_index]
-                matched[g_index] = True
-                break
+        # candidates start before the gold span ends; the first of them still unused that ends after it starts
+        found = ends.first_above(bisect.bisect_left(starts, g_end), g_start)
+        if found is not None:
+            ends.remove(found)
+            matched[g_index] = True
     return matched
+
+
+class _MaxTree:
+    """The largest value of each range of a list, with removal: `first_above(limit, value)` is the first
+    index below `limit` whose value exceeds `value`."""
+
+    def __init__(self, values: Sequence[int]) -> None:
+        self.size = 1
+        while self.size < max(1, len(values)):
+            self.size *= 2
+        self.tree = [-1] * (2 * self.size)
+        self.tree[self.size : self.size + len(values)] = values
+        for node in range(self.size - 1, 0, -1):
+            self.tree[node] = max(self.tree[2 * node], self.tree[2 * node + 1])
+
+    def remove(self, index: int) -> None:
+        node = self.size + index
+        self.tree[node] = -1
+        while node > 1:
+            node //= 2
+            self.tree[node] = max(self.tree[2 * node], self.tree[2 * node + 1])
+
+    def first_above(self, limit: int, value: int) -> int | None:
+        return self._first(1, 0, self.size, limit, value)
+
+    def _first(self, node: int, low: int, high: int, limit: int, value: int) -> int | None:
+        if low >= limit or self.tree[node] <= value:
+            return None
+        if high - low == 1:
+            return low
+        middle = (low + high) // 2
+        left = self._first(2 * node, low, middle, limit, value)
+        return left if left is not None else self._first(2 * node + 1, middle, high, limit, value)
 
 
 def from_matches(matched: Sequence[bool], n_predicted: int) -> PRF:
@@ -131,7 +169,21 @@ def token_spans(text: str) -> list[Span]:
 
 
 def _marked_tokens(spans: Sequence[Span], tokens: Sequence[Span]) -> set[int]:
-    return {i for i, (t_start, t_end) in enumerate(tokens) for s, e in spans if s < t_end and t_start < e}
+    """The indices of the tokens any span overlaps: the spans merged into disjoint ranges, each token looked
+    up by bisection ((tokens + spans) · log, not tokens × spans)."""
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    ends = [end for _, end in merged]
+    marked = set()
+    for index, (t_start, t_end) in enumerate(tokens):
+        at = bisect.bisect_right(ends, t_start)  # the first range that ends after the token starts
+        if at < len(merged) and merged[at][0] < t_end:
+            marked.add(index)
+    return marked
 
 
 def token_prf(predicted: Sequence[Span], gold: Sequence[Span], text: str) -> PRF:
@@ -156,6 +208,7 @@ def snap_to_words(spans: Sequence[Span], text: str) -> list[Span]:
     word-boundary snapping): a span that starts or ends inside a word takes the whole word.
     Spans left empty are dropped; spans that snap to the same range are kept once."""
     snapped: list[Span] = []
+    seen: set[Span] = set()
     for start, end in check_spans(spans, "snapped"):
         while start < end and text[start].isspace():
             start += 1
@@ -167,7 +220,8 @@ def snap_to_words(spans: Sequence[Span], text: str) -> list[Span]:
             start -= 1
         while end < len(text) and _word_char(text[end]) and _word_char(text[end - 1]):
             end += 1
-        if (start, end) not in snapped:
+        if (start, end) not in seen:
+            seen.add((start, end))
             snapped.append((start, end))
     return snapped
 

@@ -11,6 +11,12 @@ adapter folder's own tokenizer wins, as on transformers); `spec.options`:
 - `grammar`: a GBNF grammar every reply is held to (set by the judge with `constrained=True`);
 - `adapter`, `trust_remote_code`: set by the judge (the tokenizer's folder, and whether to run its code).
 
+Before `Llama()` loads anything, the files are checked (`gguf_files.check_model_files`: each a GGUF,
+the LoRA an adapter that fits the model, the tokenizer of the model's vocabulary): one line each. What
+cannot be checked from the files (a llama.cpp built for another CPU, a damaged tensor) is tried once per
+process in a child process that loads the model and computes one token (`probe`): a crash there is
+reported with its signal and output, and this process lives.
+
 The judge's probabilities (`probabilities=True`) are read on a second llama.cpp context of the same GGUF
 and LoRA (`probabilities.LlamaCppProbabilityReader`), made at the first reading: it runs a reply's
 alternatives side by side as sequences of one cache, which `Llama`'s single-sequence context cannot. The
@@ -21,14 +27,33 @@ costs the reply and the alternatives only.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, cast
 
-from ..chat import encode_prompt, judge_end_ids, render_chat
+from spanjudge.core.crash import crashed, describe_exit, log_tail
+from spanjudge.core.errors import InputError
+
+from ..chat import encode_chat, judge_end_ids
+from ..gguf_files import check_model_files
+from ..llamacpp_build import build_advice
 from .adapters import tokenizer_source
 from .base import Backend, BackendError, CallResult, ChatRequest, Completion, ResultCallback
 from .spec import BackendSpec
+
+PROBE_TIMEOUT_S = 600
+# what the child process runs: load the model (and LoRA), compute one token
+_PROBE = """
+import sys
+from llama_cpp import Llama
+llm = Llama(model_path=sys.argv[1], lora_path=sys.argv[2] or None, n_ctx=64, n_threads=1, verbose=True)
+llm.eval(llm.tokenize(b"Hello", add_bos=True))
+"""
+_PROBED: set[tuple[object, ...]] = set()  # the files (with size and time) a child has loaded in this process
 
 
 class LlamaCppBackend(Backend):
@@ -55,6 +80,7 @@ class LlamaCppBackend(Backend):
         self.spec, self.model_id = spec, spec.model_id
         source = tokenizer_source(adapter, spec.model)
         self.tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust)
+        checked_files(Path(gguf), Path(lora) if lora else None, self.tokenizer, f"llamacpp model {spec.model!r}")
         self.llm = Llama(
             model_path=str(gguf), lora_path=str(lora) if lora else None, n_ctx=n_ctx, n_threads=n_threads,
             verbose=False,
@@ -65,8 +91,8 @@ class LlamaCppBackend(Backend):
         self._reader: Any = None
 
     def _prompt_ids(self, request: ChatRequest) -> list[int]:
-        prompt = render_chat(self.tokenizer, [message.model_dump() for message in request.messages])
-        return encode_prompt(self.tokenizer, prompt)
+        """The request's chat as token ids; no message's text becomes a control token (`chat.encode_chat`)."""
+        return encode_chat(self.tokenizer, [message.model_dump() for message in request.messages])
 
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
         prompts = [self._prompt_ids(request) for request in requests]
@@ -108,3 +134,43 @@ class LlamaCppBackend(Backend):
         if self._reader is not None:
             self._reader.close()
         self.llm.close()
+
+
+def checked_files(gguf: Path, lora: Path | None, tokenizer: Any, where: str) -> None:
+    """BackendError, one line, unless llama.cpp can load `gguf` (and `lora`) for `tokenizer` and compute with
+    them here: the files checked (`gguf_files.check_model_files`), then loaded in a child process (`probe`)."""
+    try:
+        check_model_files(gguf, lora, tokenizer, where)
+    except InputError as error:
+        raise BackendError(str(error)) from None
+    probe(gguf, lora, where)
+
+
+def probe(gguf: Path, lora: Path | None, where: str) -> None:
+    """Load `gguf` (and `lora`) and compute one token in a child process, once per process and files:
+    BackendError with the child's exit signal and output if it crashes or fails, instead of a crash of
+    this process inside `Llama()`."""
+    files = [path for path in (gguf, lora) if path is not None]
+    key = tuple((str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in files)
+    if key in _PROBED:
+        return
+    with tempfile.TemporaryDirectory(prefix="spanjudge-probe-") as folder:
+        log = Path(folder) / "llama.log"
+        with log.open("wb") as output:
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-c", _PROBE, str(gguf), str(lora or "")],
+                    stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                raise BackendError(f"{where}: loading gguf={gguf} took over {PROBE_TIMEOUT_S} s in a probe") from None
+        if done.returncode == 0:
+            _PROBED.add(key)
+            return
+        what = f"gguf={gguf}" + (f" with lora={lora}" if lora else "")
+        if crashed(done.returncode):
+            raise BackendError(
+                f"{where}: llama.cpp crashed loading {what} and computing one token (in a child process): "
+                f"{describe_exit(done.returncode)}; {build_advice()}its output ends: {log_tail(log)}"
+            )
+        raise BackendError(f"{where}: llama.cpp could not load {what}: {log_tail(log, lines=3)}")

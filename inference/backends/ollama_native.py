@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import ollama
 
+from ..chat import defuse
 from .base import BackendError, ChatRequest, Completion, FailureKind
 from .server import MalformedReply, ServerBackend, describe_reply, retry_after_seconds, short
 from .spec import BackendSpec
@@ -73,7 +74,8 @@ class OllamaBackend(ServerBackend):
         await client.list()
 
     async def _call(self, client: ollama.AsyncClient, request: ChatRequest) -> Completion:
-        messages = [{"role": message.role, "content": message.content} for message in request.messages]
+        # Ollama applies its template and tokenizer: common control-token spellings in text are broken first
+        messages = [{"role": message.role, "content": defuse(message.content)} for message in request.messages]
         _last_response.set(None)
         try:
             reply = await client.chat(
@@ -95,6 +97,8 @@ class OllamaBackend(ServerBackend):
             raise _malformed("is not an Ollama chat reply") from error
         if reply.message.content is None:  # a 200 with no text: a server fault, not an empty answer
             raise _malformed(f"has no text (message.content: null, done_reason: {reply.done_reason})")
+        if not reply.message.content.strip():  # as for every server: a fault, asked again (server.py)
+            raise _malformed(f"has empty content (done_reason: {reply.done_reason})")
         return Completion(
             text=reply.message.content,
             finish_reason=reply.done_reason,

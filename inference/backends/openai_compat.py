@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import openai
 
+from ..chat import defuse
 from .base import ChatRequest, Completion, FailureKind, Message
 from .server import MalformedReply, ServerBackend, describe_reply, retry_after_seconds, short
 from .spec import BackendSpec
@@ -38,7 +39,7 @@ def flatten_messages(messages: tuple[Message, ...]) -> str:
     ending with a blank line, so a base model continues after the prompt. Role names are
     left out on purpose: a base model has no convention for them, and the annotator and
     judge prompts already say in words what is asked."""
-    return "\n\n".join(message.content for message in messages) + "\n\n"
+    return "\n\n".join(defuse(message.content) for message in messages) + "\n\n"
 
 
 class OpenAIBackend(ServerBackend):
@@ -80,7 +81,9 @@ class OpenAIBackend(ServerBackend):
             prompt = request.messages[-1].content if self.spec.api == "prompt" else flatten_messages(request.messages)
             raw: Any = await client.completions.with_raw_response.create(prompt=prompt, **common)
         else:
-            messages = [{"role": message.role, "content": message.content} for message in request.messages]
+            # the server applies its template and tokenizer, which may read control-token spellings in a
+            # message as control tokens: the common spellings are broken (`chat.defuse`)
+            messages = [{"role": message.role, "content": defuse(message.content)} for message in request.messages]
             # the chat API's current name for the limit, beside the deprecated one that
             # llama-cpp-python's server (0.3.x) and older servers read (see the module docstring)
             common["max_completion_tokens"] = params.max_tokens
@@ -101,6 +104,8 @@ class OpenAIBackend(ServerBackend):
             text = getattr(choice, "text", None)
         if not isinstance(text, str):  # a 200 with no text: a server fault, not an empty answer to cache
             raise _malformed(http, f"has no text (content: null, finish_reason: {finish_reason})")
+        if not text.strip():  # one rule for every caller (the judge, annotate): a server fault, asked again
+            raise _malformed(http, f"has empty content (finish_reason: {finish_reason})")
         usage = getattr(reply, "usage", None)
         return Completion(
             text=text,

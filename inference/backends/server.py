@@ -26,9 +26,16 @@ failure kind. Everything that must behave the same for every server lives here:
   the pool, and when none answers the backend is disabled with one message naming each. Any
   HTTP answer, an error status included, passes; a refused connection passes too, since it
   fails fast on its own;
+- a call that fails at the endpoint of a server spanjudge started itself (`llamacpp.LlamaCppServer`,
+  registered with `watch_endpoint`) whose process has died disables the backend at once, and every
+  request left says why: which server, its exit signal, the end of its log (a crash is not a
+  network fault worth retrying, nor "a server did not answer");
+- a reply longer than `max_tokens` tokens can spell (`REPLY_CHARS_PER_TOKEN`): a server that
+  ignores the limit fails that call, and nothing of it is kept or cached;
 - a reply that arrives but is not in the API's shape (an HTML page, no `choices`, no
-  text) is a `server` failure whose reason says what the server sent, never an
-  `AttributeError` from deep inside a client, and never a completion to cache.
+  text, or empty text: `content: ""`) is a `server` failure whose reason says what the server
+  sent, never an `AttributeError` from deep inside a client, and never a completion to cache;
+  every caller (the judge, annotate) sees it alike: a failed call, asked again by a re-run.
 
 `generate` runs its own event loop with `asyncio.run`: callers are synchronous and no
 loop is running in them. Clients are opened inside that loop and closed before it ends,
@@ -43,7 +50,7 @@ import math
 import random
 import time
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, cast
@@ -57,6 +64,30 @@ BODY_LIMIT = 200  # characters of a malformed reply's body quoted in its failure
 JITTER = 0.1
 RETRY_AFTER_STATUSES = frozenset({429, 503})  # the statuses whose Retry-After is honoured
 RETRY_AFTER_CAP_S = 60.0  # a server asking for longer still gets a retry after this many seconds
+# the longest reply a call accepts: max_tokens tokens of at most this many characters (a token of a real
+# vocabulary is far shorter), plus some slack; a server that ignores max_tokens must not fill the disk
+REPLY_CHARS_PER_TOKEN = 64
+REPLY_SLACK_CHARS = 4096
+
+
+# endpoint URL -> what says why the process serving it died (None while it runs), for servers spanjudge
+# started itself; the process is the source of truth, so a URL is looked up with and without a trailing /
+_MANAGED: dict[str, Callable[[], str | None]] = {}
+
+
+def watch_endpoint(url: str, why_dead: Callable[[], str | None]) -> None:
+    """Register a server this process started: a call that fails at `url` asks `why_dead()`."""
+    _MANAGED[url.rstrip("/")] = why_dead
+
+
+def forget_endpoint(url: str) -> None:
+    _MANAGED.pop(url.rstrip("/"), None)
+
+
+def dead_server(url: str) -> str | None:
+    """Why the managed server at `url` is dead, or None (running, or not ours)."""
+    why_dead = _MANAGED.get(url.rstrip("/"))
+    return why_dead() if why_dead is not None else None
 
 
 class MalformedReply(Exception):
@@ -248,10 +279,20 @@ class ServerBackend(Backend):
             return CallFailure(reason=str(error), kind="server", attempts=attempt, endpoint=endpoint.url), None
         except Exception as error:  # one bad call must not stop a run: it becomes a CallFailure
             kind, reason = self._classify(error) or ("other", f"{type(error).__name__}: {short(error)}")
+            crash = dead_server(endpoint.url)
+            if crash is not None:  # its server died: every request left says so, none is sent
+                self._disabled_reason = reason = crash
             failure = CallFailure(reason=reason, kind=kind, attempts=attempt, endpoint=endpoint.url)
             return failure, self._retry_after(error)
         finally:
             endpoint.in_flight -= 1
+        limit = request.params.max_tokens * REPLY_CHARS_PER_TOKEN + REPLY_SLACK_CHARS
+        if len(completion.text) > limit:  # not retried: the server would do it again
+            reason = (
+                f"the reply has {len(completion.text):,} characters, more than {request.params.max_tokens} tokens "
+                f"(max_tokens) can spell ({limit:,}): the server ignores max_tokens; the reply is not kept"
+            )
+            return CallFailure(reason=reason, kind="other", attempts=attempt, endpoint=endpoint.url), None
         return completion.model_copy(update={"seconds": seconds, "attempts": attempt, "endpoint": endpoint.url}), None
 
     def _account(self, result: CallResult) -> None:

@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from ..chat import render_chat, turn_end_ids
+from ..chat import encode_chat, turn_end_ids
 from .adapters import adapter_config, tokenizer_source
 from .base import (
     Backend,
@@ -184,8 +184,8 @@ class TransformersBackend(Backend):
         return self._run_batch(batch, generation), held
 
     def _prompt_ids(self, request: ChatRequest) -> list[int]:
-        prompt = render_chat(self.tokenizer, [message.model_dump() for message in request.messages])
-        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        """The request's chat as token ids; no message's text becomes a control token (`chat.encode_chat`)."""
+        return encode_chat(self.tokenizer, [message.model_dump() for message in request.messages])
 
     def _run_batch(
         self, batch: list[ChatRequest], generation: Callable[[], tuple[list[list[int]], list[int]]]
@@ -208,11 +208,9 @@ class TransformersBackend(Backend):
 
     def _generate_tokens(self, batch: list[ChatRequest]) -> tuple[list[list[int]], list[int]]:
         """New token ids of each request (padding included) and each prompt's length."""
-        prompts = [
-            render_chat(self.tokenizer, [message.model_dump() for message in request.messages]) for request in batch
-        ]
-        # the chat template already holds the special tokens (BOS ...)
-        encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        # left-padded to the longest (padding_side "left")
+        ids = {"input_ids": [self._prompt_ids(request) for request in batch]}
+        encoded = self.tokenizer.pad(ids, padding=True, return_tensors="pt", return_attention_mask=True)
         return self._generate(batch[0].params, encoded.to(self.model.device), None)
 
     def _read_prefixes(self, prompts: list[list[int]], plan: PrefixBatch) -> Any:

@@ -2,10 +2,11 @@
 
 `LLM(model=spec.model, **spec.options)` loads the model (options are vLLM engine
 arguments: `tensor_parallel_size`, `max_model_len`, `gpu_memory_utilization`, `dtype`,
-`quantization` ...), and one `LLM.chat(conversations, [SamplingParams per request])`
-call runs every request; vLLM schedules them itself (continuous batching), so there
-is no batch size to tune here. `vllm` is an optional, GPU-only extra and is imported
-only when this backend is made.
+`quantization` ...), and one `LLM.generate` call runs every request, each given as its token ids
+(`{"prompt_token_ids": ...}`, the chat template applied by `chat.encode_chat`, so no message's text
+becomes a control token: `LLM.chat` would parse control-token spellings in it); vLLM schedules
+them itself (continuous batching), so there is no batch size to tune here. `vllm` is an
+optional, GPU-only extra and is imported only when this backend is made.
 
 Option `adapter` (ours): a PEFT LoRA adapter served on top of the base model without
 merging (`enable_lora`, one `LoRARequest` for every request): the distilled judge. It is a
@@ -23,8 +24,7 @@ outputs (`SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...)
 >= 0.11; 0.12 removed the older `guided_decoding`); its default backend, xgrammar, reads GBNF.
 
 The judge's probabilities (`probabilities=True`) are read on the same engine from vLLM's prompt
-log-probabilities (`probabilities.VLLMProbabilityReader`), the prompt encoded as `LLM.chat`
-encodes it: the tokenizer's chat template as text, then its tokens without added special ones.
+log-probabilities (`probabilities.VLLMProbabilityReader`), the prompt encoded as `generate` encodes it.
 """
 
 from __future__ import annotations
@@ -76,11 +76,11 @@ class VLLMBackend(Backend):
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
         if not requests:
             return []
-        conversations = [[message.model_dump() for message in request.messages] for request in requests]
+        prompts = [{"prompt_token_ids": self._prompt_ids(request)} for request in requests]
         sampling = [self._sampling_params(request) for request in requests]
         started = time.perf_counter()
         try:
-            outputs = self._llm.chat(conversations, sampling_params=sampling, use_tqdm=False, lora_request=self._lora)
+            outputs = self._llm.generate(prompts, sampling_params=sampling, use_tqdm=False, lora_request=self._lora)
         except Exception as error:  # an engine error fails the batch, not the run
             reason = f"vLLM engine error: {type(error).__name__}: {short(error)}"
             results: list[CallResult] = [CallFailure(reason=reason, kind="other", attempts=1) for _ in requests]
@@ -91,6 +91,12 @@ class VLLMBackend(Backend):
             for index, result in enumerate(results):
                 on_result(index, result)
         return results
+
+    def _prompt_ids(self, request: ChatRequest) -> list[int]:
+        """The request's chat as token ids; no message's text becomes a control token (`chat.encode_chat`)."""
+        from ..chat import encode_chat
+
+        return encode_chat(self._llm.get_tokenizer(), [message.model_dump() for message in request.messages])
 
     def _sampling_params(self, request: ChatRequest) -> Any:
         params = request.params
@@ -120,15 +126,14 @@ class VLLMBackend(Backend):
 
     def read_probabilities(self, request: ChatRequest, evaluation: Any) -> Any:
         """The model's `probabilities.ReplyProbabilities` along `evaluation` (a parsed reply) to `request`."""
-        from ..chat import encode_prompt, judge_end_ids, render_chat
+        from ..chat import judge_end_ids
         from ..probabilities import VLLMProbabilityReader
 
         tokenizer = self._llm.get_tokenizer()
         if self._reader is None:
             end_ids = judge_end_ids(tokenizer)
             self._reader = VLLMProbabilityReader(self._llm, tokenizer, end_ids, lora_request=self._lora)
-        prompt = render_chat(tokenizer, [message.model_dump() for message in request.messages])
-        return self._reader.read(encode_prompt(tokenizer, prompt), evaluation)
+        return self._reader.read(self._prompt_ids(request), evaluation)
 
     def close(self) -> None:
         """Drop the engine so its GPU memory can be reused in this process."""

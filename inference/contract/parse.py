@@ -71,6 +71,11 @@ _NO_ERROR = re.compile(
     r"no\s+(?:[\w-]+\s+){0,3}?(?:errors?|issues?)\b",
     re.IGNORECASE,
 )
+# a field that follows another on the same line (`Location: "x"; Explanation: ...; Severity: 4`): split there
+_INLINE_FIELD = re.compile(
+    r"\s*[;|]\s*(?=[*_`]*(?:location|span|explanation|reason|description|severity)\b[^:：;|]{0,30}[:：])",
+    re.IGNORECASE,
+)
 _PLACEHOLDER = re.compile(r"^<[^<>]*>\.?$")
 _BLOCKQUOTE = re.compile(r"^\s*(?:[-*•+]\s+)?>")
 
@@ -145,6 +150,18 @@ def _scan(text: str) -> _Scan:
         block.fields[key] = [_WRAPPING_EMPHASIS.sub("", match["value"]).strip()]
         return block.fields[key]
 
+    def add_fields(first: re.Match[str]) -> list[str]:
+        """The field `first` matched and any that follow it on its line, after `;` or `|`; the last one's
+        value is what continuation lines extend."""
+        target = add_field(first)
+        parts = _INLINE_FIELD.split(first["value"])
+        if len(parts) > 1:
+            target[0] = _WRAPPING_EMPHASIS.sub("", parts[0]).strip()
+            for part in parts[1:]:
+                if inline := _FIELD.match(part):
+                    target = add_field(inline)
+        return target
+
     for raw_line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
         if _FENCE.match(raw_line):
             continue
@@ -156,11 +173,11 @@ def _scan(text: str) -> _Scan:
             block = open_block(int(header.group(1)))
             rest = header["rest"].strip()
             if f := _FIELD.match(rest):
-                target = add_field(f)
+                target = add_fields(f)
             else:
                 block.title, target = rest.strip(" *_`:-–—"), None
         elif f := _FIELD.match(line):
-            target = add_field(f)
+            target = add_fields(f)
         elif s := _SCORE_EXPLANATION.match(line):
             scan.score_explanation = s["value"].strip()
             target = None

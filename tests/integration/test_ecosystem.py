@@ -162,22 +162,32 @@ def test_chat_calls_send_max_completion_tokens_and_max_tokens(serve) -> None:
 
 class _FakeVLLM:
     """A stand-in for the parts of vLLM the backend uses (vLLM needs CUDA: not installable
-    here). It records what `LLM(...)` and `LoRARequest(...)` were given, and its `chat`
-    answers every request with a clean judge reply."""
+    here). It records what `LLM(...)` and `LoRARequest(...)` were given and the prompts `generate`
+    got, and answers every request with a clean judge reply."""
 
     def __init__(self) -> None:
         self.llm_options: dict[str, Any] = {}
         self.lora: tuple[Any, ...] = ()
+        self.prompts: list[dict[str, Any]] = []
         fake = self
         reply = render_judge(Evaluation(errors=[], score=100))
 
         class LLM:
             def __init__(self, model: str, **options: Any) -> None:
-                fake.llm_options = options
+                from transformers import AutoTokenizer
 
-            def chat(self, conversations: list[Any], **kwargs: Any) -> list[Any]:
+                fake.llm_options = options
+                self.tokenizer = AutoTokenizer.from_pretrained(model)
+
+            def get_tokenizer(self) -> Any:
+                return self.tokenizer
+
+            def generate(self, prompts: list[dict[str, Any]], **kwargs: Any) -> list[Any]:
+                fake.prompts += prompts
                 sample = types.SimpleNamespace(text=reply, finish_reason="stop", token_ids=[1, 2])
-                return [types.SimpleNamespace(outputs=[sample], prompt_token_ids=[1]) for _ in conversations]
+                return [
+                    types.SimpleNamespace(outputs=[sample], prompt_token_ids=p["prompt_token_ids"]) for p in prompts
+                ]
 
         class SamplingParams:
             def __init__(self, **kwargs: Any) -> None:

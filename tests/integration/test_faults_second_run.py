@@ -137,7 +137,7 @@ def test_score_html_never_writes_the_page_over_the_results(
     assert _score(url, data, results, "--format", "html") == 0
     assert len(results.read_text().splitlines()) == 2 and (tmp_path / "x.html").read_text().startswith("<!")
     assert cli_main(["render", str(results), "--out", str(results)]) == 2
-    assert "written over the results" in _one_line(capsys)
+    assert "is one of this command's inputs; write the page to another file" in _one_line(capsys)
     assert len(results.read_text().splitlines()) == 2
 
 

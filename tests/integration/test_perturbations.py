@@ -337,7 +337,7 @@ def test_llm_perturbation_is_validated_frozen_and_reused(serve, tmp_path: Path) 
     replies = {
         "ok": Reply(text="Revised text:\nThe dog sat on the mat."),
         "same": Reply(text="A bird flew."),
-        "empty": Reply(text="   "),
+        "empty": Reply(text="Revised text:\n   "),  # no text after the header (an empty reply is a server fault)
         "no": Reply(text="I'm sorry, I can't do that."),
     }
 

@@ -125,10 +125,10 @@ def test_vllm_prompt_logprobs_read_what_a_brute_force_computation_reads(
 def test_the_vllm_engine_reads_along_the_prompt_its_chat_sends(
     tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`VLLMBackend.read_probabilities` encodes a request as `LLM.chat` does (the chat template as text, then its
-    tokens) and reads what the transformers reader reads there (the stand-in as vLLM's `LLM`)."""
+    """`VLLMBackend.read_probabilities` encodes a request as its `generate` sends it (`chat.encode_chat`) and
+    reads what the transformers reader reads there (the stand-in as vLLM's `LLM`)."""
     from spanjudge.inference.backends import BackendSpec, make_backend
-    from spanjudge.inference.chat import encode_prompt, judge_end_ids, render_chat
+    from spanjudge.inference.chat import encode_chat, judge_end_ids
 
     model, tokenizer = tiny
     llm = _PromptLogprobsLLM(model)
@@ -140,7 +140,7 @@ def test_the_vllm_engine_reads_along_the_prompt_its_chat_sends(
     evaluation = parse_judge(TWO_ERRORS)
     request = ChatRequest.user("Is 'A cat sat on a hat.' faithful to 'The cat sat on the mat.'?")
     read = backend.read_probabilities(request, evaluation)
-    prompt = encode_prompt(tokenizer, render_chat(tokenizer, [m.model_dump() for m in request.messages]))
+    prompt = encode_chat(tokenizer, [m.model_dump() for m in request.messages])
     expected = ProbabilityReader(model, tokenizer, judge_end_ids(tokenizer)).read(prompt, evaluation)
     assert read.expected_score == pytest.approx(expected.expected_score, abs=1e-4)
     assert read.expected_errors == pytest.approx(expected.expected_errors, abs=1e-5)

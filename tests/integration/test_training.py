@@ -1,6 +1,6 @@
 """Training: config checks, completion-only labels, GGUF → transformers, and real LoRA/QLoRA
 runs on CPU (SmolLM2-135M, a real Llama-architecture model; 2 processes over gloo), with a
-killed run resumed from its checkpoint."""
+killed run resumed from its last complete checkpoint, and a second run into its folder refused."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ from spanjudge.inference.contract import Evaluation, render_judge
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.judge_conversation import judge_chat_prompt, request_from_record
 from spanjudge.inference.llamacpp import smollm2_gguf
+from spanjudge.training.config import load_train_config
 from spanjudge.training.data import IGNORE_INDEX, describe, tokenize_split
+from spanjudge.training.run import OutputDirBusy, TrainingRun
 
 
 @pytest.fixture(scope="session")
@@ -243,14 +245,22 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path: Path, records: Path, s
         assert process.poll() is None, process.stdout.read()[-3000:] if process.stdout else ""
         assert time.monotonic() < deadline, "no checkpoint after 300 s"
         time.sleep(0.2)
-    time.sleep(1.0)  # let the checkpoint finish writing, then kill mid-training
-    os.killpg(process.pid, signal.SIGKILL)
+    time.sleep(1.0)  # let the checkpoint finish writing
+    # a second training into the folder while this one runs is refused at once, naming the first (issue #46)
+    second = TrainingRun(load_train_config(SMOKE, [("data.train", str(records)), ("training.output_dir", str(out))]))
+    with pytest.raises(OutputDirBusy, match=r"is in use by .*set another training.output_dir"):
+        second.train()
+    os.killpg(process.pid, signal.SIGKILL)  # kill mid-training
     process.wait()
     assert not (out / "adapter").exists()
+    torn = out / "checkpoint-3"  # as a kill while the Trainer saves leaves it: no trainer_state.json yet
+    torn.mkdir()
+    (torn / "adapter_model.safetensors").write_bytes(b"")
 
     resumed = launch(args)
     log, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, log[-3000:]
+    assert "checkpoint-3 is incomplete" in log and (out / "torn-checkpoint-3").is_dir(), log[-3000:]
     assert "resuming from" in log and "checkpoint-2" in log
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["global_step"] == 4 and metrics["resumed_from"].endswith("checkpoint-2")

@@ -176,9 +176,10 @@ def test_a_second_run_on_a_busy_folder_is_refused_naming_the_holder(serve, tmp_p
 
 
 def padded_then_good(body: dict[str, Any]) -> Reply:
-    """A parseable reply whose explanation is padded to 50 KB, then (on the retry) a good one."""
+    """A parseable reply whose explanation is padded to 5 KB (as many characters as 64 tokens can spell: a
+    longer reply is a server ignoring max_tokens, refused as a failed call), then (on the retry) a good one."""
     if body["temperature"] == 0:
-        padded = "Not supported by the article. " + "x" * 50_000
+        padded = "Not supported by the article. " + "x" * 5_000
         return Reply(text=GOOD.format(loc=output_word(body), sev=2, label="Good").replace(
             "Not supported by the article.", padded))  # fmt: skip
     return good_annotator()(body)

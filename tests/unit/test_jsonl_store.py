@@ -210,7 +210,9 @@ class _Named:
 
 def test_a_score_row_is_written_and_read_back_typed(tmp_path: Path) -> None:
     request = _Named(id="item-0", task=_Named(id="summarization"), aspect=_Named(name="coherence"), output="A cat.")
-    error = _Named(model_dump=lambda: {"location": "A cat.", "severity": "minor", "start": 0, "end": 6})
+    error = _Named(
+        model_dump=lambda: {"location": "A cat.", "explanation": "Not a cat.", "severity": 2, "start": 0, "end": 6}
+    )
     evaluation = _Named(
         errors=[error], score=60, unscored_reason=None, truncated=None, attempts=1, raw_replies=["reply"]
     )
