@@ -115,6 +115,26 @@ STEPS: list[Step] = [
 # Orchestration
 
 
+def run_step(step: Step, ctx: DemoContext) -> tuple[str, dict[str, Any], str]:
+    """(summary, details, status) of one step. A server the demo started that died during the step is
+    the error, whatever the step says (its requests "did not answer"): which server, its exit signal and
+    the end of its log."""
+    try:
+        summary, details = step.run(ctx)
+        status = "done"
+    except NotBuiltYet as exc:
+        summary, details, status = str(exc), {}, "not built"
+    except SpanjudgeError as exc:
+        crash = crashed_server()
+        if crash is not None:
+            raise SpanjudgeError(f"{step.name}: {crash} (`make demo` again resumes)") from exc
+        raise
+    crash = crashed_server()
+    if crash is not None:
+        raise SpanjudgeError(f"{step.name}: {crash} (`make demo` again resumes)")
+    return summary, details, status
+
+
 def run_steps(ctx: DemoContext, steps: Sequence[Step]) -> list[StepRecord]:
     """Run the steps in order; servers are up from the first step that needs them until the last."""
     records: list[StepRecord] = []
@@ -125,19 +145,7 @@ def run_steps(ctx: DemoContext, steps: Sequence[Step]) -> list[StepRecord]:
             if step.needs_servers and not ctx.endpoints and ctx.config.annotate.serve:
                 ctx.endpoints = servers.enter_context(serving(ctx.config.annotate.serve, ctx.layout.logs, ctx.console))
             started = time.perf_counter()
-            try:
-                summary, details = step.run(ctx)
-                status = "done"
-            except NotBuiltYet as exc:
-                summary, details, status = str(exc), {}, "not built"
-            except SpanjudgeError as exc:  # a dead server explains a step's failure better than the step can
-                crash = crashed_server()
-                if crash is not None:
-                    raise SpanjudgeError(f"{step.name}: {crash} (`make demo` again resumes)") from exc
-                raise
-            crash = crashed_server()
-            if crash is not None:
-                raise SpanjudgeError(f"{step.name}: {crash} (`make demo` again resumes)")
+            summary, details, status = run_step(step, ctx)
             seconds = time.perf_counter() - started
             if index == last_server_step:
                 servers.close()

@@ -17,11 +17,9 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import yaml
@@ -36,7 +34,7 @@ from spanjudge.inference.backends import BackendSpec, CachedBackend, LLMCache, m
 from spanjudge.inference.backends.base import ChatRequest, Completion, SamplingParams  # noqa: E402
 from spanjudge.inference.catalog import load_catalog  # noqa: E402
 from spanjudge.inference.contract import parse_annotator  # noqa: E402
-from spanjudge.inference.llamacpp import LlamaCppServer, free_port, smollm2_gguf  # noqa: E402
+from spanjudge.inference.llamacpp import LlamaCppServer, smollm2_gguf  # noqa: E402
 from spanjudge.inference.prompts import render_annotator_prompt  # noqa: E402
 
 PARAMS = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=160, seed=0)
@@ -55,35 +53,22 @@ def grammar() -> str:
     return str(config["definitions"]["annotator"])
 
 
-class UpstreamServer:
-    """llama.cpp's own `llama-server` with N parallel slots (context split between them)."""
+class UpstreamServer(LlamaCppServer):
+    """llama.cpp's own `llama-server` with N parallel slots (context split between them); started, asked for a
+    first completion and watched as `LlamaCppServer` is, so a crash is reported as one."""
 
     def __init__(
         self, binary: Path, slots: int, threads: int, alias: str = "smollm2", extra: tuple[str, ...] = ()
     ) -> None:
-        self.port = free_port()
-        self.command = [
-            str(binary), "-m", str(smollm2_gguf()), "--alias", alias, "--host", "127.0.0.1",
-            "--port", str(self.port), "--parallel", str(slots), "--ctx-size", str(2048 * slots),
-            "--threads", str(threads), "--no-webui", *extra,
+        super().__init__(smollm2_gguf(), alias, n_ctx=2048 * slots, n_threads=threads)
+        self.binary, self.slots, self.extra = binary, slots, extra
+
+    def command(self) -> list[str]:
+        return [
+            str(self.binary), "-m", str(self.model_path), "--alias", self.alias, "--host", self.host,
+            "--port", str(self.port), "--parallel", str(self.slots), "--ctx-size", str(self.n_ctx),
+            "--threads", str(self.n_threads), "--no-webui", *self.extra,
         ]  # fmt: skip
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
-
-    def __enter__(self) -> UpstreamServer:
-        self.log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
-        self.process = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT)
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(f"llama-server did not start; see {self.log.name}")
-
-    def __exit__(self, *exc: object) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
 
 
 def measure(base_url: str, texts: list[str], concurrency: int, gbnf: str) -> dict[str, float]:

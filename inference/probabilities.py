@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .chat import shared_length
+from .chat import encode_text, shared_length
 from .contract import Evaluation
 from .contract.render import (
     BLOCK_SEPARATOR,
@@ -207,7 +207,8 @@ class _ChoiceReader:
         self.max_errors = max_errors
 
     def _ids(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        # the reply as training encoded it: its text never becomes a control token (`chat.encode_text`)
+        return encode_text(self.tokenizer, text)
 
     def read(self, prompt_ids: Sequence[int], evaluation: Evaluation) -> ReplyProbabilities:
         """The probabilities along `evaluation` (scored, as the judge parsed it) after the

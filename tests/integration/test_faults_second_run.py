@@ -332,9 +332,17 @@ def test_publish_refuses_hard_links_and_files_that_are_not_what_they_say(
 # -- 11. when every call fails, the reasons are shown and the rows kept ----------------------------
 
 
+@pytest.fixture
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server backend's retries without their back-off waits (Retry-After: tests/integration/test_ecosystem.py)."""
+    from spanjudge.inference.backends import server
+
+    monkeypatch.setattr(server, "backoff_delay", lambda backoff_s, retry: 0.0)
+
+
 @pytest.mark.parametrize("server", ["dead port", "content null"])
 def test_every_call_failing_shows_why_and_writes_the_rows(
-    serve: Serve, tmp_path: Path, capsys: pytest.CaptureFixture[str], server: str
+    serve: Serve, tmp_path: Path, capsys: pytest.CaptureFixture[str], server: str, no_backoff: None
 ) -> None:
     if server == "dead port":
         url = "http://127.0.0.1:9/v1"  # the discard port: nothing listens there
@@ -350,7 +358,7 @@ def test_every_call_failing_shows_why_and_writes_the_rows(
     assert all(row["call_failure"] for row in rows)  # the reason, kept with the row
 
 
-def test_rows_whose_call_failed_are_scored_again(serve: Serve, tmp_path: Path) -> None:
+def test_rows_whose_call_failed_are_scored_again(serve: Serve, tmp_path: Path, no_backoff: None) -> None:
     data, out = _items(tmp_path / "items.jsonl", 2), tmp_path / "scores.jsonl"
     stand_in, url = serve([Reply(text=GOOD), Reply(text=None)])  # type: ignore[list-item]  # then content: null
     assert _score(url, data, out) == 1

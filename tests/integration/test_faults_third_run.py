@@ -394,3 +394,27 @@ def test_plan_refuses_a_mean_longer_than_max_length(capsys: pytest.CaptureFixtur
     code = cli_main(["train", "--config", str(config), "--plan", "--gpu", "A40", "--mean-tokens", "100000"])
     line = _one_line(capsys)
     assert code == 2 and "--mean-tokens 100000: no example is longer than data.max_length" in line, line
+
+
+def test_a_demo_step_whose_server_crashed_says_so(smollm2_path: Path, tmp_path: Path) -> None:
+    """The demo's annotate step saw only requests that "did not answer"; the demo names the crash instead."""
+    from spanjudge.app import demo
+
+    server = LlamaCppServer(smollm2_path, alias="smollm2", n_ctx=1024, n_threads=1, log_path=tmp_path / "s.log")
+    demo._SERVERS.append(server.start())
+    try:
+
+        def annotate(ctx: Any) -> tuple[str, dict[str, Any]]:
+            assert server.process is not None
+            os.kill(server.process.pid, signal.SIGSEGV)  # the server dies under the step
+            server.process.wait(timeout=30)
+            raise SpanjudgeError("annotate: 8 requests are incomplete (a model server did not answer)")
+
+        with pytest.raises(SpanjudgeError) as raised:
+            demo.run_step(demo.Step("annotate", "annotate", annotate), ctx=None)  # type: ignore[arg-type]
+        message = str(raised.value)
+        assert message.startswith("annotate: the llama.cpp server 'smollm2'") and "killed by SIGSEGV" in message
+        assert "`make demo` again resumes" in message
+    finally:
+        demo._SERVERS.clear()
+        server.stop()
