@@ -52,7 +52,7 @@ from .backends.adapters import check_safetensors_adapter
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
 from .backends.registry import NO_PROMPT_LOGPROBS, PROBABILITY_ENGINES, one_of
 from .catalog import Aspect, Catalog, load_catalog
-from .chat import encode_text
+from .chat import encode_text, render_chat
 from .consensus import Consensus, consensus
 from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
 from .contract.grammar import errors_within, judge_grammar, server_grammar_fields
@@ -259,6 +259,8 @@ class Judge:
                 engine_kwargs["grammar"] = _contract_grammar(max_new_tokens)
             spec = BackendSpec(kind=engine, model=model, options=engine_kwargs)
             context = o.max_context or _model_context(model)
+        if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+            render_chat(tokenizer, [{"role": "user", "content": "?"}])  # a template that cannot render: one line now
         return cls(
             make_backend(spec),
             tokenizer=tokenizer,

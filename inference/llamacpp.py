@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
@@ -27,6 +28,7 @@ from spanjudge.core.crash import crashed, describe_exit, log_tail
 from spanjudge.core.errors import SpanjudgeError
 
 from .backends.server import forget_endpoint, watch_endpoint
+from .gguf_files import check_model_files
 from .llamacpp_build import build_advice
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -137,6 +139,7 @@ class LlamaCppServer:
             raise SpanjudgeError("llama-cpp-python is not installed: pip install 'spanjudge[llamacpp]'")
         if not self.model_path.is_file():
             raise SpanjudgeError(f"model file not found: {self.model_path}")
+        check_model_files(self.model_path, self.lora_path, None, f"llama.cpp server {self.alias!r}")
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = self.log_path
@@ -185,7 +188,9 @@ class LlamaCppServer:
             with urllib.request.urlopen(request, timeout=max(1.0, deadline - time.monotonic())) as response:
                 response.read()
         except (OSError, ValueError) as error:
-            time.sleep(0.5)  # a crashing server closes the connection before the kernel reaps it
+            if self.process is not None and not isinstance(error, urllib.error.HTTPError):
+                with contextlib.suppress(subprocess.TimeoutExpired):  # a crashing server drops the connection
+                    self.process.wait(timeout=5)  # before the kernel has reaped it
             report = self.crash_report()
             self.stop()
             raise SpanjudgeError(

@@ -20,7 +20,7 @@ from spanjudge.inference.contract import (
     parse_annotator,
     parse_judge,
 )
-from spanjudge.inference.llamacpp import LlamaCppServer
+from spanjudge.inference.llamacpp import LlamaCppServer, smollm2_gguf
 from spanjudge.inference.prompts import render_annotator_prompt, render_judge_prompt
 
 pytestmark = pytest.mark.slow
@@ -91,5 +91,9 @@ def test_server_with_a_missing_model_is_a_clear_error(tmp_path: Path) -> None:
 def test_server_that_cannot_load_reports_its_log(tmp_path: Path) -> None:
     fake = tmp_path / "not-a-model.gguf"
     fake.write_bytes(b"this is not a gguf file")
-    with pytest.raises(SpanjudgeError, match="exited with code"):
+    with pytest.raises(SpanjudgeError, match="is not a GGUF file"):  # checked before a process starts
         LlamaCppServer(fake, alias="x").start(timeout=60)
+    cut = tmp_path / "cut.gguf"  # a GGUF whose header promises tensors its data does not hold
+    cut.write_bytes(Path(smollm2_gguf()).read_bytes()[: 4 << 20])
+    with pytest.raises(SpanjudgeError, match=r"the llama.cpp server 'x' .* stopped: exit code \d+; .*its log"):
+        LlamaCppServer(cut, alias="x").start(timeout=60)
