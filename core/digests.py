@@ -18,6 +18,7 @@ BLOCK = 1 << 22
 
 
 def cache_root() -> Path:
+    """spanjudge's cache folder (digests here, converted and assembled models under models/)."""
     return Path(os.environ.get("SPANJUDGE_CACHE") or Path.home() / ".cache" / "spanjudge")
 
 

@@ -1,4 +1,4 @@
-"""One writer at a time: an output folder (`data_gen/folder_lock.py`) or an append-only store
+"""One writer at a time: an output folder (`folder_lock`: annotate's, a training run's) or an append-only store
 (`jsonl.JsonlStore`) is held by one run, and a second run is refused at once with one line
 naming the holder, rather than left racing the first (or waiting on a run that may take hours).
 
@@ -90,6 +90,20 @@ def exclusive(
         yield
     finally:
         release(fd)
+
+
+FOLDER_LOCK = ".spanjudge.lock"  # the lock file of an output folder held by one run
+
+
+@contextlib.contextmanager
+def folder_lock(
+    folder: Path, command: str, error: type[Busy] = Busy, elsewhere: str = "choose another --out"
+) -> Iterator[None]:
+    """Hold the output `folder` (created if missing) for this process until the block ends; `error` (one
+    line naming the holder, and `elsewhere`) if another run holds it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with exclusive(folder / FOLDER_LOCK, folder, command, error, elsewhere):
+        yield
 
 
 # -- shared within a process -----------------------------------------------------------------

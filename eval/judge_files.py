@@ -22,14 +22,13 @@ may serve several suites.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spanjudge.core.digests import file_sha256
+from spanjudge.core.digests import file_sha256, sha256_of
 from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.core.jsonl import iter_jsonl
 from spanjudge.core.progress import Advance
@@ -117,14 +116,6 @@ def _first_difference(judged: str, expected: str) -> str:
     return f"they part at character {at}: {judged[at : at + 30]!r} vs {expected[at : at + 30]!r}"
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 # weights, configs, and the templates that shape the prompt (the judge's own and the chat template)
 _MODEL_FILES = (".safetensors", ".bin", ".gguf", ".pt", ".json", ".jinja")
 _HASHED_MAX_BYTES = 256 << 20  # an adapter, its metadata, a small model: hashed; bigger: size and time
@@ -147,7 +138,7 @@ def model_fingerprint(location: str) -> str:
     parts = [str(path.resolve())]
     for file in files:
         stat = file.stat()
-        signature = file_digest(file) if stat.st_size <= _HASHED_MAX_BYTES else f"{stat.st_size}:{stat.st_mtime_ns}"
+        signature = sha256_of(file) if stat.st_size <= _HASHED_MAX_BYTES else f"{stat.st_size}:{stat.st_mtime_ns}"
         parts.append(f"{file.name}={signature}")
     return "|".join(parts)
 
@@ -179,7 +170,7 @@ class ScoresFileJudge:
         self._file = load_scores_file(path)
         self._scores = self._file.judgments
         # the store is keyed by the file's content: another file, or this one edited, is judged afresh
-        self.store_key = f"scores:{path.resolve()}|{file_digest(path)}"
+        self.store_key = f"scores:{path.resolve()}|{sha256_of(path)}"
 
     def warnings(self, known_aspects: Iterable[str]) -> list[str]:
         """Aspects of the file that no set of the suite asks for: their lines are never used."""

@@ -23,7 +23,7 @@ from spanjudge.core.artifacts import ADAPTER_METADATA, read_adapter_metadata
 from spanjudge.core.errors import InputError, SpanjudgeError
 
 from .catalog import Aspect, Catalog, Task, validate_inputs
-from .chat import Piece, chat_pieces, encode_chat, encode_pieces, render_chat, served_prompt
+from .chat import Piece, chat_pieces, encode_chat, encode_pieces, served_prompt
 from .contract import Evaluation, render_judge
 from .prompts import PromptTemplate, render_judge_prompt
 
@@ -103,25 +103,42 @@ def judge_prompt_ids(tokenizer: PreTrainedTokenizerBase, request: JudgeRequest) 
 def judge_training_ids(
     tokenizer: PreTrainedTokenizerBase, request: JudgeRequest, evaluation: Evaluation
 ) -> tuple[list[int], list[int]]:
-    """(prompt ids, completion ids) of a training example, as `judge_training_texts` splits its text: the
-    prompt is `judge_prompt_ids`; the completion is the evaluation (its text, never a control token) and
-    the template's end of the assistant turn."""
+    """(prompt ids, completion ids) of a training example: the prompt is `judge_prompt_ids`; the completion
+    is the evaluation (its text, never a control token) and the template's end of the assistant turn."""
+    prompt, completion = _training_pieces(tokenizer, request, evaluation)
+    return encode_pieces(tokenizer, prompt), encode_pieces(tokenizer, completion)
+
+
+def judge_training_texts(
+    tokenizer: PreTrainedTokenizerBase, request: JudgeRequest, evaluation: Evaluation
+) -> tuple[str, str]:
+    """(prompt, completion) as text: the prompt is the chat template with the assistant turn opened;
+    the completion is the rendered evaluation plus whatever the template closes the assistant turn
+    with (so the model learns to stop). Training encodes them with `judge_training_ids`."""
+    prompt, completion = _training_pieces(tokenizer, request, evaluation)
+    return _text(prompt), _text(completion)
+
+
+def _training_pieces(
+    tokenizer: PreTrainedTokenizerBase, request: JudgeRequest, evaluation: Evaluation
+) -> tuple[list[Piece], list[Piece]]:
+    """The pieces (`chat.chat_pieces`) of the prompt and of the completion that follows it."""
     _require_template(tokenizer)
     messages = judge_messages(request)
     conversation = [*messages, {"role": "assistant", "content": render_judge(evaluation)}]
     prompt = chat_pieces(tokenizer, messages)
     full = chat_pieces(tokenizer, conversation, add_generation_prompt=False)
-    prompt_text = "".join(text for text, _ in prompt)
-    completion = _after(full, len(prompt_text))
-    if completion is None or not "".join(text for text, _ in full).startswith(prompt_text):
-        raise SpanjudgeError(_SPLIT_REFUSED)
-    return encode_pieces(tokenizer, prompt), encode_pieces(tokenizer, completion)
+    completion = _after(full, len(_text(prompt)))
+    if completion is None or not _text(full).startswith(_text(prompt)):
+        raise SpanjudgeError(
+            "the chat template renders the prompt differently when an answer follows it; "
+            "prompt and completion cannot be split for completion-only loss"
+        )
+    return prompt, completion
 
 
-_SPLIT_REFUSED = (
-    "the chat template renders the prompt differently when an answer follows it; "
-    "prompt and completion cannot be split for completion-only loss"
-)
+def _text(pieces: list[Piece]) -> str:
+    return "".join(text for text, _ in pieces)
 
 
 def _after(pieces: list[Piece], length: int) -> list[Piece] | None:
@@ -136,21 +153,6 @@ def _after(pieces: list[Piece], length: int) -> list[Piece] | None:
             return [(text[cut:], content), *pieces[index + 1 :]]
         at += len(text)
     return [] if at == length else None
-
-
-def judge_training_texts(
-    tokenizer: PreTrainedTokenizerBase, request: JudgeRequest, evaluation: Evaluation
-) -> tuple[str, str]:
-    """(prompt, completion) as text: the prompt is the chat template with the assistant turn opened;
-    the completion is the rendered evaluation plus whatever the template closes the assistant turn
-    with (so the model learns to stop). Training encodes them with `judge_training_ids`."""
-    _require_template(tokenizer)
-    prompt = render_chat(tokenizer, judge_messages(request))
-    conversation = [*judge_messages(request), {"role": "assistant", "content": render_judge(evaluation)}]
-    full = render_chat(tokenizer, conversation, add_generation_prompt=False)
-    if not full.startswith(prompt):
-        raise SpanjudgeError(_SPLIT_REFUSED)
-    return prompt, full[len(prompt) :]
 
 
 def request_from_record(

@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from spanjudge.core.crash import crashed, describe_exit, log_tail
+from spanjudge.core.digests import cache_root
 from spanjudge.core.errors import SpanjudgeError
 
 from .backends.server import forget_endpoint, watch_endpoint
@@ -36,8 +37,7 @@ GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
 
 
 def model_cache_dir() -> Path:
-    base = os.environ.get("SPANJUDGE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "spanjudge")
-    return Path(base) / "models"
+    return cache_root() / "models"
 
 
 def smollm2_gguf() -> Path:

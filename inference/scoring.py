@@ -160,7 +160,12 @@ def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
     if settings.output_format not in FORMATS:
         raise InputError(f"--format must be jsonl or html, not '{settings.output_format}'")
     if settings.output_format == "html":
+        from spanjudge.core.fileio import check_overwritable
+
+        from .html_report import is_our_page
+
         check_page_path(settings.out, page_path(settings.out), "--out")
+        check_overwritable(page_path(settings.out), "page", is_our_page, "--out (its page)")
     if settings.engine not in JUDGE_ENGINES:
         raise InputError(f"--engine must be {one_of(JUDGE_ENGINES)}, not '{settings.engine}'")
     if settings.probabilities and not BY_NAME[settings.engine].probabilities:

@@ -36,7 +36,7 @@ import yaml
 from spanjudge.core.artifacts import ADAPTER_METADATA
 from spanjudge.core.errors import ConfigError, SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
-from spanjudge.core.locks import Busy, exclusive, this_command
+from spanjudge.core.locks import Busy, folder_lock, this_command
 from spanjudge.core.overlap import RULE as OVERLAP_RULE
 from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.hf_models import load_causal_lm, load_tokenizer, local_folder, resolve_model_source
@@ -59,7 +59,6 @@ from .decision import decision_weighted_trainer
 from .world import World, gradient_accumulation
 
 ADAPTER_DIR = "adapter"
-LOCK_FILE = ".spanjudge.lock"
 
 
 class OutputDirBusy(Busy):
@@ -211,9 +210,7 @@ class TrainingRun:
         if not self.world.main:  # the main process holds it for all processes of the run
             yield
             return
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        elsewhere = "set another training.output_dir"
-        with exclusive(self.output_dir / LOCK_FILE, self.output_dir, this_command(), OutputDirBusy, elsewhere):
+        with folder_lock(self.output_dir, this_command(), OutputDirBusy, "set another training.output_dir"):
             yield
 
     def _train(self) -> dict[str, Any]:

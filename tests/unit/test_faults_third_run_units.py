@@ -444,3 +444,19 @@ def test_a_scores_row_judged_on_another_text_is_refused(tmp_path: Path, capsys: 
     assert cli_main([*args, f"factgenie:{other}", "--out", str(tmp_path / "e2")]) == 2
     line = _one_line(capsys)
     assert f"{scores}:1: id 'a' was judged on another text" in line and "they part at character 4" in line, line
+
+
+def test_score_never_writes_its_page_over_a_file_it_did_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "scores.html"
+    page.write_text("<p>my notes</p>")
+    data = tmp_path / "items.jsonl"
+    data.write_text(json.dumps({"id": "a", "article": "x", "summary": "y"}) + "\n")
+    args = ["score", "--model", "judge", "--engine", "openai", "--base-url", "http://127.0.0.1:9/v1",
+            "--data", str(data), "--out", str(tmp_path / "scores.jsonl"), "--task", "qags_xsum",
+            "--aspect", "factual consistency", "--input", "Article=article", "--output-field", "summary",
+            "--format", "html"]  # fmt: skip
+    assert cli_main(args) == 2
+    assert "the file exists and is not spanjudge's page" in _one_line(capsys)
+    assert page.read_text() == "<p>my notes</p>" and not (tmp_path / "scores.jsonl").exists()
