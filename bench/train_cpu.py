@@ -1,14 +1,17 @@
 """CPU training throughput and memory: the SmolLM2 smoke config with the thesis default
-(gradient checkpointing on), with checkpointing off, and with packing on.
+(gradient checkpointing on), with checkpointing off, with packing on, and the distillation
+protocol's recipe (no checkpointing, 2 sequences a pass, examples filling max_length 2048)
+with and without `training.cpu_memory_fixes` (training/cpu_memory.py).
 
     .venv/bin/python bench/train_cpu.py [--records 16] [--steps 4] [--repeats 1]
 
 Each variant runs `spanjudge train` as its own process (one process, so the numbers are
 not split across DDP ranks) on real SummEval judge examples (~1k tokens each: CNN/DM
-article + summary, experts' mean relevance as the score). Tokens/s counts the non-padding
-input tokens the trainer saw over the training wall time; peak memory is the process's
-maximum resident set. Results: bench/results/train_cpu.{json,md}. Not a test: nothing
-here asserts a time.
+article + summary, experts' mean relevance as the score; the protocol's rows join
+consecutive articles into one input of ~1.9k tokens, as long as the longest quintd-1 owid
+records). Tokens/s counts the non-padding input tokens the trainer saw over the training
+wall time; peak memory is the process's maximum resident set. Results:
+bench/results/train_cpu.{json,md}. Not a test: nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -33,11 +36,29 @@ from spanjudge.inference.hf_models import local_folder, resolve_model_source  # 
 from tests.support.judge_records import summeval_records  # noqa: E402
 
 PER_DEVICE_BATCH, ACCUMULATION = 2, 2
-VARIANTS = {
-    "defaults (gradient checkpointing on)": ["training.gradient_checkpointing=true"],
-    "gradient checkpointing off": ["training.gradient_checkpointing=false"],
-    "packing on (checkpointing off)": ["training.gradient_checkpointing=false", "training.packing=true"],
+LONG = "long"  # the records of the protocol's rows: inputs that fill max_length
+PROTOCOL = ["training.gradient_checkpointing=false"]  # bench/distill_quintd.py's student: the smoke config's
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "defaults (gradient checkpointing on)": ("summeval", ["training.gradient_checkpointing=true"]),
+    "gradient checkpointing off": ("summeval", ["training.gradient_checkpointing=false"]),
+    "packing on (checkpointing off)": ("summeval", ["training.gradient_checkpointing=false", "training.packing=true"]),
+    "protocol recipe, ~1.9k-token examples, CPU memory fixes off": (
+        LONG,
+        [*PROTOCOL, "training.cpu_memory_fixes=false"],
+    ),
+    "protocol recipe, ~1.9k-token examples (CPU memory fixes on)": (LONG, PROTOCOL),
 }
+LONG_INPUT_CHARS = 6_800  # ~1.7k Llama-family tokens of article: with the prompt and reply, just under 2,048
+
+
+def long_records(rows: list[dict]) -> list[dict]:
+    """Each record's article followed by the next ones', cut at LONG_INPUT_CHARS."""
+    articles = [row["inputs"]["Article"] for row in rows]
+    joined = []
+    for index, row in enumerate(rows):
+        text = "\n\n".join(articles[index:] + articles[:index])[:LONG_INPUT_CHARS]
+        joined.append({**row, "id": row["id"] + "-long", "inputs": {"Article": text}})
+    return joined
 
 
 def run_variant(records: Path, out: Path, overrides: list[str], steps: int) -> dict:
@@ -61,12 +82,17 @@ def run_variant(records: Path, out: Path, overrides: list[str], steps: int) -> d
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
     metrics = json.loads((out / "metrics.json").read_text())
+    history = [json.loads(line) for line in (out / "log_history.jsonl").read_text().splitlines()]
     return {
+        # before the first update both paths compute the same loss; later steps part by rounding
+        "first_step_loss": next(h["loss"] for h in history if "loss" in h and h.get("step") == 1),
         "tokens_per_second": metrics["tokens_per_second"],
         "train_runtime_s": metrics["train_runtime"],
         "input_tokens_seen": metrics["input_tokens_seen"],
         "peak_rss_mib": metrics["peak_rss_mib_rank0"],
         "train_loss": metrics["train_loss"],
+        "train_examples": metrics["train_examples"],
+        "skipped_too_long": metrics["skipped_too_long"],
     }
 
 
@@ -75,16 +101,22 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=16)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--only", default="", help="run only the variants whose name contains this")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "train_cpu")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(scratch) / "records"
-        folder.mkdir()
         rows = summeval_records(data_dir(), args.records)
-        (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        folders = {}
+        for data, records in (("summeval", rows), (LONG, long_records(rows))):
+            folders[data] = Path(scratch) / data
+            folders[data].mkdir()
+            (folders[data] / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         results = {}
-        for name, overrides in VARIANTS.items():
+        for name, (data, overrides) in VARIANTS.items():
+            if args.only not in name:
+                continue
+            folder = folders[data]
             runs = [
                 run_variant(folder, Path(scratch) / f"run-{len(results)}-{i}", overrides, args.steps)
                 for i in range(args.repeats)
@@ -103,18 +135,19 @@ def main() -> None:
     for name, result in results.items():
         run = result["runs"][0]
         mean_tokens = run["input_tokens_seen"] / (args.steps * PER_DEVICE_BATCH * ACCUMULATION)
+        result["mean_example_tokens"] = round(mean_tokens)
         forward = forward_flops_per_token(
             shape["matmul_parameters"], shape["layers"], shape["hidden"], int(mean_tokens)
         )
-        per_token = lora_training_flops_per_token(forward, "training.gradient_checkpointing=true" in VARIANTS[name])
+        per_token = lora_training_flops_per_token(forward, "training.gradient_checkpointing=true" in VARIANTS[name][1])
         result["flops_per_token"] = per_token
         result["achieved_flops_per_s"] = per_token * result["median_tokens_per_second"]
         result["peak_fraction"] = result["achieved_flops_per_s"] / limits["matmul_flops_per_s"]
-    base = results["defaults (gradient checkpointing on)"]["median_tokens_per_second"]
+    base = next(iter(results.values()))["median_tokens_per_second"]  # the first variant run
     payload = {
         "machine": machine(),
         "model": "SmolLM2-135M-Instruct (fp32 weights, bf16 autocast), LoRA r16 on all projections",
-        "data": f"{args.records} SummEval judge examples, max_length 2048",
+        "data": f"{args.records} SummEval judge examples (and as many ~1.9k-token ones), max_length 2048",
         "steps": args.steps,
         "per_device_batch": PER_DEVICE_BATCH,
         "accumulation": ACCUMULATION,
@@ -135,14 +168,17 @@ def main() -> None:
         "the forward's = 2·P + 2·L·d·T (P the weights multiplied per token, L layers, d width, T the mean "
         "example's tokens).",
         "",
-        "| variant | tokens/s | vs defaults | GFLOP/s | of bf16 peak | peak RSS (MiB) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| variant | mean tokens | tokens/s | vs the first | GFLOP/s | of bf16 peak | peak RSS (MiB) | first step's "
+        "loss | train loss |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, result in results.items():
         tps = result["median_tokens_per_second"]
         lines.append(
-            f"| {name} | {tps:.1f} | {tps / base:.2f}× | {result['achieved_flops_per_s'] / 1e9:.1f} | "
-            f"{result['peak_fraction']:.0%} | {result['median_peak_rss_mib']:.0f} |"
+            f"| {name} | {result['mean_example_tokens']} | {tps:.1f} | {tps / base:.2f}× | "
+            f"{result['achieved_flops_per_s'] / 1e9:.1f} | {result['peak_fraction']:.0%} | "
+            f"{result['median_peak_rss_mib']:.0f} | {result['runs'][0]['first_step_loss']:.4f} | "
+            f"{result['runs'][0]['train_loss']:.4f} |"
         )
     write_report(args.out, payload, lines)
 

@@ -97,6 +97,11 @@ class TrainingSection(_Strict):
     gradient_checkpointing: bool = True
     packing: bool = Field(default=False, description="pack examples into max_length blocks (padding-free)")
     padding_free: bool = Field(default=False, description="flatten each batch into one sequence without padding")
+    liger_kernel: bool = Field(
+        default=False,
+        description="Liger's Triton kernels for RMSNorm, RoPE and SwiGLU (TRL's use_liger_kernel; the loss is "
+        "already TRL's fused LM head, which never builds the logits); CUDA GPU only: pip install 'spanjudge[liger]'",
+    )
     decision_weight: float = Field(
         default=1.0,
         gt=0,
@@ -118,6 +123,12 @@ class TrainingSection(_Strict):
     seed: int = 42
     use_cpu: bool = Field(default=False, description="train on CPU even when a GPU is present")
     dataloader_num_workers: int = Field(default=0, ge=0)
+    cpu_memory_fixes: bool = Field(
+        default=True,
+        description="on CPU, compute the loss in small tiles and hand freed memory back after each decoder layer "
+        "(same loss; the protocol's SmolLM2 recipe peaks at about half the memory: training/cpu_memory.py); "
+        "no effect on a GPU",
+    )
     trainer_args: dict[str, Any] = Field(
         default_factory=dict,
         description="more TRL SFTConfig / transformers TrainingArguments arguments, by their own names "
@@ -236,6 +247,7 @@ OWN_TRAINER_ARGS = {
     "max_length": "data.max_length",
     "packing": "training.packing",
     "padding_free": "training.padding_free",
+    "use_liger_kernel": "training.liger_kernel",
     "eval_steps": "training.eval_steps",
     "eval_on_start": "training.eval_on_start",
     "save_steps": "training.save_steps",

@@ -56,9 +56,11 @@ from .config import (
 )
 from .data import TokenizedSplit, describe, tokenize_split
 from .decision import decision_weighted_trainer
+from .step_times import StepTimes, steady_speed
 from .world import World, gradient_accumulation
 
 ADAPTER_DIR = "adapter"
+WARMUP_STEPS = 3  # steps left out of metrics.json's steady speed (CUDA context, autotuning, compilation)
 
 
 class OutputDirBusy(Busy):
@@ -166,6 +168,9 @@ class TrainingRun:
         config = self.config
         if config.model.unsloth:
             _import_unsloth()  # Unsloth patches transformers, so it must come first
+        if config.training.liger_kernel:
+            _check_liger(self.on_cpu)
+        _check_sharding(self.on_cpu)
         self.accumulation = gradient_accumulation(config, self.world)
         check_trainer_args(config, None)  # also done when the file is loaded; here for callers of TrainingRun
         check_trackers(config, None)
@@ -225,6 +230,10 @@ class TrainingRun:
         trainer = self._trainer()
         if config.training.save_minutes:
             trainer.add_callback(TimedSaves(config.training.save_minutes))
+        step_times = StepTimes()
+        trainer.add_callback(step_times)
+        layout = str(getattr(trainer.accelerator.distributed_type, "value", trainer.accelerator.distributed_type))
+        self.log(f"the trainer's layout: {layout} over {self.world.size} process(es)")
         self.log(f"resuming from {last}" if last else "starting from the base model")
         started = time.perf_counter()
         result = trainer.train(resume_from_checkpoint=last)
@@ -243,11 +252,15 @@ class TrainingRun:
         metrics.update(
             {
                 "world_size": self.world.size,
+                "distributed_type": layout,
                 "global_step": trainer.state.global_step,
                 "resumed_from": last,
                 "wall_seconds_this_process": round(seconds, 2),
                 "input_tokens_seen": tokens_seen,
                 "tokens_per_second": round(tokens_seen / seconds, 2) if seconds > 0 and not last else None,
+                # speed after the warm-up (steps 4..N of this process): what a benchmark quotes
+                "steady": steady_speed(step_times.steps, WARMUP_STEPS),
+                "step_times": step_times.steps,
                 "peak_rss_mib_rank0": round(_peak_rss_mib(), 1),
                 "peak_gpu_memory_mib": _peak_gpu_memory_mib(),
                 "train_examples": len(self.train_split.input_ids),
@@ -283,6 +296,7 @@ class TrainingRun:
             max_length=None if training.padding_free and not training.packing else config.data.max_length,
             packing=training.packing,
             padding_free=training.padding_free,
+            use_liger_kernel=training.liger_kernel,
             eval_strategy="steps" if training.eval_steps and has_validation else "no",
             eval_steps=training.eval_steps,
             eval_on_start=training.eval_on_start and has_validation,
@@ -352,6 +366,8 @@ class TrainingRun:
         if "wandb" in config.trackers:
             _configure_wandb(config)
         model, peft_config = self._model()
+        if self.on_cpu and config.training.cpu_memory_fixes:
+            self._fit_cpu_memory(model)
         args = SFTConfig(**self.trainer_arguments(self.validation_split is not None))
         weight = config.training.decision_weight
         trainer_class = SFTTrainer if weight == 1.0 else decision_weighted_trainer(weight)
@@ -362,6 +378,23 @@ class TrainingRun:
             eval_dataset=self.validation_split.to_dataset() if self.validation_split else None,
             processing_class=self.tokenizer,
             peft_config=peft_config,
+        )
+
+    @property
+    def on_cpu(self) -> bool:
+        """Whether this run trains on CPU (the Trainer's own choice: training.use_cpu, or no GPU)."""
+        return self.config.training.use_cpu or not _accelerator_present()
+
+    def _fit_cpu_memory(self, model: Any) -> None:
+        """The CPU's memory fixes (training/cpu_memory.py): the loss in small tiles, freed pages returned."""
+        from .cpu_memory import CPU_TILE_TOKENS, CPU_TILE_VOCABULARY, release_freed_memory_per_layer, set_loss_tiles
+
+        tiled = set_loss_tiles(CPU_TILE_TOKENS, CPU_TILE_VOCABULARY) is not None
+        tiles = f"{CPU_TILE_TOKENS} × {CPU_TILE_VOCABULARY}" if tiled else "TRL's own size (its settings moved)"
+        hooked = release_freed_memory_per_layer(model)
+        self.log(
+            f"CPU memory (training.cpu_memory_fixes): the loss in tiles of {tiles}, freed memory handed back "
+            f"around each of {hooked} decoder layers"
         )
 
     def _model(self) -> tuple[Any, Any]:
@@ -464,6 +497,34 @@ def _module_names(folder: str, trust_remote_code: bool) -> list[str] | None:
 def _count_quantized(model: Any) -> int:
     """bitsandbytes layers in the model: proves a QLoRA run really trained on a 4-bit base."""
     return sum(1 for module in model.modules() if type(module).__module__.startswith("bitsandbytes"))
+
+
+def _check_sharding(on_cpu: bool) -> None:
+    """An accelerate config that asks for FSDP or DeepSpeed, on CPU: accelerate turns them on only for
+    accelerator devices and would run plain DDP instead, silently; one line instead."""
+    for variable, name in (("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DeepSpeed")):
+        if on_cpu and os.environ.get(variable, "false").lower() == "true":
+            raise SpanjudgeError(
+                f"the accelerate config asks for {name}, which accelerate runs on GPUs only: on CPU it would train "
+                "plain DDP instead; use configs/accelerate/cpu_ddp.yaml here"
+            )
+
+
+def _check_liger(on_cpu: bool) -> None:
+    """training.liger_kernel runs Triton kernels: a CUDA GPU and the liger-kernel package, or one line why not."""
+    if on_cpu:
+        raise ConfigError(
+            None,
+            "training.liger_kernel",
+            "Liger's kernels are Triton kernels for a CUDA GPU and this run trains on CPU; set it to false here "
+            "(on CPU the loss is already computed without the logits: training/cpu_memory.py)",
+        )
+    from transformers.utils import is_liger_kernel_available
+
+    if not is_liger_kernel_available():
+        raise ConfigError(
+            None, "training.liger_kernel", "the liger-kernel package is not installed: pip install 'spanjudge[liger]'"
+        )
 
 
 def _import_unsloth() -> Any:

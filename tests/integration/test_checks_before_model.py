@@ -54,6 +54,10 @@ def records(tmp_path: Path, shared_data: Path) -> Path:
             "lora.target_modules[1]: the base model has no module 'v_projj'; did you mean 'v_proj'",
         ),
         ({"training": {"learning_rat": 0.1}}, "training.learning_rat: unknown key; did you mean 'learning_rate'?"),
+        (
+            {"training": {"liger_kernel": True}},
+            "training.liger_kernel: Liger's kernels are Triton kernels for a CUDA GPU and this run trains on CPU",
+        ),
     ],
 )
 def test_check_stops_a_typo_in_one_line_without_loading_weights(
