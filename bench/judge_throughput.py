@@ -9,7 +9,10 @@ One judge (a SmolLM2-135M-Instruct LoRA judge: `--adapter`, else the smoke judge
   `quintd4` (quintd-1 wikidata: the 4 systems' outputs of each of `--tables` tables) and `metaeval`
   (a meta-eval suite step: 4 summaries of one article on each of SummEval's 4 aspects);
 - engines: `transformers-loop` (a plain `generate` loop at batch 1, what OpeNLGauge's released inference
-  does), `transformers` at batch 8 and 16, `llamacpp` (the same judge's Q4_1 GGUF and GGUF LoRA in
+  does), `transformers` at batch 8 and 16 (the LoRA merged into the base: the engine's default), at the
+  largest batch also `transformers-unmerged` (the LoRA applied at run time, the engine's path before #48)
+  and `transformers-continuous` (continuous batching; it has no reuse of its own making, so its two
+  rows are the same path), `llamacpp` (the same judge's Q4_1 GGUF and GGUF LoRA in
   process) and, given `--llama-server`, upstream `llama-server` with one slot (the same GGUF and LoRA,
   served; without reuse the judge keeps the data's order and sends `cache_prompt: false`), each without
   and with prefix reuse (`reuse_prefix`);
@@ -166,6 +169,8 @@ def prefill_tokens(prompts: list[list[int]], engine: str, reuse: bool, batch: in
     before; llama.cpp: what a prompt does not share with the one before)."""
     if not reuse:
         return sum(len(p) for p in prompts)
+    if engine == "transformers-continuous":  # its own prefix sharing, not planned here: every token counted
+        return sum(len(p) for p in prompts)
     if engine in ("llamacpp", "llama-server"):  # one sequence at a time: what it does not share with the last
         ordered = sorted(prompts)
         return sum(len(p) - min(shared_length(p, q), len(p) - 1) for p, q in zip(ordered, [[], *ordered], strict=False))
@@ -201,7 +206,7 @@ def transformers_rates(adapter: Path, prompt_tokens: int = 1024, steps: int = 64
                                           min_new_tokens=steps, max_new_tokens=steps, **GREEDY)  # fmt: skip
 
                 decode[batch] = batch * steps / median_seconds(run, repeats=3)
-        base = model.get_base_model()
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # merged by default
         parameters = sum(p.numel() for p in base.parameters())
         embedding = base.get_input_embeddings().weight.numel()
         tied = base.get_output_embeddings().weight.data_ptr() == base.get_input_embeddings().weight.data_ptr()
@@ -305,10 +310,11 @@ def main() -> None:
         lora = gguf_lora(adapter, scratch / "lora.gguf")
         gguf = smollm2_gguf()
 
-        def transformers(batch: int) -> Callable[[bool, ExitStack], Judge]:
+        def transformers(batch: int, **options: Any) -> Callable[[bool, ExitStack], Judge]:
             return lambda reuse, stack: Judge.from_pretrained(
-                adapter, batch_size=batch, reuse_prefix=reuse, retries=0, max_new_tokens=MAX_NEW_TOKENS
-            )
+                adapter, batch_size=batch, reuse_prefix=reuse, retries=0, max_new_tokens=MAX_NEW_TOKENS,
+                engine_options=options or None,
+            )  # fmt: skip
 
         def llama_server(reuse: bool, stack: ExitStack) -> Judge:
             return served_judge(stack, args.llama_server, adapter, lora, reuse)
@@ -324,7 +330,13 @@ def main() -> None:
             )
 
         # (engine, batch, the judge with or without reuse): llama.cpp in process runs one sequence at a time
-        engines = [*(("transformers", b, transformers(b)) for b in args.batches), ("llamacpp", 1, llamacpp)]
+        engines = [*(("transformers", b, transformers(b)) for b in args.batches)]
+        largest = max(args.batches)
+        engines += [
+            ("transformers-unmerged", largest, transformers(largest, merge_adapter=False)),
+            ("transformers-continuous", largest, transformers(largest, continuous_batching=True)),
+            ("llamacpp", 1, llamacpp),
+        ]
         if args.llama_server:
             engines.append(("llama-server", 1, llama_server))
         probe = Judge.from_pretrained(adapter, retries=0)
@@ -336,7 +348,15 @@ def main() -> None:
             if name in args.workloads
         }
         probe.close()
+        # a workload's rows are kept as soon as it is measured: a run stopped later resumes after it
+        kept = args.out.with_name(args.out.name + ".rows.jsonl")
+        if kept.is_file():
+            rows.extend(json.loads(line) for line in kept.read_text(encoding="utf-8").splitlines() if line.strip())
+        finished = {row["workload"] for row in rows}
         for name, requests in work.items():
+            if name in finished:
+                print(f"{name}: measured by an earlier run of this command ({kept})", flush=True)
+                continue
             prompts = [judge_prompt_ids(tokenizer, r) for r in requests]
             loop_wall, _, loop_generated = plain_loop(adapter, requests)
             measured = [("transformers-loop", False, 1, loop_wall, None, loop_generated)]
@@ -360,6 +380,8 @@ def main() -> None:
                     "identical_replies": identical,
                 })  # fmt: skip
                 print(json.dumps(rows[-1]), flush=True)
+            with kept.open("a", encoding="utf-8") as handle:
+                handle.write("".join(json.dumps(row) + "\n" for row in rows if row["workload"] == name))
         limits = machine_limits(_dtype(adapter))
         model = transformers_rates(adapter)
         lines_roof = {
@@ -388,7 +410,9 @@ def main() -> None:
         "model_shape": model,
         "roofline": lines_roof,
     }  # fmt: skip
+    payload["resumed_workloads"] = sorted(finished & set(work))
     write_report(args.out, payload, markdown(payload))
+    kept.unlink(missing_ok=True)  # everything is in the report now
 
 
 def _dtype(adapter: Path) -> Any:
@@ -404,8 +428,15 @@ def markdown(payload: dict[str, Any]) -> list[str]:
         "# Judging throughput with prefix reuse (`bench/judge_throughput.py`)",
         "",
         f"Machine: {payload['machine']}. Judge: {payload['model']}. Greedy, at most {s['max_new_tokens']} new tokens, "
-        f"no retries; one run per row, all in this invocation. `vs loop`: evaluations/s over the plain batch-1 "
-        "`generate` loop's on the same workload; `vs best w/o reuse`: over the fastest engine without reuse.",
+        f"no retries; one run per row, all in this invocation"
+        + (
+            f" (the rows of {', '.join(payload['resumed_workloads'])} by an earlier invocation of the same command, "
+            "stopped after them; the roofline by this one)"
+            if payload.get("resumed_workloads")
+            else ""
+        )
+        + ". `vs loop`: evaluations/s over the plain batch-1 `generate` loop's on the same workload; `vs best w/o "
+        "reuse`: over the fastest engine without reuse.",
         "",
         "| workload | engine | reuse | batch | evals | evaluations/s | vs loop | vs best w/o reuse "
         "| prefill tokens read / of prompts | generated | identical replies |",

@@ -584,6 +584,98 @@ class VLLMProbabilityReader(_ChoiceReader):
         return [[_log_sum_exp(values) for values in choice] for choice in parts]
 
 
+class VLLMCachedProbabilityReader(_ChoiceReader):
+    """Reads `ReplyProbabilities` with vLLM's offline engine without reading the prompt again for each
+    alternative: one generation request per point where an alternative needs its next token's probability
+    (prompt + reply up to where the alternatives part + the alternative's tokens so far), each asking for
+    the `top_logprobs` most likely next tokens (`SamplingParams(max_tokens=1, logprobs=K)`). Those requests
+    share the judge's prompt and reply, which vLLM's prefix cache holds (`enable_prefix_caching`, on by
+    default), so each computes only its last few tokens; `prompt_logprobs` would turn the cache off for
+    them (vLLM PR #13949).
+
+    **The approximation.** vLLM returns the top K log-probabilities of each next token (the raw logits'
+    log-softmax, before any sampler: exact for those K). A token outside them has at most the smaller of
+    the K-th probability and the mass the K leave (1 − Σ top K), and that bound is what it is given; it is
+    counted in `approximated`. A trained judge puts nearly all the mass of its decisions on a few tokens,
+    so only improbable alternatives are bounded, and a choice's distribution moves by at most the mass
+    outside the top K (tested against the exact transformers reader on the trained smoke judge). Ask for
+    more with the engine's `max_logprobs` (vLLM's default and the cap on K: 20).
+
+    Not run against vLLM here (it needs a CUDA GPU): tested on a stand-in with `LLM.generate`'s interface
+    that answers from a transformers model."""
+
+    def __init__(
+        self,
+        llm: Any,
+        tokenizer: Any,
+        end_ids: Collection[int],
+        max_errors: int = 8,
+        lora_request: Any = None,
+        top_logprobs: int = 20,
+    ) -> None:
+        super().__init__(tokenizer, end_ids, max_errors)
+        self.llm = llm
+        self.lora_request = lora_request
+        self.top_logprobs = top_logprobs
+        self.requests = 0  # requests sent, over this reader's life
+        self.approximated = 0  # log-probabilities bounded because they were outside the top K
+
+    def _choice_log_probs(
+        self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],
+        ends: list[bool],
+    ) -> list[list[float]]:  # fmt: skip
+        from vllm import SamplingParams
+
+        # every point an alternative needs the next token's distribution at, once
+        points: dict[tuple[int, ...], None] = {}
+        for (start, tails), end in zip(branches, ends, strict=True):
+            before = (*prompt_ids, *reply[:start])
+            for tail in tails:
+                for j in range(len(tail) + (1 if end else 0)):
+                    points[(*before, *tail[:j])] = None
+        order = list(points)
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": list(ids)} for ids in order],
+            SamplingParams(max_tokens=1, temperature=0.0, logprobs=self.top_logprobs),
+            use_tqdm=False,
+            lora_request=self.lora_request,
+        )
+        self.requests += len(order)
+        top = {ids: _top_logprobs(output) for ids, output in zip(order, outputs, strict=True)}
+        out: list[list[float]] = []
+        for (start, tails), end in zip(branches, ends, strict=True):
+            before = (*prompt_ids, *reply[:start])
+            totals = []
+            for tail in tails:
+                total = sum(self._log_p(top[(*before, *tail[:j])], tail[j]) for j in range(len(tail)))
+                if end:
+                    last = top[(*before, *tail)]
+                    total += _log_sum_exp([self._log_p(last, end_id) for end_id in self.end_ids])
+                totals.append(total)
+            out.append(totals)
+        return out
+
+    def _log_p(self, top: dict[int, float], token: int) -> float:
+        """`token`'s log-probability from one point's top K, or its bound when it is not among them."""
+        if token in top:
+            return top[token]
+        self.approximated += 1
+        return _outside_top_bound(top)
+
+
+def _top_logprobs(output: Any) -> dict[int, float]:
+    """{token: log-probability} of a one-token generation's top K (vLLM: `outputs[0].logprobs[0]`)."""
+    top = output.outputs[0].logprobs[0]
+    return {int(token): float(getattr(value, "logprob", value)) for token, value in top.items()}
+
+
+def _outside_top_bound(top: dict[int, float]) -> float:
+    """The most log-probability a token outside these top K can have: min(the K-th's, log of what they leave)."""
+    kth = min(top.values())
+    left = 1.0 - sum(math.exp(value) for value in top.values())
+    return min(kth, math.log(left)) if left > 0 else kth
+
+
 def _logprob(position: Any, token: int) -> float:
     """The log-probability vLLM reports for `token` at one prompt position (a `Logprob`, or a bare float)."""
     value = position[token]

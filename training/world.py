@@ -27,11 +27,7 @@ class World:
 
         state = PartialState(cpu=use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU"))
         # local_process_index is -1 when a launcher sets no LOCAL_RANK: one process, on device 0
-        return cls(
-            size=state.num_processes,
-            rank=state.process_index,
-            local_rank=max(state.local_process_index, 0),
-        )
+        return cls(size=state.num_processes, rank=state.process_index, local_rank=max(state.local_process_index, 0))
 
     @property
     def main(self) -> bool:

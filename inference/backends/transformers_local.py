@@ -20,6 +20,17 @@ arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of ou
 - `adapter`: a PEFT (LoRA) adapter, a folder or a Hub id, applied on top of the model (the
   distilled judge); a folder's tokenizer, when it has one, is the one used (it is the
   tokenizer it was trained with);
+- `merge_adapter` (default: on, unless the weights are quantized): the adapter is merged into the
+  base weights once (`merge_and_unload`), so each decoding step runs one matrix product per
+  projection instead of three (on a GPU at batch 16 an unmerged LoRA adds about 450 small kernels
+  per token at 8B's shape). In float32 the replies are those of the unmerged model (tested); a
+  quantized base is never merged (its rounding would change the adapter);
+- `continuous_batching` (default off): greedy requests (the judge's first reply; no stop strings, no
+  grammar) go through transformers' continuous batching (`init_continuous_batching`: a paged KV
+  cache, requests joining and leaving the running batch as they finish, shared prefixes cached),
+  each result delivered as it finishes; sampled requests (retries, self-consistency) keep the
+  batched `generate` path. In float32 the replies are those of that path (tested); it pays on a GPU,
+  where it runs CUDA graphs — on CPU it is slower than `generate`;
 - `grammar`: a GBNF grammar every reply is held to (constrained decoding), applied by
   xgrammar's logits processor (`xgrammar.contrib.hf.LogitsProcessor`; the optional extra
   `spanjudge[constrained]`). The grammar is compiled once for the tokenizer; each `generate`
@@ -83,6 +94,8 @@ class TransformersBackend(Backend):
         gguf_file = options.pop("gguf_file", None)
         adapter = options.pop("adapter", None)
         grammar = options.pop("grammar", None)
+        merge_adapter = options.pop("merge_adapter", None)
+        self.continuous_batching = bool(options.pop("continuous_batching", False))
         if adapter:
             adapter_config(adapter)  # a folder or Hub id without an adapter: one line, before any weights load
         if gguf_file:
@@ -106,6 +119,14 @@ class TransformersBackend(Backend):
             from peft import PeftModel
 
             self.model = PeftModel.from_pretrained(self.model, adapter)
+            quantized = getattr(self.model.config, "quantization_config", None) is not None
+            if merge_adapter or (merge_adapter is None and not quantized):
+                self.model = self.model.merge_and_unload()
+        if self.continuous_batching and (grammar or not hasattr(self.model, "init_continuous_batching")):
+            raise BackendError(
+                f"transformers model {spec.model!r}: continuous_batching needs an unquantized model with its adapter "
+                "merged (merge_adapter) and no grammar (constrained)"
+            )
         self.model.eval()
         # by default only where it is exact: float32 (a half-precision prefix read alone rounds differently)
         weights = next(self.model.parameters()).dtype
@@ -141,6 +162,9 @@ class TransformersBackend(Backend):
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
         results: list[CallResult | None] = [None] * len(requests)
         for group in _groups(requests):
+            if self.continuous_batching and _continuous(requests[group[0]].params):
+                self._generate_continuously(requests, group, results, on_result)
+                continue
             held: Any = None  # the last batch's prefix cache, for a batch that reads the same prefixes
             for batch, plan, prompts in self._plan(requests, group):
                 calls = [requests[i] for i in batch]
@@ -155,6 +179,65 @@ class TransformersBackend(Backend):
                     if on_result is not None:
                         on_result(index, result)
         return cast("list[CallResult]", results)  # every batch filled its slots
+
+    def _generate_continuously(
+        self,
+        requests: Sequence[ChatRequest],
+        group: list[int],
+        results: list[CallResult | None],
+        on_result: ResultCallback | None,
+    ) -> None:
+        """One group of greedy requests through transformers' continuous batching, each result kept (and
+        passed to `on_result`) as soon as its request finishes; a request the manager drops or fails is a
+        failed call, so a re-run asks again."""
+        from transformers import GenerationConfig
+
+        params = requests[group[0]].params
+        config = GenerationConfig(
+            max_new_tokens=params.max_tokens,
+            do_sample=False,
+            eos_token_id=sorted(self._end_ids),
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
+        prompts = {f"spanjudge-{index}": self._prompt_ids(requests[index]) for index in group}
+        started = time.perf_counter()
+
+        def finish(index: int, result: CallResult) -> None:
+            results[index] = result
+            if on_result is not None:
+                on_result(index, result)
+
+        try:
+            graphs = self.model.device.type == "cuda"  # the warm-up captures CUDA graphs; nothing to capture on CPU
+            with self.model.continuous_batching_context_manager(
+                generation_config=config, block=True, warmup=graphs
+            ) as manager:
+                for request_id, ids in prompts.items():
+                    manager.add_request(ids, request_id=request_id, max_new_tokens=params.max_tokens)
+                waiting = set(prompts)
+                while waiting:
+                    output = manager.get_result(timeout=1)
+                    if output is None:
+                        if not manager.is_running():
+                            break
+                        continue
+                    if output.request_id not in waiting or not output.is_finished():
+                        continue
+                    waiting.discard(output.request_id)
+                    index = int(output.request_id.rsplit("-", 1)[1])
+                    if output.error is not None:
+                        finish(index, self._failed([requests[index]], RuntimeError(output.error))[0])
+                        continue
+                    seconds = time.perf_counter() - started
+                    tokens = list(output.generated_tokens)
+                    finish(index, self._completion(tokens, len(prompts[output.request_id]), params, seconds))
+        except Exception as error:  # e.g. out of memory: the requests not finished fail, the run goes on
+            reason = error
+        else:
+            reason = RuntimeError("continuous batching stopped before this request finished")
+        for index in group:
+            if results[index] is None:
+                finish(index, self._failed([requests[index]], reason)[0])
 
     def _plan(
         self, requests: Sequence[ChatRequest], group: list[int]
@@ -330,6 +413,11 @@ def _decoding(params: SamplingParams) -> dict[str, Any]:
     if params.temperature == 0:
         return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
     return {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": None}
+
+
+def _continuous(params: SamplingParams) -> bool:
+    """Whether requests with these parameters can go through continuous batching: greedy, no stop strings."""
+    return params.temperature == 0 and not any(params.stop)
 
 
 def _groups(requests: Sequence[ChatRequest]) -> list[list[int]]:

@@ -23,8 +23,12 @@ Option `grammar` (ours): a GBNF grammar every reply is held to, through vLLM's s
 outputs (`SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...))`: vLLM
 >= 0.11; 0.12 removed the older `guided_decoding`); its default backend, xgrammar, reads GBNF.
 
-The judge's probabilities (`probabilities=True`) are read on the same engine from vLLM's prompt
-log-probabilities (`probabilities.VLLMProbabilityReader`), the prompt encoded as `generate` encodes it.
+The judge's probabilities (`probabilities=True`) are read on the same engine, the prompt encoded as
+`generate` encodes it: by default from one-token generations at each point an alternative needs, whose
+top-K log-probabilities (`max_logprobs`, vLLM's default 20) vLLM computes after the prompt its prefix
+cache holds (`probabilities.VLLMCachedProbabilityReader`: tokens outside the top K are bounded, and
+counted); with the option `exact_probabilities: true`, from prompt log-probabilities, every alternative
+a whole prompt read again (`probabilities.VLLMProbabilityReader`: exact, and slower on long prompts).
 """
 
 from __future__ import annotations
@@ -61,6 +65,8 @@ class VLLMBackend(Backend):
         # vLLM's own default: its replies already depend on what runs beside them (continuous batching)
         options.setdefault("enable_prefix_caching", options.pop("reuse_prefix", None) is not False)
         self._grammar: str | None = options.pop("grammar", None)
+        self._exact_probabilities = bool(options.pop("exact_probabilities", False))
+        self._top_logprobs = int(options.get("max_logprobs", 20))  # vLLM's own default and cap
         if self._grammar:
             _structured_outputs(self._grammar)  # fail now, not at the first batch, on an old vLLM
         self._lora: Any = None
@@ -127,12 +133,17 @@ class VLLMBackend(Backend):
     def read_probabilities(self, request: ChatRequest, evaluation: Any) -> Any:
         """The model's `probabilities.ReplyProbabilities` along `evaluation` (a parsed reply) to `request`."""
         from ..chat import judge_end_ids
-        from ..probabilities import VLLMProbabilityReader
+        from ..probabilities import VLLMCachedProbabilityReader, VLLMProbabilityReader
 
         tokenizer = self._llm.get_tokenizer()
         if self._reader is None:
             end_ids = judge_end_ids(tokenizer)
-            self._reader = VLLMProbabilityReader(self._llm, tokenizer, end_ids, lora_request=self._lora)
+            if self._exact_probabilities:
+                self._reader = VLLMProbabilityReader(self._llm, tokenizer, end_ids, lora_request=self._lora)
+            else:
+                self._reader = VLLMCachedProbabilityReader(
+                    self._llm, tokenizer, end_ids, lora_request=self._lora, top_logprobs=self._top_logprobs
+                )
         return self._reader.read(self._prompt_ids(request), evaluation)
 
     def close(self) -> None:

@@ -1,0 +1,94 @@
+"""The transformers engine's speed options, in float32 on CPU: the LoRA merged into the base (the
+default) and continuous batching write the replies of the plain path (the adapter applied unmerged,
+batched `generate`), and each request gets its own result.
+
+The model is a 2-layer Llama with random weights and SmolLM2's tokenizer, the adapter a LoRA with
+random non-zero weights on every projection: its replies are long and differ from prompt to prompt,
+so any change in the arithmetic that moved a logit past another would show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spanjudge.inference.backends.base import BackendError, ChatRequest, Completion, SamplingParams
+from spanjudge.inference.backends.spec import BackendSpec
+from spanjudge.inference.backends.transformers_local import TransformersBackend
+from spanjudge.inference.hf_models import convert_gguf
+from spanjudge.inference.llamacpp import smollm2_gguf
+
+pytestmark = pytest.mark.timeout(300)
+PROMPTS = [f"Judge summary {n}: the council {'approved' if n % 2 else 'rejected'} plan {n * 7}." for n in range(7)]
+
+
+@pytest.fixture(scope="module")
+def model_and_adapter(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    root = tmp_path_factory.mktemp("speed-options")
+    tokenizer = AutoTokenizer.from_pretrained(convert_gguf(smollm2_gguf()))
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=len(tokenizer), initializer_range=0.2)  # fmt: skip
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    lora = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
+    for name, parameter in lora.named_parameters():
+        if "lora_B" in name:  # PEFT starts B at zero: a LoRA that changes nothing would prove nothing
+            torch.nn.init.normal_(parameter, std=0.2)
+    lora.save_pretrained(root / "adapter")
+    return root / "model", root / "adapter"
+
+
+def backend(model_and_adapter: tuple[Path, Path], **options: object) -> TransformersBackend:
+    model, adapter = model_and_adapter
+    spec = BackendSpec(
+        kind="transformers", model=str(model), options={"adapter": str(adapter), "dtype": "float32", **options}
+    )
+    return TransformersBackend(spec)
+
+
+def replies(engine: TransformersBackend, temperature: float = 0.0) -> list[str]:
+    params = SamplingParams(temperature=temperature, max_tokens=24, seed=1)
+    delivered: dict[int, object] = {}
+    results = engine.generate(
+        [ChatRequest.user(prompt, params) for prompt in PROMPTS], lambda i, r: delivered.setdefault(i, r)
+    )
+    assert all(isinstance(result, Completion) for result in results)
+    assert sorted(delivered) == list(range(len(PROMPTS)))  # each result handed over as it finished
+    return [result.text for result in results]  # type: ignore[union-attr]
+
+
+def test_merged_adapter_and_continuous_batching_write_the_plain_replies(
+    model_and_adapter: tuple[Path, Path],
+) -> None:
+    plain = replies(backend(model_and_adapter, merge_adapter=False, batch_size=3))
+    base = TransformersBackend(BackendSpec(kind="transformers", model=str(model_and_adapter[0]),
+                                           options={"dtype": "float32", "batch_size": 3}))  # fmt: skip
+    assert len(set(plain)) == len(PROMPTS) and replies(base) != plain  # the adapter changes the replies
+
+    assert replies(backend(model_and_adapter, batch_size=3)) == plain
+    assert replies(backend(model_and_adapter, continuous_batching=True)) == plain
+
+
+def test_sampled_requests_keep_the_batched_path_under_continuous_batching(
+    model_and_adapter: tuple[Path, Path],
+) -> None:
+    """Continuous batching cannot seed a request: sampled ones (retries, self-consistency) stay reproducible."""
+    sampled = replies(backend(model_and_adapter, batch_size=3), temperature=0.9)
+    assert replies(backend(model_and_adapter, batch_size=3, continuous_batching=True), temperature=0.9) == sampled
+
+
+def test_the_default_merges_the_adapter_and_continuous_batching_refuses_a_grammar(
+    model_and_adapter: tuple[Path, Path],
+) -> None:
+    from peft import PeftModel
+
+    assert not isinstance(backend(model_and_adapter).model, PeftModel)
+    assert isinstance(backend(model_and_adapter, merge_adapter=False).model, PeftModel)
+    with pytest.raises(BackendError, match=r"continuous_batching needs .* no grammar"):
+        backend(model_and_adapter, continuous_batching=True, grammar='root ::= "x"')
