@@ -56,7 +56,11 @@ def train_command(
     mfu: Annotated[
         float | None,
         typer.Option(
-            "--mfu", min=0.01, max=1.0, help="With --plan: the model FLOPs utilisation the time assumes (default 0.4)."
+            "--mfu",
+            min=0.01,
+            max=1.0,
+            help="With --plan: the model FLOPs utilisation the time assumes (default: the MFU a GPU row of "
+            "bench/results/gpu.json measured for this setup, else 0.4, the goal).",
         ),
     ] = None,
 ) -> None:

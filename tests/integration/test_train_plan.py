@@ -54,15 +54,20 @@ def test_shape_and_budget_of_a_small_llama_match_the_hand_count(tiny_config: Pat
     parts = {line.label: line.bytes for line in result.memory}
     assert parts["base weights"] == 202_048 * 2
     assert parts["LoRA (weights, gradients, AdamW)"] == 16_384 * 16
-    # 256 tokens × (2 layer inputs of 64 bf16 values + one layer of 22·64 + 8·128 bytes); 10 bytes × 1000 logits
+    # 256 tokens × (2 layer inputs of 64 bf16 values + one layer of 22·64 + 8·128 bytes); the fused LM head:
+    # one tile of 256 tokens × 1000 entries in bf16, and 256 tokens' hidden states (bf16) and gradient (fp32)
     assert parts["activations: decoder layers"] == 256 * (2 * 64 * 2 + 2432)
-    assert parts["activations: LM head (logits, loss)"] == 256 * 10_000
-    subtotal = 404_096 + 262_144 + 256 * 12_688
+    assert parts["activations: LM head (loss)"] == 256 * 1000 * 2 + 256 * 64 * 6
+    subtotal = 404_096 + 262_144 + 256 * (256 + 2432) + 610_304
     assert parts["overhead"] == pytest.approx(GIB + 0.1 * subtotal)
     assert result.total_bytes == pytest.approx(GIB + 1.1 * subtotal) and result.fits
     # 4·137,728 matmul weights + 6·16,384 LoRA + 6·100 tokens·64·2 layers of attention, per token
     assert result.model_flops_per_token == 4 * 137_728 + 6 * 16_384 + 6 * 100 * 64 * 2
     assert result.hours_per_epoch == pytest.approx(1000 * 100 * 726_016 / (0.5 * 121e12) / 3600)
+    # what the device runs: with checkpointing the forward again (2·N + 2·N_LoRA + attention's 2·length·h·L)
+    again = 2 * 137_728 + 2 * 16_384 + 2 * 100 * 64 * 2
+    assert plan.hardware_flops_per_token(shape, 100, True) == result.model_flops_per_token + again
+    assert plan.hardware_flops_per_token(shape, 100, False) == result.model_flops_per_token
 
     no_checkpointing = config.model_copy(
         update={"training": config.training.model_copy(update={"gradient_checkpointing": False})}
@@ -73,6 +78,11 @@ def test_shape_and_budget_of_a_small_llama_match_the_hand_count(tiny_config: Pat
     }
     assert parts["activations: decoder layers"] == 256 * 2 * 2432
     assert result.other_checkpointing_bytes == 256 * 2 * 2432  # the first plan shows the other setting too
+    liger = no_checkpointing.model_copy(
+        update={"training": no_checkpointing.training.model_copy(update={"liger_kernel": True})}
+    )
+    parts = {line.label: line.bytes for line in plan.plan(liger, shape, result.gpu, examples=1, mean_tokens=1).memory}
+    assert parts["activations: decoder layers"] == 256 * 2 * (14 * 64 + 4 * 128)  # Liger's RMSNorm and SwiGLU
     qlora = config.model_copy(update={"model": config.model.model_copy(update={"quantization": "4bit"})})
     weights, _ = plan.weight_bytes(shape, qlora.model.dtype, "4bit")
     assert weights == pytest.approx(73_728 * (0.5 + 0.127 / 8) + (202_048 - 73_728) * 2)
@@ -94,8 +104,9 @@ def test_a_plan_that_cannot_fit_says_in_one_line_what_to_change(capsys: pytest.C
     captured = capsys.readouterr()
     assert "does NOT fit in 24 GiB" in captured.out
     [line] = captured.err.strip().splitlines()
-    assert line.startswith("error: does not fit one L4: needs 47.")
-    assert "training.per_device_batch_size: 1, model.quantization: 4bit (QLoRA) would need" in line
+    # the logits are never built (TRL's fused head): the batch halved is enough
+    assert line.startswith("error: does not fit one L4: needs 26.7 GiB of 24; ")
+    assert line.endswith("training.per_device_batch_size: 2 would need 22.5 GiB")
     assert cli_main(["train", "--config", str(recipe), "--plan", "--gpu", "V100"]) == 2
     assert "unknown GPU 'V100' for --gpu (known: A40," in capsys.readouterr().err
     assert cli_main(["train", "--config", str(recipe), "--plan"]) == 2
@@ -110,3 +121,44 @@ def test_an_unquoted_no_is_the_mixed_precision_no(tiny_config: Path) -> None:
     assert config.training.mixed_precision == "no"
     config = load_train_config(tiny_config, [parse_override("training.mixed_precision=fp16")], data_needed=False)
     assert config.training.mixed_precision == "fp16"
+
+
+def test_the_plan_cites_a_measured_gpu_row_and_says_when_checkpointing_can_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    recipe = configs_dir() / "train" / "llama31_8b_lora.yaml"
+    results = tmp_path / "gpu.json"
+    rows = [
+        {"variant": "lora", "mfu": 0.105, "timed_steps": 0},  # the warm-up inside: a lower bound
+        {"variant": "lora", "mfu": 0.31, "timed_steps": 9},
+        {"variant": "lora-liger-no-checkpointing", "mfu": 0.44, "timed_steps": 9},
+        {"variant": "qlora-nf4", "mfu": 0.2, "timed_steps": 9},
+    ]
+    runs = [
+        {"shape": "8b", "device": "NVIDIA H100", "date": "2026-12-01", "training": rows},
+        {"shape": "tiny", "device": "cpu", "date": "2026-12-02", "training": [{"variant": "lora", "mfu": 0.9}]},
+    ]
+    results.write_text(json.dumps({"runs": runs}))
+    monkeypatch.setattr(plan, "MEASURED", results)
+    assert cli_main(["train", "--config", str(recipe), "--plan", "--gpu", "H100", "--mean-tokens", "2000"]) == 0
+    out = capsys.readouterr().out
+    assert "Time per epoch at 31% MFU" in out  # the row timed after the warm-up, not the lower bound or CPU's
+    assert "31.0% MFU as measured for this setup (lora) on NVIDIA H100, 2026-12-01, timed after the warm-up" in out
+    sets = ["--set", "training.liger_kernel=true", "--set", "training.gradient_checkpointing=false",
+            "--set", "training.per_device_batch_size=2"]  # fmt: skip
+    assert cli_main(["train", "--config", str(recipe), "--plan", "--gpu", "H100", "--mean-tokens", "2000", *sets]) == 0
+    assert "Time per epoch at 44% MFU" in capsys.readouterr().out
+    # no row of the setup: the goal, said to be one
+    assert cli_main(["train", "--config", str(recipe), "--plan", "--gpu", "H100", "--set", "lora.r=8"]) == 0
+    out = capsys.readouterr().out
+    assert "31.0% MFU as measured" in out  # LoRA's rank is not part of the setup a row is matched on
+    assert cli_main(["train", "--config", str(recipe), "--plan", "--gpu", "H100",
+                     "--set", "training.padding_free=true"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "40% MFU: the goal, not a measurement" in out
+    # checkpointing on, and the run would fit without it: said, with what it would need
+    assert cli_main(["train", "--config", str(recipe), "--plan", "--gpu", "H200", "--set",
+                     "training.per_device_batch_size=1"]) == 0  # fmt: skip
+    assert "faster: with training.gradient_checkpointing: false this run needs" in capsys.readouterr().out

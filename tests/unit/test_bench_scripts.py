@@ -23,3 +23,38 @@ def test_the_benchmark_script_imports(script: Path, monkeypatch: pytest.MonkeyPa
     spec.loader.exec_module(module)  # runs its imports; `main()` waits for __main__
     if 'if __name__ == "__main__":' in script.read_text(encoding="utf-8"):  # a script, not a helper
         assert callable(getattr(module, "main", None)), f"{script.name} has no main()"
+
+
+def _gpu_script(monkeypatch: pytest.MonkeyPatch) -> object:
+    script = REPO / "bench" / "gpu" / "run.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    spec = importlib.util.spec_from_file_location("bench_gpu_run", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_every_gpu_variant_is_a_valid_training_config(
+    device: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench/gpu/run.py's variants are measured only where a GPU is lent: a mistyped setting must not
+    wait for that window. Each variant's command is read as train.py reads it (keys, types, values)."""
+    from types import SimpleNamespace
+
+    from spanjudge.training.config import load_train_config, parse_override
+
+    gpu = _gpu_script(monkeypatch)
+    args = SimpleNamespace(device=device, steps=12, max_length=512)
+    for name, settings in gpu.VARIANTS.items():  # type: ignore[attr-defined]
+        command = gpu.variant_command(settings, tmp_path, tmp_path, tmp_path / name, args)  # type: ignore[attr-defined]
+        assert ("accelerate" in Path(command[0]).name) is (device == "cuda"), command[:3]
+        if device == "cuda" and name == "lora-fsdp":
+            assert "configs/accelerate/fsdp.yaml" in command
+        sets = [parse_override(command[i + 1]) for i, item in enumerate(command) if item == "--set"]
+        config = load_train_config(gpu.RECIPE, sets, data_needed=False)  # type: ignore[attr-defined]
+        assert config.training.liger_kernel is ("liger" in name), name
+        assert config.training.gradient_checkpointing is ("no-checkpointing" not in name), name
+        assert (config.model.quantization == "4bit") is name.startswith("qlora"), name
