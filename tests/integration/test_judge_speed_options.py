@@ -11,12 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.tiny_models import tiny_llama
 
 from spanjudge.inference.backends.base import BackendError, ChatRequest, Completion, SamplingParams
 from spanjudge.inference.backends.spec import BackendSpec
 from spanjudge.inference.backends.transformers_local import TransformersBackend
-from spanjudge.inference.hf_models import convert_gguf
-from spanjudge.inference.llamacpp import smollm2_gguf
 
 pytestmark = pytest.mark.timeout(300)
 PROMPTS = [f"Judge summary {n}: the council {'approved' if n % 2 else 'rejected'} plan {n * 7}." for n in range(7)]
@@ -26,16 +25,9 @@ PROMPTS = [f"Judge summary {n}: the council {'approved' if n % 2 else 'rejected'
 def model_and_adapter(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     root = tmp_path_factory.mktemp("speed-options")
-    tokenizer = AutoTokenizer.from_pretrained(convert_gguf(smollm2_gguf()))
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=len(tokenizer), initializer_range=0.2)  # fmt: skip
-    model = LlamaForCausalLM(config)
-    model.save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
+    model, _ = tiny_llama(root / "model", initializer_range=0.2)
     lora = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
     for name, parameter in lora.named_parameters():
         if "lora_B" in name:  # PEFT starts B at zero: a LoRA that changes nothing would prove nothing

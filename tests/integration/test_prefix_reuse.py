@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.tiny_models import tiny_llama
 
 from spanjudge.inference.backends.prefix import MIN_TOKENS, prefix_batches, prefix_runs
 from spanjudge.inference.chat import shared_length
@@ -65,17 +66,8 @@ def test_batches_pack_whole_runs_and_read_a_long_run_once() -> None:
 @pytest.fixture(scope="module")
 def tiny_judge_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer Llama with random weights, saved with SmolLM2's tokenizer (it has a chat template)."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
     folder = tmp_path_factory.mktemp("tiny-judge")
-    tokenizer = AutoTokenizer.from_pretrained(convert_gguf(smollm2_gguf()))
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=len(tokenizer), initializer_range=0.2,
-                         max_position_embeddings=4096)  # fmt: skip
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    tiny_llama(folder, initializer_range=0.2)
     return folder
 
 

@@ -19,10 +19,8 @@ from pathlib import Path
 
 import pytest
 from support.judge_records import write_records
+from support.tiny_models import tiny_llama
 from support.training_runs import launch, smoke_args
-
-from spanjudge.inference.hf_models import convert_gguf
-from spanjudge.inference.llamacpp import smollm2_gguf
 
 pytestmark = pytest.mark.timeout(900)
 TOLERANCE = 1e-4
@@ -31,16 +29,8 @@ STEPS = 4
 
 @pytest.fixture(scope="module")
 def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
     folder = tmp_path_factory.mktemp("tiny-base")
-    tokenizer = AutoTokenizer.from_pretrained(convert_gguf(smollm2_gguf()))
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=4096)  # fmt: skip
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    tiny_llama(folder)
     return folder
 
 
