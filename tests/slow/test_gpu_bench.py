@@ -33,8 +33,8 @@ def test_the_gpu_script_runs_end_to_end_at_tiny_shape_on_cpu(tmp_path: Path) -> 
     out.with_suffix(".json").write_text(json.dumps(earlier))  # the first format: one run, no date
     # three of the variants: the baseline, a Liger one (refused on CPU) and padding-free; every variant's
     # settings are checked in tests/unit/test_bench_scripts.py, QLoRA's CPU training in test_training.py
-    done = _run("--shape", "tiny", "--device", "cpu", "--steps", "4", "--judge-items", "2", "--batch-one-items", "1",
-                "--batch", "2", "--max-new-tokens", "8", "--note", "CI's check",
+    done = _run("--shape", "tiny", "--device", "cpu", "--steps", "4", "--max-length", "256", "--judge-items", "2",
+                "--batch-one-items", "1", "--batch", "2", "--max-new-tokens", "4", "--note", "CI's check",
                 "--variants", "lora,lora-liger-no-checkpointing,lora-padding-free",
                 "--work", str(tmp_path / "work"), "--out", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
