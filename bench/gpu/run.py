@@ -322,9 +322,10 @@ def judge_rows(adapter: Path, records: Path, args: argparse.Namespace) -> list[d
     items = [json.loads(line) for line in (records / "train.jsonl").read_text().splitlines()]
     # SummEval's shape: each article with 16 outputs (other records' opening words)
     summaries = [" ".join(r["inputs"]["Article"].split()[:40]) for r in items] or ["."]
+    articles = min(len(items), (args.batch + args.judge_items) // 16 + 1)  # as many as the warm-up and timing use
     shared = [
         {**items[a], "id": f"shared-{a}-{k}", "outputs": {"Summary": summaries[(a + k) % len(summaries)]}}
-        for a in range(len(items))
+        for a in range(articles)
         for k in range(16)
     ]
     workloads = {"distinct": items, "shared16": shared}

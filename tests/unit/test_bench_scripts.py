@@ -13,27 +13,22 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(path for path in (REPO / "bench").rglob("*.py") if path.name != "__init__.py")
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=[str(p.relative_to(REPO / "bench")) for p in SCRIPTS])
-def test_the_benchmark_script_imports(script: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _load(script: Path, monkeypatch: pytest.MonkeyPatch) -> object:
+    """The script as a module: its imports run, `main()` waits for __main__."""
     monkeypatch.syspath_prepend(str(script.parent))  # as `python bench/X.py` runs it: its folder first
-    spec = importlib.util.spec_from_file_location(f"bench_{script.stem}", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)  # runs its imports; `main()` waits for __main__
-    if 'if __name__ == "__main__":' in script.read_text(encoding="utf-8"):  # a script, not a helper
-        assert callable(getattr(module, "main", None)), f"{script.name} has no main()"
-
-
-def _gpu_script(monkeypatch: pytest.MonkeyPatch) -> object:
-    script = REPO / "bench" / "gpu" / "run.py"
-    monkeypatch.syspath_prepend(str(script.parent))
-    spec = importlib.util.spec_from_file_location("bench_gpu_run", script)
+    spec = importlib.util.spec_from_file_location(f"bench_{script.parent.name}_{script.stem}", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[str(p.relative_to(REPO / "bench")) for p in SCRIPTS])
+def test_the_benchmark_script_imports(script: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _load(script, monkeypatch)
+    if 'if __name__ == "__main__":' in script.read_text(encoding="utf-8"):  # a script, not a helper
+        assert callable(getattr(module, "main", None)), f"{script.name} has no main()"
 
 
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
@@ -46,7 +41,7 @@ def test_every_gpu_variant_is_a_valid_training_config(
 
     from spanjudge.training.config import load_train_config, parse_override
 
-    gpu = _gpu_script(monkeypatch)
+    gpu = _load(REPO / "bench" / "gpu" / "run.py", monkeypatch)
     args = SimpleNamespace(device=device, steps=12, max_length=512)
     for name, settings in gpu.VARIANTS.items():  # type: ignore[attr-defined]
         command = gpu.variant_command(settings, tmp_path, tmp_path, tmp_path / name, args)  # type: ignore[attr-defined]
