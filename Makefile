@@ -25,11 +25,12 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(OFFLINE) $(BIN)/python -m pytest
 
-# the edit-test loop (a few minutes): lint, the layer contracts and the unit tests
+# the edit-test loop (a few minutes): lint, the layer contracts, the type check and the unit tests
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python tests/support/layers.py
+	$(BIN)/python tests/support/typecheck.py
 	$(OFFLINE) $(BIN)/python -m pytest tests/unit
 
 demo: $(STAMP)

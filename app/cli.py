@@ -1,8 +1,9 @@
 """The `spanjudge` command line: the application's root.
 
 Each stage registers its own commands as entry points of the group `spanjudge.commands`
-(pyproject.toml: name = "module:attr" of a typer app or click command), so this root names
-none of them. Running a command imports only that command's module (heavy libraries such as
+(pyproject.toml: name = "module:attr" of a typer app or click command; read as every registry
+reads its plugins, `core.registry.entry_points`), so this root names none of them. Running a
+command imports only that command's module (heavy libraries such as
 torch load inside the commands); `spanjudge --help` imports them all, since each command's
 line of help is its own docstring's first line. `run(command, argv)` gives any one command the
 same handling (train.py starts training with it).
@@ -15,13 +16,14 @@ import errno
 import signal
 import sys
 import threading
-from importlib.metadata import EntryPoint, distributions
+from importlib.metadata import EntryPoint
 from typing import Annotated
 
 import click
 import typer
 
 from spanjudge.core.errors import SpanjudgeError
+from spanjudge.core.registry import entry_points
 
 COMMAND_GROUP = "spanjudge.commands"  # the entry-point group every stage registers its commands in
 
@@ -29,13 +31,7 @@ COMMAND_GROUP = "spanjudge.commands"  # the entry-point group every stage regist
 def registered_commands(group: str | None = None) -> dict[str, EntryPoint]:
     """Command name -> its entry point, from the installed package's metadata."""
     group = group or COMMAND_GROUP
-    found: dict[str, EntryPoint] = {}
-    # Every copy of every distribution's metadata on sys.path, the first one first; unlike
-    # entry_points(), which keeps one copy per distribution name, this skips past a stale
-    # spanjudge.egg-info left in the working directory by a build (seen first by `python -m`).
-    for distribution in distributions():
-        for entry in distribution.entry_points.select(group=group):
-            found.setdefault(entry.name, entry)
+    found = entry_points(group)  # the registries' reader (core.registry): a stale egg-info does not hide the install
     if not found:
         raise SpanjudgeError(
             f"no spanjudge commands are registered (no '{group}' entry points in the installed metadata): "

@@ -2,30 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from spanjudge.core.options import option, settings_command
+
 demo = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--config", help="Demo YAML (default: configs/demo/tiny.yaml; the real scale: configs/demo/thesis.yaml)."
-    ),
-]
-OutOption = Annotated[Path, typer.Option("--out", help="Output folder (re-running reuses everything in it).")]
-DataDirOption = Annotated[
-    Path | None, typer.Option("--data-dir", help="Shared data folder (default $SPANJUDGE_DATA or ../shared/data).")
-]
+
+@dataclass(frozen=True, kw_only=True)
+class DemoSettings:
+    """`spanjudge demo`'s options."""
+
+    config: Path | None = option(
+        None, help="Demo YAML (default: configs/demo/tiny.yaml; the real scale: configs/demo/thesis.yaml)."
+    )
+    out: Path = option(Path("runs/demo"), help="Output folder (re-running reuses everything in it).")
+    data_dir: Path | None = option(None, help="Shared data folder (default $SPANJUDGE_DATA or ../shared/data).")
 
 
-@demo.command()
-def demo_command(
-    config: ConfigOption = None, out: OutOption = Path("runs/demo"), data_dir: DataDirOption = None
-) -> None:
+def demo_command(settings: DemoSettings) -> None:
     """Run the whole pipeline end to end and write one HTML report.
 
     \b
@@ -68,6 +67,9 @@ def demo_command(
 
     warnings.filterwarnings("ignore", category=FutureWarning)  # library deprecation notes would drown the steps
     console = Console(stderr=True, soft_wrap=True)
-    report = run_demo(config or default_config_path(), out, data_dir, console)
+    report = run_demo(settings.config or default_config_path(), settings.out, settings.data_dir, console)
     console.print(f"[bold]report:[/bold] {report.resolve()}")
     typer.echo(str(report.resolve()))
+
+
+settings_command(demo, DemoSettings, demo_command)

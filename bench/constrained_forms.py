@@ -43,6 +43,8 @@ def judge_for(mode: str, url: str, adapter: Path, args: argparse.Namespace) -> A
     from spanjudge.inference.contract.json_form import judge_json_schema
     from spanjudge.inference.hf_models import load_tokenizer
     from spanjudge.inference.judge import Judge
+    from spanjudge.inference.judge_options import JudgeOptions
+    from spanjudge.inference.judge_setup import JudgeSetup
 
     errors = errors_within(args.max_new_tokens)
     extra_body: dict[str, Any] = {
@@ -51,16 +53,14 @@ def judge_for(mode: str, url: str, adapter: Path, args: argparse.Namespace) -> A
         "json-schema": {"response_format": {"type": "json_object", "schema": judge_json_schema(max_errors=errors)}},
     }[mode]
     spec = BackendSpec(kind="openai", model="judge", endpoints=(url,), api="chat", extra_body=extra_body)
-    return Judge(
-        make_backend(spec),
+    options = JudgeOptions(max_new_tokens=args.max_new_tokens, retries=0)  # one reply: each mode's own parse rate
+    setup = JudgeSetup(
         tokenizer=load_tokenizer(str(adapter)),  # measures the prompt to fit the context
-        send_templated_prompt=False,
         max_context=4096,
-        max_new_tokens=args.max_new_tokens,
-        name=f"student-{mode}",
-        retries=0,  # one reply per output: the parse rate is each mode's own
         json_replies=mode == "json-schema",
+        name=f"student-{mode}",
     )
+    return Judge(make_backend(spec), options, setup=setup)
 
 
 def summary(mode: str, payload: dict[str, Any], docs: list[Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, BinaryIO, Generic, TypeVar
 
 from .errors import InputError
 from .locks import hold, unhold
@@ -85,7 +85,7 @@ def read_jsonl(path: Path, missing_ok: bool = False) -> list[dict[str, Any]]:
 # -- appending -------------------------------------------------------------------------------
 
 
-def _last_line_start(handle: Any, size: int) -> int:
+def _last_line_start(handle: BinaryIO, size: int) -> int:
     """The offset where the file's last line starts, reading back in blocks (it may be large)."""
     start, block = size, 1 << 16
     while start > 0:

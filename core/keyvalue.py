@@ -88,7 +88,8 @@ def endpoint_urls(
 
     `NAME=URL[,URL...]` is the syntax; a bare URL (the older form of `spanjudge perturb`)
     still works and prints one deprecation line; another model's NAME is an error."""
-    named, bare = [], []
+    named: list[str] = []
+    bare: list[str] = []
     for item in items:
         (bare if _BARE_URL.match(item.strip()) else named).append(item)
     found = parse_endpoints(named, option)

@@ -33,14 +33,25 @@ def option(
     *,
     help: str,
     flag: str | None = None,
-    min: int | None = None,
+    min: float | None = None,
+    max: float | None = None,
     metavar: str | None = None,
     cli: bool = True,
+    argument: bool = False,
 ) -> Any:
     """A settings field that is also a command-line option: `--field-name` (or `flag`), its help,
-    and an optional lower bound and metavar. Without a default the option is required. `cli=False`:
-    a field for Python callers only (a mapping, say), left at its default by the command line."""
-    metadata = {"help": help, "flag": flag, "min": min, "metavar": metavar, "cli": cli}
+    optional bounds and metavar. Without a default the option is required. `argument=True`: a
+    positional argument instead of an option. `cli=False`: a field for Python callers only (a
+    mapping, say), left at its default by the command line."""
+    metadata = {
+        "help": help,
+        "flag": flag,
+        "min": min,
+        "max": max,
+        "metavar": metavar,
+        "cli": cli,
+        "argument": argument,
+    }
     if isinstance(default, list):  # a mutable default: one fresh copy per settings object
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -51,10 +62,12 @@ def option_flag(field: dataclasses.Field[Any]) -> str:
     return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
 
 
-def settings_command(app: typer.Typer, settings: type[Settings], run: Callable[[Settings], None]) -> None:
+def settings_command(
+    app: typer.Typer, settings: type[Settings], run: Callable[[Settings], None], help: str | None = None
+) -> None:
     """Register on `app` a command whose options are the fields of `settings` (the required ones first,
     then in their order; `cli=False` fields left out) and that calls `run(settings(...))`; its help is
-    `run`'s docstring."""
+    `run`'s docstring (or `help`). A command of its own app (`typer.Typer()` per command) is the usual shape."""
     hints = typing.get_type_hints(settings)
     parameters = []
     fields = dataclasses.fields(settings)  # type: ignore[arg-type]
@@ -64,8 +77,13 @@ def settings_command(app: typer.Typer, settings: type[Settings], run: Callable[[
             raise TypeError(f"{settings.__name__}.{field.name} is not declared with option(...)")
         if not field.metadata["cli"]:
             continue
-        bound = {"min": field.metadata["min"]} if field.metadata["min"] is not None else {}
-        info = typer.Option(option_flag(field), help=field.metadata["help"], metavar=field.metadata["metavar"], **bound)
+        bound = {key: field.metadata[key] for key in ("min", "max") if field.metadata.get(key) is not None}
+        if field.metadata.get("argument"):
+            info = typer.Argument(help=field.metadata["help"], metavar=field.metadata["metavar"], **bound)
+        else:
+            info = typer.Option(
+                option_flag(field), help=field.metadata["help"], metavar=field.metadata["metavar"], **bound
+            )
         default = field.default
         if field.default_factory is not dataclasses.MISSING:
             default = field.default_factory()
@@ -82,6 +100,7 @@ def settings_command(app: typer.Typer, settings: type[Settings], run: Callable[[
         run(settings(**values))
 
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-    command.__doc__ = run.__doc__
+    command.__doc__ = help or run.__doc__
     command.__name__ = f"{settings.__name__}_command"
+    command.__settings__ = settings  # type: ignore[attr-defined]  # which dataclass declares the options
     app.command()(command)

@@ -102,8 +102,8 @@ class RichTracker:
         self.bars = bars
 
     def __call__(self, label: str, total: int, *, done: int = 0, **counts: int) -> Advance:
-        task = self.bars.add_task(label, total=total, completed=done, **counts)
-        tallies = dict(counts)
+        tallies: dict[str, Any] = dict(counts)  # rich's task fields
+        task = self.bars.add_task(label, total=total, completed=done, **tallies)
         lock = threading.Lock()  # rows advance from backends' worker threads
 
         def advance(n: int, /, **more: int) -> None:

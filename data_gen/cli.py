@@ -4,12 +4,14 @@ these commands parse their options and print what the run did."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.console import Console
 
+from spanjudge.core.options import option, settings_command
 from spanjudge.core.sharding import SHARD_HELP
 
 from .stage import model_progress
@@ -21,69 +23,83 @@ merge = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 __all__ = ["annotate", "generate", "import_annotations", "merge", "model_progress"]
 
-DecontaminateOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--decontaminate-against",
-        help="Leave out examples whose inputs occur in these meta-evaluation inputs: a suite YAML (its sets), a "
-        "sources YAML or a JSONL with `inputs` (default: configs/eval/thesis.yaml). Inputs match after casefolding, "
-        "collapsing whitespace and stripping punctuation at the ends; run.json lists what was left out.",
-    ),
-]
-AllowOverlapOption = Annotated[
-    bool,
-    typer.Option(
-        "--allow-overlap",
-        help="Keep inputs that occur in the meta-evaluation sets (counted, with a warning recorded in run.json).",
-    ),
-]
-ShardOption = Annotated[
-    str | None,
-    typer.Option("--shard", metavar="K/N", help=SHARD_HELP + " Join the N folders with `spanjudge merge`."),
-]
-SourcesOption = Annotated[Path, typer.Option("--sources", help="Sources YAML (configs/sources/*.yaml).")]
-OutOption = Annotated[Path, typer.Option("--out", help="Output folder (created; re-running resumes).")]
-CacheOption = Annotated[
-    Path | None, typer.Option("--cache", help="SQLite cache of model calls (default: OUT/cache.sqlite).")
-]
-DataDirOption = Annotated[
-    Path | None, typer.Option("--data-dir", help="Shared data folder for $DATA/ paths (default ../shared/data).")
-]
+DECONTAMINATE_HELP = (
+    "Leave out examples whose inputs occur in these meta-evaluation inputs: a suite YAML (its sets), a sources YAML "
+    "or a JSONL with `inputs` (default: configs/eval/thesis.yaml). Inputs match after casefolding, collapsing "
+    "whitespace and stripping punctuation at the ends; run.json lists what was left out."
+)
+ALLOW_OVERLAP_HELP = (
+    "Keep inputs that occur in the meta-evaluation sets (counted, with a warning recorded in run.json)."
+)
+SHARD_OPTION_HELP = SHARD_HELP + " Join the N folders with `spanjudge merge`."
+OUT_HELP = "Output folder (created; re-running resumes)."
+CACHE_HELP = "SQLite cache of model calls (default: OUT/cache.sqlite)."
+DATA_DIR_HELP = "Shared data folder for $DATA/ paths (default ../shared/data)."
 
 
-def _endpoint_option(what: str) -> Any:
-    return typer.Option(
-        "--endpoint",
-        help=f"Point {what} at other servers: NAME=URL[,URL...] (repeatable; a list is a pool). "
-        "Also SPANJUDGE_ENDPOINT_<NAME>=URL[,URL].",
+def _endpoint_help(what: str) -> str:
+    return (
+        f"Point {what} at other servers: NAME=URL[,URL...] (repeatable; a list is a pool). "
+        "Also SPANJUDGE_ENDPOINT_<NAME>=URL[,URL]."
     )
 
 
-AnnotateEndpointOption = Annotated[list[str] | None, _endpoint_option("a model")]
-GenerateEndpointOption = Annotated[list[str] | None, _endpoint_option("a system")]
-RefreshUnscoredOption = Annotated[
-    bool,
-    typer.Option(
-        "--refresh-unscored",
-        help="Ask the models again for every cached reply that did not parse (e.g. cached from a "
-        "server that was broken), instead of serving it from the cache.",
-    ),
-]
+@dataclass(frozen=True, kw_only=True)
+class AnnotateSettings:
+    """`spanjudge annotate`'s options."""
+
+    ensemble: Path = option(help="Ensemble YAML (configs/ensemble/*.yaml).")
+    sources: Path = option(help="Sources YAML (configs/sources/*.yaml).")
+    out: Path = option(help=OUT_HELP)
+    endpoint: list[str] = option([], help=_endpoint_help("a model"))
+    cache: Path | None = option(None, help=CACHE_HELP)
+    data_dir: Path | None = option(None, help=DATA_DIR_HELP)
+    refresh_unscored: bool = option(
+        False,
+        help="Ask the models again for every cached reply that did not parse (e.g. cached from a server that was "
+        "broken), instead of serving it from the cache.",
+    )
+    decontaminate_against: Path | None = option(None, help=DECONTAMINATE_HELP)
+    allow_overlap: bool = option(False, help=ALLOW_OVERLAP_HELP)
+    shard: str | None = option(None, metavar="K/N", help=SHARD_OPTION_HELP)
 
 
-@annotate.command()
-def annotate_command(
-    ensemble: Annotated[Path, typer.Option("--ensemble", help="Ensemble YAML (configs/ensemble/*.yaml).")],
-    sources: SourcesOption,
-    out: OutOption,
-    endpoint: AnnotateEndpointOption = None,
-    cache: CacheOption = None,
-    data_dir: DataDirOption = None,
-    refresh_unscored: RefreshUnscoredOption = False,
-    decontaminate_against: DecontaminateOption = None,
-    allow_overlap: AllowOverlapOption = False,
-    shard: ShardOption = None,
-) -> None:
+@dataclass(frozen=True, kw_only=True)
+class ImportSettings:
+    """`spanjudge import`'s options."""
+
+    config: Path = option(help="Import YAML (configs/import/*.yaml).")
+    out: Path = option(help="Output folder (train.jsonl, validation.jsonl, hf_dataset/, ...).")
+    decontaminate_against: Path | None = option(None, help=DECONTAMINATE_HELP)
+    allow_overlap: bool = option(False, help=ALLOW_OVERLAP_HELP)
+    data_dir: Path | None = option(None, help=DATA_DIR_HELP)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateSettings:
+    """`spanjudge generate`'s options."""
+
+    systems: Path = option(help="Systems YAML (configs/generate/systems/*.yaml).")
+    sources: Path = option(help="Sources YAML whose inputs get new outputs.")
+    out: Path = option(help=OUT_HELP)
+    endpoint: list[str] = option([], help=_endpoint_help("a system"))
+    cache: Path | None = option(None, help=CACHE_HELP)
+    data_dir: Path | None = option(None, help=DATA_DIR_HELP)
+    shard: str | None = option(None, metavar="K/N", help=SHARD_OPTION_HELP)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergeSettings:
+    """`spanjudge merge`'s options: `--shards DIR1 DIR2 ...` (the folders after the first are arguments)."""
+
+    shards: list[Path] = option(help="The shards' output folders (all N, any order): --shards DIR1 DIR2 ...")
+    out: Path = option(help="Output folder of the joined run.")
+    more_shards: list[Path] = option(
+        [], argument=True, metavar="DIR", help="The folders after --shards' first one (--shards A B C)."
+    )
+
+
+def annotate_command(settings: AnnotateSettings) -> None:
     """Annotate outputs with an LLM ensemble, merge with a supervisor, and build training data.
 
     Writes OUT/train.jsonl, OUT/validation.jsonl, OUT/hf_dataset/ (a Hugging Face
@@ -98,13 +114,14 @@ def annotate_command(
     from .config import parse_endpoint_options
     from .stage import annotate_outputs
 
-    endpoints = parse_endpoint_options(endpoint or [])
+    o, out = settings, settings.out
+    endpoints = parse_endpoint_options(o.endpoint)
     console = Console(stderr=True)
     with model_progress(console) as progress:
         run = annotate_outputs(
-            ensemble, sources, out, endpoints=endpoints, cache=cache, data_dir=data_dir,
-            refresh_unscored=refresh_unscored, decontaminate_against=decontaminate_against,
-            allow_overlap=allow_overlap, shard=shard, progress=progress, warn=lambda line: _warn(console, line),
+            o.ensemble, o.sources, out, endpoints=endpoints, cache=o.cache, data_dir=o.data_dir,
+            refresh_unscored=o.refresh_unscored, decontaminate_against=o.decontaminate_against,
+            allow_overlap=o.allow_overlap, shard=o.shard, progress=progress, warn=lambda line: _warn(console, line),
         )  # fmt: skip
     _print_decontamination(console, run)
     s, part = run.summary, run.shard
@@ -128,16 +145,7 @@ def annotate_command(
         raise typer.Exit(1)
 
 
-@import_annotations.command()
-def import_command(
-    config: Annotated[Path, typer.Option("--config", help="Import YAML (configs/import/*.yaml).")],
-    out: Annotated[
-        Path, typer.Option("--out", help="Output folder (train.jsonl, validation.jsonl, hf_dataset/, ...).")
-    ],
-    decontaminate_against: DecontaminateOption = None,
-    allow_overlap: AllowOverlapOption = False,
-    data_dir: DataDirOption = None,
-) -> None:
+def import_command(settings: ImportSettings) -> None:
     """Build training records from existing annotations, with no model call.
 
     Formats: quintd-1 / factgenie span annotations (GPT-4 or human spans; span types become
@@ -150,9 +158,10 @@ def import_command(
     from .stage import import_records
 
     console = Console(stderr=True)
+    o, out = settings, settings.out
     run = import_records(
-        config, out, decontaminate_against=decontaminate_against, allow_overlap=allow_overlap, data_dir=data_dir,
-        warn=lambda line: _warn(console, line),
+        o.config, out, decontaminate_against=o.decontaminate_against, allow_overlap=o.allow_overlap,
+        data_dir=o.data_dir, warn=lambda line: _warn(console, line),
     )  # fmt: skip
     _print_decontamination(console, run)
     s = run.summary
@@ -167,16 +176,7 @@ def import_command(
     console.print(f"statistics: {out / 'stats.md'}")
 
 
-@generate.command()
-def generate_command(
-    systems: Annotated[Path, typer.Option("--systems", help="Systems YAML (configs/generate/systems/*.yaml).")],
-    sources: Annotated[Path, typer.Option("--sources", help="Sources YAML whose inputs get new outputs.")],
-    out: OutOption,
-    endpoint: GenerateEndpointOption = None,
-    cache: CacheOption = None,
-    data_dir: DataDirOption = None,
-    shard: ShardOption = None,
-) -> None:
+def generate_command(settings: GenerateSettings) -> None:
     """Generate new system outputs with LLMs for every input of the sources.
 
     Each system answers each input with its task's prompt template (configs/generate/templates/;
@@ -193,12 +193,14 @@ def generate_command(
     from .config import parse_endpoint_options
     from .stage import generate_outputs
 
-    endpoints = parse_endpoint_options(endpoint or [])
+    o, out = settings, settings.out
+    endpoints = parse_endpoint_options(o.endpoint)
     console = Console(stderr=True)
     with model_progress(console) as progress:
         run = generate_outputs(
-            systems, sources, out, endpoints=endpoints, cache=cache, data_dir=data_dir, shard=shard, progress=progress
-        )
+            o.systems, o.sources, out, endpoints=endpoints, cache=o.cache, data_dir=o.data_dir, shard=o.shard,
+            progress=progress,
+        )  # fmt: skip
     s, part = run.summary, run.shard
     per_source = ", ".join(f"{name} {count}" for name, count in s.per_source.items())
     reasons = ", ".join(f"{reason} {count}" for reason, count in s.rejected_reasons.items())
@@ -239,15 +241,7 @@ def _print_skipped(console: Console, run: Any) -> None:
         console.print(f"... and {len(skipped) - 10} more skipped (see {run.out / 'run.json'})")
 
 
-@merge.command(context_settings={"allow_extra_args": True})
-def merge_command(
-    ctx: typer.Context,
-    shards: Annotated[
-        list[Path],
-        typer.Option("--shards", help="The shards' output folders (all N, any order): --shards DIR1 DIR2 ..."),
-    ],
-    out: Annotated[Path, typer.Option("--out", help="Output folder of the joined run.")],
-) -> None:
+def merge_command(settings: MergeSettings) -> None:
     """Join the shards of a `spanjudge annotate --shard K/N` or `generate --shard K/N` run.
 
     Checks that the folders are one run's parts (every shard 1..N exactly once, finished,
@@ -256,14 +250,9 @@ def merge_command(
     (the same split), OUT/hf_dataset/, unscored/incomplete, stats and run.json (with
     `merged_from`); for generate OUT/outputs/, sources.yaml, rejected/incomplete and run.json.
     """
-    from spanjudge.core.errors import InputError
-
     from .merge import merge_shards
 
-    folders = [*shards, *(Path(arg) for arg in ctx.args)]  # --shards A B C: B and C arrive as extra args
-    stray = [arg for arg in ctx.args if arg.startswith("-")]
-    if stray:
-        raise InputError(f"merge: unknown option {stray[0]}")
+    folders, out = [*settings.shards, *settings.more_shards], settings.out  # --shards A B C: B and C are arguments
     console = Console(stderr=True)
     run = merge_shards(folders, out)
     if "records" in run:
@@ -278,3 +267,9 @@ def merge_command(
             f"[yellow]{run['incomplete']} are incomplete[/yellow]: re-run their shards' commands, then merge again"
         )
         raise typer.Exit(1)
+
+
+settings_command(annotate, AnnotateSettings, annotate_command)
+settings_command(import_annotations, ImportSettings, import_command)
+settings_command(generate, GenerateSettings, generate_command)
+settings_command(merge, MergeSettings, merge_command)

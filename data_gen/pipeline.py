@@ -23,7 +23,7 @@ from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl
 from spanjudge.core.progress import Tracker
 from spanjudge.core.sharding import Shard, input_key
-from spanjudge.inference.backends import CachedBackend, LLMCache, make_backend
+from spanjudge.inference.backends import CachedBackend, LLMCache, engine, make_backend
 from spanjudge.inference.catalog import Catalog, Task
 from spanjudge.inference.contract import (
     AnnotatorEvaluation,
@@ -47,9 +47,6 @@ from .selection import EvalRequest, sample_requests
 from .shards import SHARD_RECORDS, finish_shard, settings_hash, start_shard
 from .sources import read_source
 from .stats import compute_stats, write_stats
-
-KEEP_ALIVE = "keep_alive"  # the ollama backend's option (backends/ollama_native.py), not imported: lazy
-DEFAULT_KEEP_ALIVE = "30m"  # Ollama's own default is 5m: a slow supervisor turn could unload an annotator
 
 # progress: a Tracker (core/progress.py) given one row per role, with `cached` and `failed` tallies
 
@@ -199,11 +196,13 @@ def host_groups(roles: Sequence[_Role]) -> list[list[_Role]]:
 
 
 def _keep_loaded(role: ModelRole, ensemble: EnsembleConfig) -> ModelRole:
-    """With `one_model_at_a_time`, an Ollama model stays loaded between its requests."""
+    """With `one_model_at_a_time`, a model stays loaded between its requests where its engine can be told
+    to (its declaration's `keep_loaded` options; the user's own win)."""
     backend = role.backend
-    if not ensemble.one_model_at_a_time or backend.kind != "ollama" or KEEP_ALIVE in backend.options:
+    keep = engine(backend.kind).keep_loaded if ensemble.one_model_at_a_time else {}
+    if not keep.keys() - backend.options.keys():
         return role
-    options = {**backend.options, KEEP_ALIVE: DEFAULT_KEEP_ALIVE}
+    options = {**keep, **backend.options}
     return role.model_copy(update={"backend": backend.model_copy(update={"options": options})})
 
 
@@ -338,7 +337,8 @@ def _results_settings(ensemble: EnsembleConfig) -> dict[str, Any]:
 
 
 def _model_options(role: ModelRole) -> dict[str, Any]:
-    return {k: v for k, v in role.backend.options.items() if k != KEEP_ALIVE}  # memory, not replies
+    keep_loaded = engine(role.backend.kind).keep_loaded  # memory, not replies
+    return {k: v for k, v in role.backend.options.items() if k not in keep_loaded}
 
 
 def write_dataset(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from spanjudge.core.errors import InputError
 from spanjudge.core.progress import Advance
@@ -19,6 +20,9 @@ from spanjudge.core.progress import Advance
 from .datasets import MetaDataset, MetaItem
 from .judgment import Judgment
 from .suite import AspectSpec
+
+if TYPE_CHECKING:
+    from .judges import JudgeContext
 
 NEEDS_MODEL_WEIGHTS = {
     "bertscore": "BERTScore",
@@ -170,3 +174,8 @@ class MetricJudge:
 
     def close(self) -> None:
         pass
+
+
+def metric_judge(value: str, context: JudgeContext) -> MetricJudge:
+    """`metric:<name>`."""
+    return MetricJudge(value)

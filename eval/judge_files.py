@@ -26,7 +26,7 @@ import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spanjudge.core.digests import file_sha256, sha256_of
 from spanjudge.core.errors import InputError, SpanjudgeError
@@ -38,6 +38,9 @@ from spanjudge.inference.prompts import template_sha256
 from .datasets import MetaDataset, MetaItem
 from .judgment import Judgment
 from .suite import AspectSpec
+
+if TYPE_CHECKING:
+    from .judges import JudgeContext
 
 
 def _score_of(row: Mapping[str, Any], where: str) -> float | None:
@@ -302,3 +305,13 @@ class DistilledJudge:
         close = getattr(self._judge, "close", None)
         if close:
             close()
+
+
+def scores_judge(value: str, context: JudgeContext) -> ScoresFileJudge:
+    """`scores:<file.jsonl>`."""
+    return ScoresFileJudge(Path(value))
+
+
+def distilled_judge(value: str, context: JudgeContext) -> DistilledJudge:
+    """`distilled:<model or adapter>`, with the `--judge-option`s."""
+    return DistilledJudge(value, dict(context.options))

@@ -12,36 +12,49 @@ every kind implements is in `judgment.py`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from spanjudge.core.errors import InputError
+from spanjudge.core.registry import Registry
 
 from .judgment import MetaJudge
+
+
+@dataclass(frozen=True)
+class JudgeContext:
+    """What a judge kind's factory may use besides its VALUE: the run's folder, `--judge-option`s, `--endpoint`s."""
+
+    out: Path
+    options: Mapping[str, str] = field(default_factory=dict)
+    endpoints: Sequence[str] = ()
+
+
+JudgeFactory = Callable[[str, JudgeContext], MetaJudge]
+
+# The registry: KIND -> its factory (VALUE, context) -> MetaJudge; another package adds a kind as an entry
+# point of the group `spanjudge.judges`
+JUDGE_KINDS: Registry[JudgeFactory] = Registry(
+    "judge kind",
+    "spanjudge.judges",
+    {
+        "scores": "spanjudge.eval.judge_files:scores_judge",
+        "distilled": "spanjudge.eval.judge_files:distilled_judge",
+        "prompted": "spanjudge.eval.prompted_judge:prompted_judge",
+        "metric": "spanjudge.eval.baselines:metric_judge",
+    },
+)
 
 
 def make_judge(
     spec: str, *, out: Path, options: Mapping[str, str] | None = None, endpoints: Sequence[str] = ()
 ) -> MetaJudge:
+    """The judge a `--judge KIND:VALUE` names."""
     kind, sep, value = spec.partition(":")
+    kinds = ", ".join(f"{name}:" for name in JUDGE_KINDS.names())
     if not sep or not value:
-        raise InputError(f"--judge expects KIND:VALUE (scores:, distilled:, prompted:, metric:), got {spec!r}")
-    if kind == "scores":
-        from .judge_files import ScoresFileJudge
-
-        return ScoresFileJudge(Path(value))
-    if kind == "distilled":
-        from .judge_files import DistilledJudge
-
-        return DistilledJudge(value, dict(options or {}))
-    if kind == "prompted":
-        from .prompted_judge import PromptedJudge
-
-        path, _, models = value.partition("#")
-        selected = tuple(m.strip() for m in models.split(",") if m.strip())
-        return PromptedJudge(Path(path), selected, out / "cache.sqlite", endpoints)
-    if kind == "metric":
-        from .baselines import MetricJudge
-
-        return MetricJudge(value)
-    raise InputError(f"unknown judge kind '{kind}' in {spec!r}; use scores:, distilled:, prompted: or metric:")
+        raise InputError(f"--judge expects KIND:VALUE ({kinds}), got {spec!r}")
+    if kind not in JUDGE_KINDS.names():
+        raise InputError(f"unknown judge kind '{kind}' in {spec!r}; use {kinds}")
+    return JUDGE_KINDS.load(kind)(value, JudgeContext(out, dict(options or {}), tuple(endpoints)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spanjudge.core.errors import InputError
 from spanjudge.core.progress import Advance
@@ -27,6 +28,9 @@ from .datasets import MetaDataset, MetaItem
 from .judgment import Judgment
 from .sampling import sample_seed
 from .suite import AspectSpec
+
+if TYPE_CHECKING:
+    from .judges import JudgeContext
 
 
 class PromptedJudge:
@@ -94,3 +98,10 @@ class PromptedJudge:
         for backend in self.backends.values():
             backend.close()
         self.cache.close()
+
+
+def prompted_judge(value: str, context: JudgeContext) -> PromptedJudge:
+    """`prompted:<ensemble.yaml>[#a,b]`: the ensemble's models, or those named after `#`."""
+    path, _, models = value.partition("#")
+    selected = tuple(m.strip() for m in models.split(",") if m.strip())
+    return PromptedJudge(Path(path), selected, context.out / "cache.sqlite", context.endpoints)

@@ -266,8 +266,9 @@ def run_meta_eval(
     """`trained_on`: judge name -> digests of its training inputs (see `training_inputs`);
     a judge scored on items whose inputs it was trained on gets one warning line.
     `samples`: judge each item N times and correlate the per-item mean (see `.sampling`)."""
-    # provenance for results.json: every argument but the judge objects and callbacks (named below)
-    options = {k: v for k, v in locals().items() if k not in ("suite", "judges", "progress", "trained_on")}
+    # provenance for results.json: the run's own arguments (the judges and the suite are recorded below)
+    options = {"suite_path": suite_path, "out": out, "data_root": data_root, "max_items": max_items,
+               "datasets": datasets, "samples": samples}  # fmt: skip
     data = open_suite(suite, suite_path, data_root)
     seen_in_training: dict[str, dict[str, tuple[int, int]]] = {}
     chosen = [d for d in suite.datasets if not datasets or d.name in datasets]

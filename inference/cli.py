@@ -5,33 +5,57 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-CatalogOption = Annotated[
-    list[Path] | None,
-    typer.Option(
-        "--catalog",
-        help="Extra task catalog YAML file or folder (repeatable), loaded after the built-in one "
-        "and $SPANJUDGE_CATALOG.",
-    ),
-]
+from spanjudge.core.options import option, settings_command
 
 tasks = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 prompt = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 parse = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
+CATALOG_HELP = (
+    "Extra task catalog YAML file or folder (repeatable), loaded after the built-in one and $SPANJUDGE_CATALOG."
+)
 
-@tasks.command()
-def tasks_command(
-    as_json: Annotated[bool, typer.Option("--json", help="Print the whole catalog as JSON.")] = False,
-    task: Annotated[str | None, typer.Option("--task", help="Show one task with its aspect definitions.")] = None,
-    catalog: CatalogOption = None,
-) -> None:
+
+@dataclass(frozen=True, kw_only=True)
+class TasksSettings:
+    """`spanjudge tasks`'s options."""
+
+    as_json: bool = option(False, flag="--json", help="Print the whole catalog as JSON.")
+    task: str | None = option(None, help="Show one task with its aspect definitions.")
+    catalog: list[Path] = option([], help=CATALOG_HELP)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptSettings:
+    """`spanjudge prompt`'s options."""
+
+    kind: str = option("judge", help="annotator | judge")
+    task: str = option("news_summarization", help="Task id (see `spanjudge tasks`).")
+    aspect: str = option("consistency", help="Aspect name of the task.")
+    input_: list[str] = option(
+        [], flag="--input", help="An input as HEADER=TEXT (repeatable), e.g. --input 'Article=...'."
+    )
+    output: str = option("", help="The evaluated output text.")
+    catalog: list[Path] = option([], help=CATALOG_HELP)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParseSettings:
+    """`spanjudge parse`'s arguments and options."""
+
+    reply: Path = option(argument=True, help="File with the model's reply; '-' reads standard input.")
+    kind: str = option("judge", help="annotator | supervisor | judge")
+    output_file: Path | None = option(None, help="The evaluated output, to anchor error locations to offsets.")
+
+
+def tasks_command(settings: TasksSettings) -> None:
     """List tasks and their aspects.
 
     Tasks live in configs/tasks/<category>.yaml: add a task or an aspect by editing YAML,
@@ -39,7 +63,8 @@ def tasks_command(
     """
     from .catalog import load_catalog
 
-    loaded = load_catalog(catalog or ())
+    as_json, task = settings.as_json, settings.task
+    loaded = load_catalog(settings.catalog)
     if as_json:
         data = loaded.to_json_dict()
         if task is not None:
@@ -76,18 +101,7 @@ def tasks_command(
     )
 
 
-@prompt.command()
-def prompt_command(
-    kind: Annotated[str, typer.Option("--kind", help="annotator | judge")] = "judge",
-    task: Annotated[str, typer.Option("--task", help="Task id (see `spanjudge tasks`).")] = "news_summarization",
-    aspect: Annotated[str, typer.Option("--aspect", help="Aspect name of the task.")] = "consistency",
-    input_: Annotated[
-        list[str] | None,
-        typer.Option("--input", help="An input as HEADER=TEXT (repeatable), e.g. --input 'Article=...'."),
-    ] = None,
-    output: Annotated[str, typer.Option("--output", help="The evaluated output text.")] = "",
-    catalog: CatalogOption = None,
-) -> None:
+def prompt_command(settings: PromptSettings) -> None:
     """Print the prompt spanjudge would send, so you can read exactly what a model sees."""
     from spanjudge.core.errors import InputError
     from spanjudge.core.keyvalue import parse_texts
@@ -95,29 +109,23 @@ def prompt_command(
     from .catalog import load_catalog
     from .prompts import render_annotator_prompt, render_judge_prompt
 
-    chosen = load_catalog(catalog or ()).task(task)
-    inputs = parse_texts(input_ or (), "--input", "'Article=The cat sat.'", "HEADER=TEXT")
+    s = settings
+    chosen = load_catalog(s.catalog).task(s.task)
+    inputs = parse_texts(s.input_, "--input", "'Article=The cat sat.'", "HEADER=TEXT")
     renderers = {"annotator": render_annotator_prompt, "judge": render_judge_prompt}
-    if kind not in renderers:
-        raise InputError(f"--kind must be one of {', '.join(renderers)}, got {kind!r}")
-    typer.echo(renderers[kind](chosen, chosen.aspect(aspect), inputs, output))
+    if s.kind not in renderers:
+        raise InputError(f"--kind must be one of {', '.join(renderers)}, got {s.kind!r}")
+    typer.echo(renderers[s.kind](chosen, chosen.aspect(s.aspect), inputs, s.output))
 
 
-@parse.command()
-def parse_command(
-    reply: Annotated[Path, typer.Argument(help="File with the model's reply; '-' reads standard input.")],
-    kind: Annotated[str, typer.Option("--kind", help="annotator | supervisor | judge")] = "judge",
-    output_file: Annotated[
-        Path | None,
-        typer.Option("--output-file", help="The evaluated output, to anchor error locations to offsets."),
-    ] = None,
-) -> None:
+def parse_command(settings: ParseSettings) -> None:
     """Parse a reply and print the result as JSON (a parse failure prints its reason, exit 1)."""
     from spanjudge.core.errors import InputError
 
     from .contract import anchor_errors, parse_annotator, parse_judge, parse_supervisor
     from .contract.model import ParseFailure
 
+    reply, kind, output_file = settings.reply, settings.kind, settings.output_file
     parsers = {"annotator": parse_annotator, "supervisor": parse_supervisor, "judge": parse_judge}
     if kind not in parsers:
         raise InputError(f"--kind must be one of {', '.join(parsers)}, got {kind!r}")
@@ -133,6 +141,11 @@ def parse_command(
     if not isinstance(result, list):
         payload.update({k: v for k, v in result.model_dump().items() if k != "errors"})
     typer.echo(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+
+
+settings_command(tasks, TasksSettings, tasks_command)
+settings_command(prompt, PromptSettings, prompt_command)
+settings_command(parse, ParseSettings, parse_command)
 
 
 def _read_text(path: Path) -> str:

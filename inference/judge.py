@@ -47,28 +47,25 @@ from spanjudge.core.artifacts import read_adapter_metadata
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.progress import Advance
 
-from .backends import BackendSpec, judge_engine, make_backend
+from .backends import make_backend
 from .backends.adapters import check_safetensors_adapter
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
-from .backends.registry import NO_PROMPT_LOGPROBS, PROBABILITY_ENGINES, one_of
+from .backends.registry import engines_that
 from .catalog import Aspect, Catalog, load_catalog
-from .chat import encode_text, render_chat
+from .chat import encode_text
 from .consensus import Consensus, consensus
 from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
-from .contract.grammar import errors_within, judge_grammar, server_grammar_fields
-from .contract.json_form import json_reply_to_text, judge_json_schema
-from .hf_models import load_tokenizer, local_folder, resolve_model_source
+from .contract.json_form import json_reply_to_text
+from .hf_models import local_folder, resolve_model_source
 from .judge_conversation import JudgeRequest, judge_chat_prompt, judge_messages, judge_prompt_ids, stored_template
-from .judge_options import MAX_NEW_TOKENS, RETRIES, JudgeOptions, judge_options
+from .judge_options import MAX_NEW_TOKENS, JudgeOptions, judge_options
+from .judge_setup import JudgeSetup, ProbabilitySource, judge_engine, wire
 from .predictions import Predictions, predict
 from .probabilities import ReplyProbabilities
 from .prompts import PromptTemplate
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
-
-# reads the judge's probabilities along a parsed evaluation, from the request the model was sent
-ProbabilitySource = Callable[[ChatRequest, Evaluation], ReplyProbabilities]
+    pass
 
 RETRY_SAMPLING = SamplingParams(temperature=0.1, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
 # self-consistency's replies: diverse enough to disagree where the judge is unsure (Wang et al. 2023 sample at 0.7)
@@ -108,55 +105,50 @@ ResultCallback = Callable[[int, "JudgedEvaluation"], None]  # (index of the requ
 
 
 class Judge:
-    """Scores JudgeRequests with a distilled judge behind any backend."""
+    """Scores JudgeRequests with a distilled judge behind any backend.
+
+    `Judge(backend, options, catalog, setup)`: the judge's options (`JudgeOptions`: decoding, retries,
+    probabilities, samples ...) and how it talks to its engine (`JudgeSetup`); `from_pretrained` works both
+    out from a model folder and the engine's declaration."""
 
     def __init__(
         self,
         backend: Backend,
-        *,
-        tokenizer: PreTrainedTokenizerBase | None,
-        send_templated_prompt: bool,
+        options: JudgeOptions | None = None,
         catalog: Catalog | None = None,
-        max_context: int | None = None,
-        max_new_tokens: int = MAX_NEW_TOKENS,
-        name: str = "judge",
-        retries: int = RETRIES,
-        prompt_template: PromptTemplate | None = None,
-        probabilities: bool = False,
-        samples: int = 0,
-        probability_reader: ProbabilitySource | None = None,
-        reuse_prefix: bool | None = None,
-        json_replies: bool = False,
+        setup: JudgeSetup | None = None,
     ) -> None:
+        options, setup = options or JudgeOptions(), setup or JudgeSetup()
         self.backend = backend
+        self.options = options
+        self.setup = setup
         # replies in the contract's JSON form (a server held to its JSON schema: Ollama) are rendered to
         # the text evaluation before parsing; the raw replies stay as the server sent them
-        self._reply_text: Callable[[str], str] = json_reply_to_text if json_replies else str
+        self._reply_text: Callable[[str], str] = json_reply_to_text if setup.json_replies else str
         # requests go to the backend ordered by prompt, so those sharing a prefix are adjacent (results
         # come back in the caller's order): what lets a server's or engine's prefix cache hit. None is
         # the engine's default (it decides whether it reads the prefix once); only False keeps the order.
-        self.reuse_prefix = reuse_prefix
-        if samples < 0:
-            raise SpanjudgeError(f"samples must be 0 (none) or more, got {samples}")
-        self.samples = samples
-        # where the probabilities come from: the given reader, else the backend (transformers, llama.cpp and vLLM
-        # read their own)
-        self._probability_reader = probability_reader or getattr(backend, "read_probabilities", None)
-        if probabilities and self._probability_reader is None:
+        self.reuse_prefix = options.reuse_prefix
+        if options.samples < 0:
+            raise SpanjudgeError(f"samples must be 0 (none) or more, got {options.samples}")
+        self.samples = options.samples
+        # where the probabilities come from: the given reader, else the backend (an engine that reads its own)
+        self._probability_reader = setup.probability_reader or getattr(backend, "read_probabilities", None)
+        if options.probabilities and self._probability_reader is None:
             raise SpanjudgeError(
-                f"probabilities are read on the {one_of(PROBABILITY_ENGINES)} engines; {type(backend).__name__} "
-                "does not read them: give probability_reader="
+                f"probabilities are read on the {engines_that('read_probabilities')} engines; "
+                f"{type(backend).__name__} does not read them: give probability_reader="
             )
-        self.probabilities = probabilities
+        self.probabilities = options.probabilities
         # the judge's own prompt (None: the built-in one); a request that names none is sent with it
-        self.prompt_template = prompt_template
-        self.tokenizer = tokenizer
-        self.send_templated_prompt = send_templated_prompt
+        self.prompt_template = setup.prompt_template
+        self.tokenizer = setup.tokenizer
+        self.send_templated_prompt = setup.templated_prompt
         self.catalog = catalog or load_catalog()
-        self.max_context = max_context
-        self.max_new_tokens = max_new_tokens
-        self.retries = retries  # fewer on a CPU with a weak judge: each retry costs a whole generation
-        self.name = name
+        self.max_context = setup.max_context
+        self.max_new_tokens = options.max_new_tokens
+        self.retries = options.retries  # fewer on a CPU with a weak judge: each retry costs a whole generation
+        self.name = setup.name
 
     # -- construction -----------------------------------------------------------------------
 
@@ -171,112 +163,24 @@ class Judge:
         **changes: Any,
     ) -> Judge:
         """A judge from an adapter folder (base found in its spanjudge.json or adapter_config.json,
-        or given), a merged/full model folder, a hub id, or a served model (engine "openai").
+        or given), a merged/full model folder, a hub id, or a served model (a served engine, `base_url`).
 
         `options`: a `JudgeOptions` (each option's meaning is declared there); `changes`, keyword
-        changes to it (`Judge.from_pretrained(path, engine="openai", base_url=...)`).
-        `probability_reader`: where `probabilities=True` reads them on an engine that does not expose
-        them itself, e.g. `llamacpp.LlamaCppProbabilities(gguf, tokenizer, lora).read_probabilities` for a
-        judge llama.cpp serves.
-        `retries`: sampled retries of an unparseable reply (3, as the thesis's scorer; fewer keeps a
-        weak judge on a CPU affordable, since each retry is a whole generation).
-        `constrained`: hold every reply to the output contract's grammar (see the module docstring);
-        engine "openai" sends it in both llama.cpp's (`grammar`) and vLLM's (`structured_outputs`)
-        request field, so a server that reads neither (Ollama's /v1) decodes unconstrained; engine
-        "ollama" (Ollama's native API) sends the contract's JSON form as the request's JSON schema
-        (`contract.json_form`) and renders each reply back to the text evaluation.
-        `engine_options`: engine arguments, for vllm given to `vllm.LLM(...)` (max_model_len,
-        gpu_memory_utilization, tensor_parallel_size, quantization ...), for transformers to
-        `from_pretrained` (dtype, device_map, attn_implementation ...); they win over
-        `batch_size` and `dtype` here.
-        `prompt_template`: the judge's prompt template (a Jinja file, see `prompts.PromptTemplate`);
-        by default the one a spanjudge adapter folder stores (trained with `data.prompt_template`),
-        else the built-in prompt.
-        `probabilities`: also read the judge's probabilities along each written evaluation
-        (`probabilities.ReplyProbabilities`: P(no error), the expected number of errors, each
-        error's confidence and expected severity, the expected score); transformers engine only.
-        `samples`: also ask N sampled replies per output and merge them (`consensus.consensus`: the
-        spans at least half of them mark, with that share as confidence, and Algorithm 1's score)."""
+        changes to it (`Judge.from_pretrained(path, engine="openai", base_url=...)`). What the engine
+        needs and does (a server's URL, its constraint, who reads the probabilities) is its declaration's
+        (`judge_setup.wire`). `probability_reader`: where `probabilities=True` reads them on an engine that
+        does not read them itself, e.g. `llamacpp.LlamaCppProbabilities(gguf, tokenizer, lora).read_probabilities`
+        for a judge llama.cpp serves. `prompt_template`: by default the one a spanjudge adapter folder
+        stores (trained with `data.prompt_template`), else the built-in prompt."""
         o = judge_options(options, **changes)
-        base, engine, max_new_tokens, template_given = o.base, o.engine, o.max_new_tokens, o.prompt_template
+        declared = judge_engine(o, probability_reader)
         location = str(model_or_adapter)
-        try:
-            record = judge_engine(engine)
-        except ValueError as exc:
-            raise SpanjudgeError(str(exc)) from None
-        if o.probabilities and not record.probabilities and probability_reader is None:
-            raise SpanjudgeError(
-                f"probabilities are read on the {one_of(PROBABILITY_ENGINES)} engines, not {engine!r} "
-                f"({NO_PROMPT_LOGPROBS}; a served llama.cpp judge: give probability_reader=)"
-            )
         check_safetensors_adapter(Path(location).expanduser())  # a pickled adapter: one line, before anything loads
-        template = resolve_prompt_template(location, template_given)
-        adapter, model = _adapter_and_model(location, base)
-        tokenizer_folder = adapter or (model if Path(model).is_dir() else None)
-        if record.server:
-            if not o.base_url:
-                raise SpanjudgeError(f"engine {engine!r} needs base_url (e.g. http://127.0.0.1:8080/v1)")
-            tokenizer = (
-                load_tokenizer(tokenizer_folder, trust_remote_code=o.trust_remote_code) if tokenizer_folder else None
-            )
-            ollama = engine == "ollama"
-            options = dict(o.engine_options or {})
-            if ollama and o.constrained:  # Ollama holds replies to a JSON schema, not a grammar
-                options["format"] = judge_json_schema(max_errors=errors_within(max_new_tokens))
-            spec = BackendSpec(
-                kind=engine,
-                model=o.served_model or Path(location).name or "judge",
-                endpoints=(o.base_url,),
-                # Ollama's native API is chat only: it applies the model's own template (the tokenizer, if
-                # any, still measures the prompt to fit the context)
-                api="prompt" if tokenizer is not None and not ollama else "chat",
-                concurrency=o.concurrency,
-                timeout_s=o.timeout_s,
-                options=options,
-                extra_body={}
-                if ollama
-                else {
-                    **(server_grammar_fields(_contract_grammar(max_new_tokens)) if o.constrained else {}),
-                    # llama.cpp's server reuses its slot's prompt cache unless told not to (vLLM ignores it)
-                    **({"cache_prompt": False} if o.reuse_prefix is False else {}),
-                },
-            )
-            context = o.max_context
-        else:
-            tokenizer = load_tokenizer(tokenizer_folder or model, trust_remote_code=o.trust_remote_code)
-            engine_kwargs: dict[str, Any] = {"trust_remote_code": o.trust_remote_code}
-            given = {"batch_size": o.batch_size, "dtype": o.dtype, "reuse_prefix": o.reuse_prefix}
-            engine_kwargs.update({name: given[name] for name in record.judge_options})
-            engine_kwargs.update(o.engine_options or {})  # the user's engine arguments win over the defaults above
-            ours = sorted({"adapter", "grammar"} & engine_kwargs.keys())
-            if ours:
-                raise SpanjudgeError(
-                    f"engine arguments {ours} are set by the judge (the adapter it loads, constrained=True)"
-                )
-            if adapter:
-                engine_kwargs["adapter"] = adapter
-            if o.constrained:
-                engine_kwargs["grammar"] = _contract_grammar(max_new_tokens)
-            spec = BackendSpec(kind=engine, model=model, options=engine_kwargs)
-            context = o.max_context or _model_context(model)
-        if tokenizer is not None and getattr(tokenizer, "chat_template", None):
-            render_chat(tokenizer, [{"role": "user", "content": "?"}])  # a template that cannot render: one line now
-        return cls(
-            make_backend(spec),
-            tokenizer=tokenizer,
-            send_templated_prompt=spec.api == "prompt",
-            catalog=catalog,
-            max_context=context,
-            max_new_tokens=max_new_tokens,
-            name=location,
-            retries=o.retries,
-            prompt_template=template,
-            probabilities=o.probabilities,
-            samples=o.samples,
-            probability_reader=probability_reader,
-            reuse_prefix=o.reuse_prefix,
-            json_replies=engine == "ollama" and o.constrained,
-        )
+        template = resolve_prompt_template(location, o.prompt_template)
+        adapter, model = _adapter_and_model(location, o.base)
+        spec, setup = wire(declared, o, location=location, adapter=adapter, model=model)
+        setup = replace(setup, prompt_template=template, probability_reader=probability_reader)
+        return cls(make_backend(spec), o, catalog, setup)
 
     def request(
         self,
@@ -548,11 +452,6 @@ class Judge:
         self.backend.close()
 
 
-def _contract_grammar(max_new_tokens: int) -> str:
-    """The output contract's grammar with as many error blocks as surely fit the token limit."""
-    return judge_grammar(max_errors=errors_within(max_new_tokens))
-
-
 def _unscored(
     item: _Prepared, replies: list[str], attempts: int, *, reason: str | None = None, call_failure: str | None = None
 ) -> JudgedEvaluation:
@@ -598,10 +497,3 @@ def recorded_base(adapter: Path) -> str:
     if not recorded:
         raise SpanjudgeError(f"{adapter}: the adapter does not name its base model; pass base=...")
     return str(recorded)
-
-
-def _model_context(model: str) -> int | None:
-    config = Path(model) / "config.json"
-    if not config.is_file():
-        return None
-    return json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings")

@@ -17,7 +17,7 @@ from typing import Any
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.options import option
 
-from .backends.registry import JUDGE_ENGINES
+from .backends.registry import DEFAULT_JUDGE_ENGINE, engine_names
 
 MAX_NEW_TOKENS = 1536
 RETRIES = 3  # the thesis's scorer: three sampled retries of a reply that does not parse
@@ -28,7 +28,7 @@ class JudgeOptions:
     """The options of a distilled judge (see the module docstring)."""
 
     base: str | None = option(None, help="Base model (default: recorded in the adapter).")
-    engine: str = option("transformers", help=f"{' | '.join(JUDGE_ENGINES)}.")
+    engine: str = option(DEFAULT_JUDGE_ENGINE, help=f"{' | '.join(engine_names())}.")
     base_url: str | None = option(
         None,
         help="engine openai or ollama: the server, e.g. http://127.0.0.1:8080/v1 (Ollama: http://127.0.0.1:11434).",

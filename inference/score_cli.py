@@ -4,12 +4,13 @@ command line. The work is done by `scoring.score_file`; these commands parse and
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
-from spanjudge.core.options import settings_command
+from spanjudge.core.options import option, settings_command
 
 from .scoring import ScoreSettings
 
@@ -63,29 +64,34 @@ def _summary(console: Any, rows: list[dict[str, Any]], failed: int) -> None:
 RENDER_FORMATS = ("html", "xcomet", "factgenie")
 
 
-@render.command()
-def render_command(
-    results: Annotated[Path, typer.Argument(help="Results JSONL written by `spanjudge score`.")],
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out", help="Page, JSONL or campaign folder (default: beside RESULTS, .html, .xcomet.jsonl, -factgenie)."
-        ),
-    ] = None,
-    to: Annotated[
-        str,
-        typer.Option(
-            "--to", help="html: the page; xcomet: JSONL with xCOMET-style error_spans; factgenie: a campaign folder."
-        ),
-    ] = "html",
-    dataset: Annotated[
-        str | None, typer.Option("--dataset", help="factgenie: the outputs' dataset id (default: the rows' task).")
-    ] = None,
-    split: Annotated[str, typer.Option("--split", help="factgenie: the split of the outputs.")] = "test",
-    setup: Annotated[
-        str, typer.Option("--setup", help="factgenie: the setup id (the system that wrote the outputs).")
-    ] = "outputs",
-) -> None:
+@dataclass(frozen=True, kw_only=True)
+class RenderSettings:
+    """`spanjudge render`'s arguments and options."""
+
+    results: Path = option(argument=True, help="Results JSONL written by `spanjudge score`.")
+    out: Path | None = option(
+        None, help="Page, JSONL or campaign folder (default: beside RESULTS, .html, .xcomet.jsonl, -factgenie)."
+    )
+    to: str = option(
+        "html", help="html: the page; xcomet: JSONL with xCOMET-style error_spans; factgenie: a campaign folder."
+    )
+    dataset: str | None = option(None, help="factgenie: the outputs' dataset id (default: the rows' task).")
+    split: str = option("test", help="factgenie: the split of the outputs.")
+    setup: str = option("outputs", help="factgenie: the setup id (the system that wrote the outputs).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportSettings:
+    """`spanjudge export`'s options."""
+
+    model: Path = option(help="Adapter folder from `spanjudge train`.")
+    out: Path = option(help="Output folder (--merge) or .gguf file (--gguf-lora).")
+    merge: bool = option(False, help="Fold the adapter into the base: safetensors folder.")
+    gguf_lora: bool = option(False, help="Write the adapter as a llama.cpp GGUF LoRA (Llama bases).")
+    base: str | None = option(None, help="Base model (default: recorded in the adapter).")
+
+
+def render_command(settings: RenderSettings) -> None:
     """Render score results: as one self-contained HTML page (spans highlighted by severity,
     explanations on hover or focus), as xCOMET-style `error_spans` (severity 1-2 minor, 3-4 major,
     5 critical) or as a factgenie annotation campaign (one span category per severity)."""
@@ -94,6 +100,7 @@ def render_command(
 
     from .score_data import read_results
 
+    results, out, to = settings.results, settings.out, settings.to
     if to not in RENDER_FORMATS:
         raise InputError(f"--to must be one of {', '.join(RENDER_FORMATS)}, not '{to}'")
     if not results.is_file():
@@ -120,22 +127,17 @@ def render_command(
         rows = read_results(results, required=("task", "aspect", "output"), complete=True)
         tasks = sorted({str(r["task"]) for r in rows})
         metadata, records = factgenie_campaign(
-            rows, campaign_id=target.name, dataset=dataset or "+".join(tasks), split=split, setup_id=setup
+            rows,
+            campaign_id=target.name,
+            dataset=settings.dataset or "+".join(tasks),
+            split=settings.split,
+            setup_id=settings.setup,
         )
         write_factgenie_campaign(target, metadata, records, file_name=results.stem)
     typer.echo(str(target))
 
 
-@export.command()
-def export_command(
-    model: Annotated[Path, typer.Option("--model", help="Adapter folder from `spanjudge train`.")],
-    out: Annotated[Path, typer.Option("--out", help="Output folder (--merge) or .gguf file (--gguf-lora).")],
-    merge: Annotated[bool, typer.Option("--merge", help="Fold the adapter into the base: safetensors folder.")] = False,
-    gguf_lora: Annotated[
-        bool, typer.Option("--gguf-lora", help="Write the adapter as a llama.cpp GGUF LoRA (Llama bases).")
-    ] = False,
-    base: Annotated[str | None, typer.Option("--base", help="Base model (default: recorded in the adapter).")] = None,
-) -> None:
+def export_command(settings: ExportSettings) -> None:
     """Export a trained judge for serving.
 
     --merge writes merged weights (serve with vLLM, TGI, SGLang, or convert to GGUF with
@@ -150,7 +152,8 @@ def export_command(
     from .hf_models import local_folder, resolve_model_source
     from .judge import recorded_base
 
-    if merge == gguf_lora:
+    model, out, merge, base = settings.model, settings.out, settings.merge, settings.base
+    if merge == settings.gguf_lora:
         raise InputError("choose one of --merge or --gguf-lora")
     if not (model / "adapter_config.json").is_file():
         raise InputError(f"{model} is not an adapter folder (no adapter_config.json)")
@@ -165,3 +168,7 @@ def export_command(
     else:
         config = json.loads((Path(base_folder) / "config.json").read_text(encoding="utf-8"))
         typer.echo(str(adapter_to_gguf(model, config, out)))
+
+
+settings_command(render, RenderSettings, render_command)
+settings_command(export, ExportSettings, export_command)

@@ -19,14 +19,6 @@ from spanjudge.core.keyvalue import parse_texts
 from spanjudge.core.options import option
 from spanjudge.core.sharding import SHARD_HELP
 
-from .backends.registry import (
-    BY_NAME,
-    ENGINE_ARG_KINDS,
-    JUDGE_ENGINES,
-    NO_PROMPT_LOGPROBS,
-    PROBABILITY_ENGINES,
-    one_of,
-)
 from .judge_options import JudgeOptions
 
 CHUNK = 32  # items handed to the judge at a time (each result is written as soon as it is final)
@@ -139,8 +131,7 @@ def model_identity(
     name = str(local.resolve()) if local.exists() else model
     if base:
         name += f" (base {base})"
-    record = BY_NAME.get(engine)
-    if record is not None and record.server and served_model:
+    if served_model and _served(engine):
         name += f" (served as {served_model})"
     for key, value in sorted((engine_options or {}).items()):
         path = Path(str(value)).expanduser() if isinstance(value, str | Path) else None
@@ -149,12 +140,25 @@ def model_identity(
     return name
 
 
+def _served(name: str) -> bool:
+    from spanjudge.core.errors import InputError
+
+    from .backends import engine
+
+    try:
+        return engine(name).serve is not None
+    except InputError:
+        return False
+
+
 def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
     """One-line errors before anything is read; returns the shard (or None) and the engine options."""
     from spanjudge.core.errors import InputError
     from spanjudge.core.sharding import parse_shard
 
     from .backends import parse_engine_args
+    from .backends.registry import engines_that
+    from .judge_setup import judge_engine
 
     part = parse_shard(settings.shard)  # a bad K/N is one line before anything is read
     if settings.output_format not in FORMATS:
@@ -166,16 +170,10 @@ def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
 
         check_page_path(settings.out, page_path(settings.out), "--out")
         check_overwritable(page_path(settings.out), "page", is_our_page, "--out (its page)")
-    if settings.engine not in JUDGE_ENGINES:
-        raise InputError(f"--engine must be {one_of(JUDGE_ENGINES)}, not '{settings.engine}'")
-    if settings.probabilities and not BY_NAME[settings.engine].probabilities:
-        raise InputError(
-            f"--probabilities is read on --engine {one_of(PROBABILITY_ENGINES)}, not {settings.engine} "
-            f"({NO_PROMPT_LOGPROBS})"
-        )
+    declared = judge_engine(settings)  # the engine's own rules, as Judge.from_pretrained checks them
     engine_options = parse_engine_args(settings.engine_arg or [])
-    if engine_options and settings.engine not in ENGINE_ARG_KINDS:
-        raise InputError(f"--engine-arg is for --engine {one_of(ENGINE_ARG_KINDS)}; a server takes its own flags")
+    if engine_options and not declared.in_process:
+        raise InputError(f"--engine-arg is for --engine {engines_that('in_process')}; a server takes its own flags")
     return part, engine_options
 
 

@@ -8,12 +8,13 @@ commit, and returns what was staged and where it went; printing is the caller's.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.core.keyvalue import parse_texts
+from spanjudge.core.options import option
 
 from .card import CardOptions
 from .dataset import read_dataset_folder
@@ -32,22 +33,39 @@ StageInto = Callable[[Path, str | None], list[str]]
 Stager = tuple[StageInto, list[Path]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PublishOptions:
-    """What `spanjudge publish` was asked for (see its --help)."""
+    """What `spanjudge publish` was asked for: each field is also its option (`core.options`)."""
 
-    repo_id: str
-    model: Path | None = None
-    dataset_dir: Path | None = None
-    private: bool = False
-    merged: bool = False
-    dry_run: Path | None = None
-    base_model: str | None = None
-    license: str = "other"
-    datasets: tuple[str, ...] = ()
-    eval_results: Path | None = None
-    judge_name: str | None = None
-    source_licenses: tuple[str, ...] = ()  # SOURCE=LICENSE
+    repo_id: str = option(help="Hub repository, owner/name (created if missing).")
+    model: Path | None = option(None, help="Run folder of `spanjudge train` (or its adapter/).")
+    dataset_dir: Path | None = option(
+        None,
+        help="Instead of a judge, the folder `spanjudge annotate`/`import`/`merge` wrote: uploaded as a dataset repo "
+        "with a dataset card.",
+    )
+    private: bool = option(False, help="Create the repository as private.")
+    merged: bool = option(False, help="Upload the adapter merged into the base (safetensors) instead.")
+    dry_run: Path | None = option(None, help="Write exactly what would be uploaded into this folder; upload nothing.")
+    base_model: str | None = option(
+        None, help="Hub id of the base for the card (needed when trained on a local folder)."
+    )
+    license: str = option("other", help="License id for the card metadata, e.g. apache-2.0, llama3.1.")
+    datasets: list[str] = option([], flag="--dataset", help="Hub dataset id for the card metadata (repeatable).")
+    eval_results: Path | None = option(
+        None, help="Results JSON of `spanjudge meta-eval`: the card's table and model-index."
+    )
+    judge_name: str | None = option(
+        None,
+        help="The meta-eval judge whose rows go into the card (e.g. distilled:adapter); needed when --eval-results "
+        "holds several non-baseline judges.",
+    )
+    source_licenses: list[str] = option(
+        [],
+        flag="--source-license",
+        help="With --dataset-dir: SOURCE=LICENSE for a source dataset of the records (repeatable), e.g. xsum=mit; "
+        "the card says 'unknown' for sources without one.",
+    )
 
 
 @dataclass(frozen=True)
@@ -94,7 +112,7 @@ def _license(value: str) -> str:
     return license_
 
 
-def source_licenses(values: tuple[str, ...]) -> dict[str, str]:
+def source_licenses(values: Sequence[str]) -> dict[str, str]:
     """--source-license SOURCE=LICENSE options, by source."""
     found = parse_texts(values, "--source-license", "xsum=mit", "SOURCE=LICENSE")
     spaced = [name for name, license_ in found.items() if any(c.isspace() for c in license_)]
@@ -111,7 +129,7 @@ def _judge_stager(options: PublishOptions, license_: str, say: Say) -> Stager:
         base_model=card_base_model(run.recorded_base, options.base_model),
         merged=options.merged,
         license=license_,
-        datasets=options.datasets,
+        datasets=tuple(options.datasets),
         eval_results=read_eval_results(options.eval_results, options.judge_name) if options.eval_results else None,
     )
     sources = [run.adapter, *([run.run_dir] if run.run_dir is not None else [])]

@@ -46,8 +46,6 @@ from spanjudge.inference.prompts import template_sha256
 from .checkpoints import TimedSaves, resume_point
 from .config import (
     TrainConfig,
-    check_trackers,
-    check_trainer_args,
     load_chat_template,
     load_prompt_template,
     resolved_yaml,
@@ -149,6 +147,7 @@ class TrainingRun:
     """Prepare (cheap, all checks) then train (loads the model). Used by the CLI and tests."""
 
     def __init__(self, config: TrainConfig, *, say: Callable[[str], None] | None = None) -> None:
+        """`config` as `config.load_train_config` returns it: its trainer_args and trackers already checked."""
         self.config = config
         self.world = World.from_accelerate(config.training.use_cpu)
         self.say = say or (lambda message: print(f"[spanjudge train] {message}", file=sys.stderr, flush=True))
@@ -172,8 +171,6 @@ class TrainingRun:
             _check_liger(self.on_cpu)
         _check_sharding(self.on_cpu)
         self.accumulation = gradient_accumulation(config, self.world)
-        check_trainer_args(config, None)  # also done when the file is loaded; here for callers of TrainingRun
-        check_trackers(config, None)
         _check_same_run(config, self.output_dir)
         self.source = resolve_model_source(config.model.base)
         self.folder = local_folder(self.source, self.log)

@@ -1,6 +1,6 @@
-"""Perturbation benchmarks (BENCHMARKS.md, seeds 000-003): build once, score any judge.
+"""Perturbation benchmarks (docs/research/benchmarks.md, seeds 000-003): build once, score any judge.
 
-    registry        the benchmark kinds (`KINDS`, `BenchmarkKind`, `get_kind`)
+    registry        the benchmark kinds (`BENCHMARKS`, `KINDS`, `BenchmarkKind`, `get_kind`)
     kinds/          one module per benchmark kind: dhp, dual, attacks, prompt, each with its
                     sources, build, analyse, report and plots
     perturbations   the perturbation library; its tables are configs/perturb/perturbations.yaml
@@ -8,10 +8,10 @@
     llm_perturb     LLM-made perturbations through the backend layer, frozen with provenance
     build           what every kind's build shares, and `build_benchmark`
     benchmark       the benchmark folder: `BenchmarkManifest` (benchmark.json), items.jsonl
-    scoring         a judge's scores on a benchmark (the meta-eval judgment store)
+    judgments       a judge's scores on a benchmark (the meta-eval judgment store)
     analysis        what every kind's analysis shares, and the judge's spans vs the changed ones
     report          results.json and report.md around the kind's own tables and plots
-    metrics         the pure statistics; published: the seeds' published numbers
+    statistics      the pure statistics; published: the seeds' published numbers
     cli             `spanjudge perturb` (`build_folder`)
     evaluate        `evaluate_benchmark` (`meta-eval --benchmark`)
 
@@ -22,9 +22,10 @@ How to add a benchmark (two files, and table rows for new perturbations):
    returning a JSON-ready dict, `report(metrics, benchmark)` returning markdown lines,
    `plots(metrics, folder)` (or `registry.no_plots`), why a cell can be undefined, how
    `--samples` aggregate, and optionally `headline(metrics)`: the one number summaries show.
-2. Add "<name>" to `KINDS` in `registry.py`. The CLI's `--benchmark` choices, the demo config
-   and report, the published numbers and the manifest reader take the list from there, and
-   tests/unit/test_benchmark_registry.py checks the new kind has every part.
+2. Add one line to `BENCHMARKS` in `registry.py` ("<name>": "...kinds.<name>:KIND"). The CLI's
+   `--benchmark` choices, the demo config and report, the published numbers and the manifest
+   reader take the list from there, and tests/unit/test_benchmark_registry.py checks the new
+   kind has every part.
 New perturbations are rows of `perturbations:` in configs/perturb/perturbations.yaml, each naming
 its benchmark (`perturbations.keys_of("<name>")` gives the kind its keys) and a rule of
 `rules.RULES` or, for an LLM-made one, a prompt of the same key in prompts.yaml.

@@ -1,5 +1,5 @@
 """From a judge's scores on a benchmark to statistics: the helpers every kind's analysis shares
-(kinds/<kind>.py holds the kind's own, BENCHMARKS.md §1-4) and the error-span comparison.
+(kinds/<kind>.py holds the kind's own, docs/research/benchmarks.md §1-4) and the error-span comparison.
 
 Every function is data in, data out: the benchmark, the scores by (aspect, item id) and the
 options; the result is a JSON-ready dict with the counts of texts left unscored, so a

@@ -1,4 +1,4 @@
-"""Build the perturbation benchmarks from our source data (BENCHMARKS.md §1-4): the parts every
+"""Build the perturbation benchmarks from our source data (docs/research/benchmarks.md §1-4): the parts every
 kind shares, and `build_benchmark`, which runs the kind's own `build` (kinds/<kind>.py).
 
 Sources are read through the meta-eval suite (configs/eval/thesis.yaml), so the texts and

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from pydantic import BaseModel, ConfigDict
 
+from spanjudge.core.options import option, settings_command
 from spanjudge.core.progress import labelled_bars
 from spanjudge.inference.backends import BackendSpec, SamplingParams
 
@@ -54,7 +56,7 @@ def _command_help() -> str:
 
     kinds = "\n\n".join(f"{kind.name} ({', '.join(kind.sources)}): {kind.summary}." for kind in all_kinds())
     return (
-        "Build a perturbation benchmark from our source data (BENCHMARKS.md; seeds 000-003).\n\n"
+        "Build a perturbation benchmark from our source data (docs/research/benchmarks.md; seeds 000-003).\n\n"
         f"{kinds}\n\n"
         "Rule-based perturbations run here; LLM-made ones need --perturber and are frozen in OUT/frozen.jsonl "
         "with provenance, so a rebuild makes no model call. Rejected perturbations are counted by reason and "
@@ -62,50 +64,41 @@ def _command_help() -> str:
     )
 
 
-@perturb.command(help=_command_help())
-def perturb_command(
-    benchmark: Annotated[str, typer.Option("--benchmark", help=" | ".join(KINDS))],
-    source: Annotated[str, typer.Option("--source", help="The dataset to build from (each kind lists its own).")],
-    out: Annotated[Path, typer.Option("--out", help="Benchmark folder (created; re-running reuses frozen LLM texts).")],
-    n: Annotated[
-        int | None, typer.Option("--n", min=1, help="Sample this many source texts (seeded; default: all).")
-    ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and of every perturbation.")] = 0,
-    perturbation: Annotated[
-        list[str] | None,
-        typer.Option("--perturbation", help="Only these perturbation keys (repeatable; default: the benchmark's all)."),
-    ] = None,
-    perturber: Annotated[
-        Path | None,
-        typer.Option(
-            "--perturber",
-            help="YAML naming the model for LLM-made perturbations (configs/perturb/tiny_local.yaml, thesis.yaml).",
-        ),
-    ] = None,
-    endpoint: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--endpoint",
-            help="Point the perturber at other servers: NAME=URL[,URL...] with NAME the model its YAML names "
-            "(repeatable; a bare URL still works but is deprecated).",
-        ),
-    ] = None,
-    steps: Annotated[
-        int | None, typer.Option("--steps", min=1, help="dual: errors injected per chain (default: scale size - 1).")
-    ] = None,
-    aspect: Annotated[
-        list[str] | None,
-        typer.Option("--aspect", help="dhp, attacks: rate only these aspects (repeatable; default: all of them)."),
-    ] = None,
-    data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", help="Shared data folder (default ../shared/data or $SPANJUDGE_DATA).")
-    ] = None,
-) -> None:
+@dataclass(frozen=True, kw_only=True)
+class PerturbSettings:
+    """`spanjudge perturb`'s options."""
+
+    benchmark: str = option(help=" | ".join(KINDS))
+    source: str = option(help="The dataset to build from (each kind lists its own).")
+    out: Path = option(help="Benchmark folder (created; re-running reuses frozen LLM texts).")
+    n: int | None = option(None, min=1, help="Sample this many source texts (seeded; default: all).")
+    seed: int = option(0, help="Seed of the sample and of every perturbation.")
+    perturbation: list[str] = option(
+        [], help="Only these perturbation keys (repeatable; default: the benchmark's all)."
+    )
+    perturber: Path | None = option(
+        None, help="YAML naming the model for LLM-made perturbations (configs/perturb/tiny_local.yaml, thesis.yaml)."
+    )
+    endpoint: list[str] = option(
+        [],
+        help="Point the perturber at other servers: NAME=URL[,URL...] with NAME the model its YAML names "
+        "(repeatable; a bare URL still works but is deprecated).",
+    )
+    steps: int | None = option(None, min=1, help="dual: errors injected per chain (default: scale size - 1).")
+    aspect: list[str] = option([], help="dhp, attacks: rate only these aspects (repeatable; default: all of them).")
+    data_dir: Path | None = option(None, help="Shared data folder (default ../shared/data or $SPANJUDGE_DATA).")
+
+
+def perturb_command(settings: PerturbSettings) -> None:
     from .build import BuildRequest
 
-    request = BuildRequest(source, data_dir, n, seed, perturbation, None, steps, aspect)
-    built, summary = build_folder(benchmark, request, out, perturber, endpoint or ())
-    _print_built(built, out, summary)
+    s = settings
+    request = BuildRequest(s.source, s.data_dir, s.n, s.seed, s.perturbation or None, None, s.steps, s.aspect or None)
+    built, summary = build_folder(s.benchmark, request, s.out, s.perturber, s.endpoint)
+    _print_built(built, s.out, summary)
+
+
+settings_command(perturb, PerturbSettings, perturb_command, help=_command_help())
 
 
 def build_folder(

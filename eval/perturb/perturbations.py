@@ -1,4 +1,4 @@
-"""The perturbation library of the benchmarks (BENCHMARKS.md §1-§3; seeds 000, 001, 002).
+"""The perturbation library of the benchmarks (docs/research/benchmarks.md §1-§3; seeds 000, 001, 002).
 
 Every perturbation is a `Perturbation` object: its paper name, level, method, degree,
 targeted aspects and parameters. Rule-based ones carry a function and are applied here

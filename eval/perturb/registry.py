@@ -1,15 +1,15 @@
-"""The registry of benchmark kinds: one line per kind in `KINDS`, one module per kind in `kinds/`.
+"""The registry of benchmark kinds: one line per kind in `BENCHMARKS`, one module per kind in `kinds/`.
 
 A kind's module (`kinds/<name>.py`) defines `KIND = BenchmarkKind(...)`: the datasets it is
 built from, and its build, analyse, report and plots functions. Everything else (the CLI's
 `--benchmark` choices, the demo config, the published-numbers file, the manifest reader)
 takes the kind list from `KINDS`; modules are imported only when a kind is used, so reading
-the list costs nothing. See the package docstring for how to add a kind.
+the list costs nothing. Another package adds a kind as an entry point of the group
+`spanjudge.benchmarks` (`core.registry`). See the package docstring for how to add a kind.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,19 +18,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import AfterValidator
 
 from spanjudge.core.errors import InputError
+from spanjudge.core.registry import Registry
 
 if TYPE_CHECKING:  # the steps' types only: the registry imports no step at run time
     from .benchmark import Benchmark
     from .build import BuildRequest, Built
     from .judgments import ScoringResult
-
-# The registry: each name is also its module in `kinds/`.
-KINDS: tuple[str, ...] = (
-    "dhp",  # 000: discernment of hierarchical perturbation
-    "dual",  # 001: dual perspective, error-injection chains
-    "attacks",  # 002: aspect-targeted perturbation attacks
-    "prompt",  # 003: a misleading expert rating in the prompt
-)
 
 
 @dataclass(frozen=True)
@@ -59,13 +52,26 @@ class BenchmarkKind:
     headline: Callable[[Mapping[str, Any]], tuple[str, float | None]] | None = None
 
 
+# The registry: name -> its module's KIND
+BENCHMARKS: Registry[BenchmarkKind] = Registry(
+    "benchmark kind",
+    "spanjudge.benchmarks",
+    {
+        "dhp": "spanjudge.eval.perturb.kinds.dhp:KIND",  # 000: discernment of hierarchical perturbation
+        "dual": "spanjudge.eval.perturb.kinds.dual:KIND",  # 001: dual perspective, error-injection chains
+        "attacks": "spanjudge.eval.perturb.kinds.attacks:KIND",  # 002: aspect-targeted perturbation attacks
+        "prompt": "spanjudge.eval.perturb.kinds.prompt:KIND",  # 003: a misleading expert rating in the prompt
+    },
+    BenchmarkKind,
+)
+KINDS: tuple[str, ...] = BENCHMARKS.names()
+
+
 def get_kind(name: str) -> BenchmarkKind:
     """The registered kind `name` (its module imported on first use); an InputError lists the kinds."""
-    if name not in KINDS:
-        raise InputError(f"unknown benchmark kind {name!r}; choose from {', '.join(KINDS)}")
-    kind: BenchmarkKind = importlib.import_module(f"{__package__}.kinds.{name}").KIND
+    kind = BENCHMARKS.load(name)
     if kind.name != name:  # a copied module that kept its old name would report as the wrong kind
-        raise AssertionError(f"module kinds/{name}.py registers kind {kind.name!r}")
+        raise AssertionError(f"{BENCHMARKS.targets()[name]} registers kind {kind.name!r}")
     return kind
 
 
@@ -74,9 +80,10 @@ def all_kinds() -> list[BenchmarkKind]:
 
 
 def _check_kind(name: str) -> str:
-    if name not in KINDS:
-        raise ValueError(f"unknown benchmark kind {name!r}; choose from {', '.join(KINDS)}")
-    return name
+    try:
+        return BENCHMARKS.check(name)
+    except InputError as error:
+        raise ValueError(str(error)) from None
 
 
 KindName = Annotated[str, AfterValidator(_check_kind)]
@@ -88,4 +95,4 @@ def no_plots(result: Mapping[str, Any], out: Path) -> list[Path]:
     return []
 
 
-__all__ = ["KINDS", "AnalysisOptions", "BenchmarkKind", "KindName", "all_kinds", "get_kind", "no_plots"]
+__all__ = ["BENCHMARKS", "KINDS", "AnalysisOptions", "BenchmarkKind", "KindName", "all_kinds", "get_kind", "no_plots"]

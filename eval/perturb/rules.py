@@ -1,4 +1,4 @@
-"""The rule-based perturbations (BENCHMARKS.md §1-§3) and the sentence splitter they share.
+"""The rule-based perturbations (docs/research/benchmarks.md §1-§3) and the sentence splitter they share.
 
 A rule takes (text, seeded rng, parameters, pool of alternatives) and returns an `Edit`: the
 new text and, per new character, its index in the original (None for an inserted or
@@ -251,7 +251,7 @@ def _exchange_positions(words: list[str], rng: random.Random) -> list[int]:
 
 
 def _word_exchange(text: str, rng: random.Random, params: Mapping[str, object], _: Sequence[str]) -> Edit | Rejected:
-    """002 Word Exchange (BENCHMARKS.md §3); the whitespace between tokens is kept as is."""
+    """002 Word Exchange (docs/research/benchmarks.md §3); the whitespace between tokens is kept as is."""
     replacements: list[tuple[Span, str]] = []
     swaps = []
     for number, sentence in enumerate(split_sentences(text)):

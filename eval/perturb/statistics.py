@@ -3,7 +3,7 @@
 
 Everything here is numpy/scipy arithmetic over plain sequences: no I/O, no judge, no config,
 so every number a report prints can be checked by hand (tests/unit/test_perturb_metrics.py).
-Sections follow ../shared/docs/BENCHMARKS.md: §1 DHP (Wilcoxon, harmonic-mean p,
+Sections follow docs/research/benchmarks.md: §1 DHP (Wilcoxon, harmonic-mean p,
 discernment), §2 dual perspective (linear weighted κ, CEM-ORD, adjacent-pair accuracy),
 §3 aspect-targeted attacks (expected-effect matrix, Δ summaries), §4 perturbed prompt
 (Krippendorff's α, exact match, the perturbed rating), plus the scale helpers.
@@ -36,7 +36,7 @@ def wilcoxon_greater(original: Sequence[float], perturbed: Sequence[float]) -> f
     differences are dropped before ranking, Wilcoxon's original rule) and default `method`
     (exact distribution for small samples without ties, normal approximation otherwise), as
     the paper does not say it changed them. scipy cannot test when every difference is zero
-    (or there are no pairs); no evidence of a drop means p = 1 (BENCHMARKS.md §1).
+    (or there are no pairs); no evidence of a drop means p = 1 (docs/research/benchmarks.md §1).
     """
     if len(original) != len(perturbed):
         raise ValueError(f"paired scores differ in length: {len(original)} originals, {len(perturbed)} perturbed")
@@ -439,7 +439,7 @@ ATTACK_PERTURBATIONS: tuple[str, ...] = (
     "Negation",
 )
 
-# Rows as printed in BENCHMARKS.md §3 (columns Flu Coh Gram Sim Read Fai Cont Hal Inf Ade All);
+# Rows as printed in docs/research/benchmarks.md §3 (columns Flu Coh Gram Sim Read Fai Cont Hal Inf Ade All);
 # the rows marked "same row" there share their named row's string.
 _MATRIX_ROWS: dict[str, str] = {
     "Repetition": "x F F F x F F F F F x",
@@ -495,7 +495,7 @@ def attack_summary(delta: Mapping[tuple[str, str], float | None]) -> dict[str, f
     """Summarise a Δ heat map keyed by (perturbation, aspect) against EXPECTED_EFFECT.
 
     T cells: mean Δ (higher is better) and the share with Δ > 0.5; F cells: mean |Δ| (lower
-    is better) and the share with |Δ| < 0.2 (002 / BENCHMARKS.md §3). "x" cells are ignored.
+    is better) and the share with |Δ| < 0.2 (002 / docs/research/benchmarks.md §3). "x" cells are ignored.
     A T/F cell absent from `delta`, or None, is counted as missing, not as zero. Means and
     rates over no cell are None.
     """

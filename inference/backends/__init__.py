@@ -6,24 +6,24 @@
 
 Each kind lives in its own module and is imported only when a spec asks for it, so a
 CPU machine never imports vLLM and a missing optional package is one clear error.
-The kinds are the records of `registry.BACKENDS`; the `kind` Literal, the distilled judge's
-engines (`score --engine`) and the kinds that take `--engine-arg` derive from them.
+The kinds are the engines of `registry.ENGINES`, each declared by its module's `ENGINE`
+(`engine.Engine`: what it needs and can do); YAML `kind:`, `score --engine` and `--engine-arg`
+ask the declaration.
 
-How to add a backend (say `sglang`):
+How to add an engine (say `sglang`), with probabilities and constraints if it has them:
 1. `inference/backends/sglang_native.py`: a `Backend` subclass whose `__init__(spec)` takes a
-   `BackendSpec` (a server: subclass `server.ServerBackend`, as `ollama_native.py` does).
-2. `inference/backends/registry.py`: one `BackendRecord("sglang", "sglang_native:SGLangBackend",
-   ...)` in `BACKENDS`: its packages and install hint; `judge=True` if the distilled judge may
-   run on it, `server=True` if it is reached over HTTP, `engine_args=True` if it runs in this
-   process and takes engine arguments (`judge_options` names the judge's own arguments it takes).
-3. `pyproject.toml`, only if its packages are optional: an extra named in the record's `extra`.
-YAML kinds, `score --engine`, `--engine-arg` and `Judge.from_pretrained` read the record;
-tests/unit/test_recipes.py adds a toy backend exactly so.
+   `BackendSpec` (a server: subclass `server.ServerBackend`, as `ollama_native.py` does), with
+   `read_probabilities(request, evaluation)` if it reads them, ending in
+   `ENGINE = Engine("sglang", SGLangBackend, ...)`: what it needs (packages, install hint) and can
+   do (`serve`, `read_probabilities`, `constrain`, `prefix_reuse_off`; see `engine.py`).
+2. `inference/backends/registry.py`: one line in `ENGINES`, "sglang": "module:ENGINE" (another
+   package adds an entry point of the group `spanjudge.engines` instead).
+3. `pyproject.toml`, only if its packages are optional: an extra named in the declaration's `extra`.
+YAML kinds, `score --engine`, `--engine-arg` and `Judge.from_pretrained` ask the declaration;
+tests/unit/test_recipes.py adds a toy engine that reads probabilities exactly so.
 """
 
 from __future__ import annotations
-
-import importlib
 
 from .base import (
     Backend,
@@ -38,28 +38,31 @@ from .base import (
     SamplingParams,
 )
 from .cache import CachedBackend, LLMCache
-from .registry import BACKENDS, BY_NAME, JUDGE_ENGINES, BackendRecord, judge_engine
+from .engine import Engine, Serving, Wiring
+from .registry import ENGINES, engine, engine_names, engines_that
 from .spec import BackendKind, BackendSpec, parse_engine_args
 
 __all__ = [
-    "BACKENDS",
-    "JUDGE_ENGINES",
+    "ENGINES",
     "Backend",
     "BackendError",
     "BackendKind",
-    "BackendRecord",
     "BackendSpec",
     "CachedBackend",
     "CallFailure",
     "CallResult",
     "ChatRequest",
     "Completion",
+    "Engine",
     "FailureKind",
     "LLMCache",
     "Message",
     "ResultCallback",
     "SamplingParams",
-    "judge_engine",
+    "Serving",
+    "Wiring",
+    "engine",
+    "engine_names",
     "make_backend",
     "parse_engine_args",
 ]
@@ -68,20 +71,21 @@ __all__ = [
 def make_backend(spec: BackendSpec) -> Backend:
     """The backend for a spec; BackendError (with the install hint) if it cannot work here.
 
-    Modules are imported here, not at the top, so that only the chosen kind's packages
-    are needed (and loaded).
-    """
-    if spec.extra_body and spec.kind != "openai":
-        raise BackendError(f"model {spec.model!r}: extra_body is for kind 'openai' only, not {spec.kind!r}")
-    if spec.api != "chat" and spec.kind != "openai":
-        raise BackendError(f"model {spec.model!r}: api {spec.api!r} is for kind 'openai' only, not {spec.kind!r}")
-    record = BY_NAME[spec.kind]
-    module_name, class_name = record.target.split(":")
+    Only the chosen engine's module is imported, and its packages only when its backend is made."""
     try:
-        backend_class: type[Backend] = getattr(importlib.import_module(f"{__name__}.{module_name}"), class_name)
-        return backend_class(spec)  # type: ignore[call-arg]
+        declared = engine(spec.kind)
+    except ImportError as error:  # a module-level import of the engine's own module
+        raise BackendError(f"engine {spec.kind!r} cannot be imported: {error}") from None
+    if (spec.extra_body or spec.api != "chat") and not declared.request_fields:
+        field = "extra_body" if spec.extra_body else f"api {spec.api!r}"
+        raise BackendError(
+            f"model {spec.model!r}: {field} is for engines that take request fields "
+            f"({engines_that('request_fields')}), not {spec.kind!r}"
+        )
+    try:
+        return declared.backend(spec)  # type: ignore[call-arg]
     except ImportError as error:
-        if error.name is None or error.name.split(".")[0] not in record.packages:
+        if error.name is None or error.name.split(".")[0] not in declared.packages:
             raise  # something else is broken: a bug to see, not an install hint to give
         package = error.name.split(".")[0]
-        raise BackendError(f"backend {spec.kind!r} needs the {package!r} package: {record.install}") from None
+        raise BackendError(f"backend {spec.kind!r} needs the {package!r} package: {declared.install}") from None

@@ -29,7 +29,9 @@ import httpx
 import ollama
 
 from ..chat import defuse
+from ..contract.json_form import judge_json_schema
 from .base import BackendError, ChatRequest, Completion, FailureKind
+from .engine import Engine, Serving, Wiring
 from .server import MalformedReply, ServerBackend, describe_reply, retry_after_seconds, short
 from .spec import BackendSpec
 
@@ -158,3 +160,22 @@ def classify_ollama_error(error: Exception) -> tuple[FailureKind, str] | None:
     if isinstance(error, (ConnectionError, httpx.TransportError)):
         return "connection", f"cannot connect: {type(error).__name__}: {short(error)}"
     return None
+
+
+def _json_schema(max_errors: int) -> Wiring:
+    """Ollama holds replies to a JSON schema, not a grammar: the contract's JSON form, each reply rendered
+    back to the text evaluation."""
+    return Wiring(options={FORMAT: judge_json_schema(max_errors=max_errors)}, json_replies=True)
+
+
+ENGINE = Engine(
+    name="ollama",
+    backend=OllamaBackend,
+    summary="Ollama's native API (model options such as num_ctx; constrained replies through its JSON schema)",
+    packages=("ollama", "httpx"),
+    install="pip install ollama",
+    # chat only: Ollama applies the model's own template (a tokenizer, if any, still measures the prompt)
+    serve=Serving("http://127.0.0.1:11434"),
+    constrain=_json_schema,
+    keep_loaded={KEEP_ALIVE: "30m"},  # Ollama's own default is 5m: a slow supervisor turn could unload an annotator
+)

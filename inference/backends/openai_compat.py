@@ -26,7 +26,9 @@ import httpx
 import openai
 
 from ..chat import defuse
+from ..contract.grammar import judge_grammar, server_grammar_fields
 from .base import ChatRequest, Completion, FailureKind, Message
+from .engine import Engine, Serving, Wiring
 from .server import MalformedReply, ServerBackend, describe_reply, retry_after_seconds, short
 from .spec import BackendSpec
 
@@ -54,7 +56,8 @@ class OpenAIBackend(ServerBackend):
 
     def _open_client(self, endpoint: str) -> openai.AsyncOpenAI:
         # connecting gets its own short limit: only generation may take timeout_s
-        timeout = httpx.Timeout(self.spec.timeout_s, connect=self.spec.connect_timeout_s)
+        # the client's own Timeout: openai >= 3 is built on httpx2, whose Timeout is not httpx's
+        timeout = openai.Timeout(self.spec.timeout_s, connect=self.spec.connect_timeout_s)
         return openai.AsyncOpenAI(base_url=endpoint, api_key=self._api_key or NO_KEY, max_retries=0, timeout=timeout)
 
     async def _close_client(self, client: openai.AsyncOpenAI) -> None:
@@ -148,3 +151,22 @@ def classify_openai_error(error: Exception) -> tuple[FailureKind, str] | None:
         kind: FailureKind = "rate_limit" if status == 429 else "server" if status >= 500 else "client"
         return kind, f"HTTP {status}: {short(error.message)}"
     return None
+
+
+def _request_grammar(max_errors: int) -> Wiring:
+    """The contract's grammar in both llama.cpp's (`grammar`) and vLLM's (`structured_outputs`) request
+    field: a server that reads neither (Ollama's /v1) decodes unconstrained."""
+    return Wiring(request_fields=server_grammar_fields(judge_grammar(max_errors=max_errors)))
+
+
+ENGINE = Engine(
+    name="openai",
+    backend=OpenAIBackend,
+    summary="any OpenAI-compatible server (vLLM serve, Ollama's /v1, llama.cpp, SGLang, TGI)",
+    packages=("openai",),
+    install="pip install openai",
+    serve=Serving("http://127.0.0.1:8080/v1", templated_prompt=True, request_fields=True),
+    constrain=_request_grammar,
+    # llama.cpp's server reuses its slot's prompt cache unless told not to (vLLM ignores the field)
+    prefix_reuse_off=Wiring(request_fields={"cache_prompt": False}),
+)

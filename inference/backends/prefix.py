@@ -99,6 +99,6 @@ def prefix_batches(prompts: Sequence[Sequence[int]], batch_size: int) -> list[Pr
             continue
         order = list(dict.fromkeys(run for _, run in rows))
         same = bool(batches) and tuple(order) == batches[-1].runs
-        members = tuple(member for member, _ in rows)
-        batches.append(PrefixBatch(members, tuple(order), tuple(order.index(run) for _, run in rows), same))
+        batch_members = tuple(member for member, _ in rows)
+        batches.append(PrefixBatch(batch_members, tuple(order), tuple(order.index(run) for _, run in rows), same))
     return batches

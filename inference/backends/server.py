@@ -56,6 +56,7 @@ from datetime import datetime, timezone
 from typing import Any, cast
 
 from .base import Backend, BackendError, CallFailure, CallResult, ChatRequest, Completion, FailureKind, ResultCallback
+from .registry import engine
 from .spec import BackendSpec
 
 RETRYABLE: frozenset[FailureKind] = frozenset({"connection", "timeout", "server", "rate_limit"})
@@ -117,7 +118,7 @@ def short(text: object) -> str:
 
 def backoff_delay(backoff_s: float, retry: int) -> float:
     """Seconds to wait before retry number `retry` (0 = the first retry)."""
-    return backoff_s * 2**retry * (1.0 + random.uniform(0.0, JITTER))
+    return backoff_s * 2.0**retry * (1.0 + random.uniform(0.0, JITTER))
 
 
 def retry_after_seconds(status: int, headers: Mapping[str, str], now: datetime | None = None) -> float | None:
@@ -150,7 +151,7 @@ class ServerBackend(Backend):
         if not spec.endpoints:
             raise BackendError(
                 f"backend {spec.kind!r} for model {spec.model!r} needs at least one endpoint "
-                f"(endpoints: [http://host:port{'/v1' if spec.kind == 'openai' else ''}])"
+                f"(endpoints: [{engine(spec.kind).serve.endpoint_example}])"  # type: ignore[union-attr]
             )
         self.spec = spec
         self.model_id = spec.model_id

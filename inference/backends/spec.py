@@ -11,17 +11,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spanjudge.core.keyvalue import parse_settings
 
-from .registry import BackendKind
+from .registry import DEFAULT_KIND, BackendKind
 
 
 class BackendSpec(BaseModel):
-    """Where and how to reach one model; `kind` is a record of `registry.BACKENDS` (openai: any
+    """Where and how to reach one model; `kind` is an engine of `registry.ENGINES` (openai: any
     OpenAI-compatible server, ollama: Ollama's native API, vllm: vLLM's offline engine,
     transformers: transformers in this process)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: BackendKind = "openai"
+    kind: BackendKind = DEFAULT_KIND
     model: str = Field(min_length=1, description="Model id / Ollama tag / served name / local path.")
     endpoints: tuple[str, ...] = Field(
         default=(), description="Server base URLs (openai: .../v1; ollama: http://host:11434); several = a pool."

@@ -56,6 +56,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, cast
 
 from ..chat import encode_chat, turn_end_ids
@@ -70,6 +71,7 @@ from .base import (
     ResultCallback,
     SamplingParams,
 )
+from .engine import Engine, grammar_option
 from .prefix import PrefixBatch, prefix_batches
 from .server import short
 from .spec import BackendSpec
@@ -86,7 +88,7 @@ class TransformersBackend(Backend):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         options = dict(spec.options)
-        self.batch_size = int(options.pop("batch_size", DEFAULT_BATCH_SIZE))
+        self.batch_size: int = int(options.pop("batch_size", DEFAULT_BATCH_SIZE))
         reuse_prefix = options.pop("reuse_prefix", None)
         if self.batch_size < 1:
             raise BackendError(f"transformers model {spec.model!r}: batch_size must be at least 1")
@@ -169,7 +171,7 @@ class TransformersBackend(Backend):
             for batch, plan, prompts in self._plan(requests, group):
                 calls = [requests[i] for i in batch]
                 if plan is None:
-                    outcome = self._run_batch(calls, lambda calls=calls: self._generate_tokens(calls))
+                    outcome = self._run_batch(calls, partial(self._generate_tokens, calls))
                 else:
                     if not plan.same_prefixes:
                         held = None
@@ -445,3 +447,15 @@ def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str | None:
     after the token that completed it, so the stop string itself is still in the text)."""
     positions = [position for stop in stops if stop and (position := text.find(stop)) >= 0]
     return text[: min(positions)] if positions else None
+
+
+ENGINE = Engine(
+    name="transformers",
+    backend=TransformersBackend,
+    summary="Hugging Face transformers in this process (CPU or GPU)",
+    packages=("transformers", "torch"),
+    install="pip install transformers",
+    judge_options=("batch_size", "dtype", "reuse_prefix"),
+    read_probabilities=True,
+    constrain=grammar_option,
+)

@@ -40,6 +40,7 @@ from typing import Any
 
 from .adapters import lora_adapter
 from .base import Backend, BackendError, CallFailure, CallResult, ChatRequest, Completion, ResultCallback
+from .engine import Engine, grammar_option
 from .server import short
 from .spec import BackendSpec
 
@@ -159,3 +160,16 @@ def _structured_outputs(grammar: str) -> Any:
     except ImportError:  # older vLLM had GuidedDecodingParams instead (removed in 0.12)
         raise BackendError(STRUCTURED_OUTPUTS_HINT) from None
     return StructuredOutputsParams(grammar=grammar)
+
+
+ENGINE = Engine(
+    name="vllm",
+    backend=VLLMBackend,
+    summary="vLLM's offline batch engine in this process (GPU)",
+    packages=("vllm",),
+    install="pip install 'spanjudge[vllm]' (needs a CUDA GPU)",
+    extra="vllm",
+    judge_options=("reuse_prefix",),
+    read_probabilities=True,
+    constrain=grammar_option,
+)

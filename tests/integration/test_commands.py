@@ -30,6 +30,20 @@ def test_every_registered_command_resolves_with_its_own_help() -> None:
         assert (command.help or "").strip(), f"{name} ({entry.value}) has no help"
 
 
+def test_every_command_takes_its_options_from_one_settings_dataclass() -> None:
+    """Options are declared once (`core.options`): every command is made by `settings_command` from a
+    dataclass whose fields each carry their help, and its parameters are exactly those fields."""
+    import dataclasses
+
+    for name, entry in cli.registered_commands().items():
+        command = cli.load_command(name, entry)
+        settings = getattr(command.callback, "__settings__", None)
+        assert settings is not None and dataclasses.is_dataclass(settings), f"{name}: options not from a dataclass"
+        fields = {f.name for f in dataclasses.fields(settings) if f.metadata.get("cli", True)}
+        assert all("help" in f.metadata for f in dataclasses.fields(settings)), name
+        assert {p.name for p in command.params if p.name != "help"} == fields, name
+
+
 def test_the_base_layer_names_no_later_stage() -> None:
     source = Path(cli.__file__).read_text(encoding="utf-8")
     for stage in ("data_gen", "training", "eval", "publish_cli"):

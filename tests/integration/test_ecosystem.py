@@ -250,10 +250,10 @@ def test_score_refuses_engine_args_for_a_server(tmp_path: Path, capsys: pytest.C
          "--out", str(tmp_path / "o.jsonl"), "--engine-arg", "max_model_len=4096"]
     )  # fmt: skip
     err = capsys.readouterr().err.strip()
-    from spanjudge.inference.backends.registry import ENGINE_ARG_KINDS, one_of
+    from spanjudge.inference.backends.registry import ENGINES, engines_that
 
-    assert f"--engine-arg is for --engine {one_of(ENGINE_ARG_KINDS)}" in err  # the registry's in-process engines
-    assert code == 2 and "openai" not in ENGINE_ARG_KINDS and len(err.splitlines()) == 1
+    assert f"--engine-arg is for --engine {engines_that('in_process')}" in err  # the in-process engines
+    assert code == 2 and not ENGINES.load("openai").in_process and len(err.splitlines()) == 1
 
 
 def test_meta_eval_engine_arg_options_become_engine_options(monkeypatch, smollm2_folder: Path) -> None:

@@ -19,8 +19,9 @@ from support.training_runs import TrainedRun
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.inference.hf_models import convert_gguf
-from spanjudge.inference.judge import RETRIES, Judge
+from spanjudge.inference.judge import Judge
 from spanjudge.inference.judge_conversation import judge_chat_prompt
+from spanjudge.inference.judge_options import RETRIES
 from spanjudge.inference.llamacpp import smollm2_gguf
 
 TASK, ASPECT = "qags_xsum", "factual consistency"

@@ -491,7 +491,7 @@ def test_probabilities_on_an_engine_that_cannot_read_them_is_one_line(
                      "--data", str(tmp_path / "none.jsonl"), "--out", str(out), "--probabilities"])  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
-    assert "--probabilities is read on --engine vllm, llamacpp or transformers, not openai" in err
+    assert "probabilities are read on the vllm, llamacpp or transformers engines, not 'openai'" in err
 
 
 def test_meta_eval_expected_score_needs_an_engine_that_reads_probabilities() -> None:

@@ -11,6 +11,7 @@ test_backends_real.py.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -408,29 +409,52 @@ def test_a_killed_run_keeps_what_it_finished(serve, tmp_path: Path) -> None:
     assert [r.text for r in results if isinstance(r, Completion)] == ["done"] * 3 + ["rest"] * 2
 
 
-# -- the registry: every list of kinds and engines derives from its records ----------------
+# -- the registry: every engine is its module's declaration ----------------------------------
 
 
-def test_every_list_of_kinds_derives_from_the_registry_records_and_their_modules() -> None:
-    import importlib.util
+def test_every_engine_is_declared_by_its_own_module_and_named_once_in_the_registry() -> None:
+    from spanjudge.inference.backends import registry
+    from spanjudge.inference.backends.engine import Engine
 
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    declared = registry.ENGINES.load_all()
+    assert tuple(declared) == registry.engine_names() == tuple(registry.ENGINES.builtin)
+    for name, engine in declared.items():
+        assert isinstance(engine, Engine) and engine.name == name  # a copied module that kept its old name fails
+        assert BackendSpec(kind=name, model="m").kind == name  # what YAML files are checked against
+        # the backend class lives in the module that declares it: one module holds the engine
+        assert engine.backend.__module__ == registry.ENGINES.builtin[name].split(":")[0], name
+        assert engine.read_probabilities == hasattr(engine.backend, "read_probabilities"), name
+        assert engine.extra is None or f"\n{engine.extra} = [" in pyproject, name  # an optional-dependencies key
+        assert engine.extra is None or f"spanjudge[{engine.extra}]" in engine.install, name
+    assert registry.DEFAULT_KIND in declared and registry.DEFAULT_JUDGE_ENGINE in declared
+
+
+ENGINE_NAME_TEST = re.compile(
+    r"""(==|!=|\bin\s*[(\[{])\s*["'](openai|ollama|vllm|llamacpp|transformers)["']"""
+    r"""|["'](openai|ollama|vllm|llamacpp|transformers)["']\s*(==|!=|\bin\b)"""
+    r"""|\bengine\s*(==|!=)\s*["']"""
+)
+
+
+def test_no_module_outside_the_engines_decides_by_an_engine_name() -> None:
+    """What an engine needs and can do is asked of its declaration (`Engine`); a module that tests an
+    engine's name instead is found here (bench/ scripts label their own rows and are not the package)."""
     from spanjudge.inference.backends import registry
 
-    names = tuple(record.name for record in registry.BACKENDS)
-    assert names == registry.KINDS
-    for name in names:  # what YAML files are checked against
-        assert BackendSpec(kind=name, model="m").kind == name
-    judges = tuple(record.name for record in registry.BACKENDS if record.judge)
-    assert judges == registry.JUDGE_ENGINES
-    assert [registry.judge_engine(name).name for name in judges] == list(judges)
-    assert set(registry.ENGINE_ARG_KINDS) <= set(judges)  # engine arguments reach the judge's engine too
-    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
-    for record in registry.BACKENDS:
-        module, class_name = record.target.split(":")
-        spec = importlib.util.find_spec(f"spanjudge.inference.backends.{module}")
-        assert spec is not None and f"class {class_name}(" in Path(spec.origin or "").read_text(), record
-        assert record.extra is None or f"\n{record.extra} = [" in pyproject, record  # an optional-dependencies key
-        assert record.extra is None or f"spanjudge[{record.extra}]" in record.install, record
+    root = Path(__file__).parents[2]
+    engine_modules = {root / (target.split(":")[0].removeprefix("spanjudge.").replace(".", "/") + ".py")
+                      for target in registry.ENGINES.builtin.values()}  # fmt: skip
+    found = []
+    for folder in ("core", "inference", "data_gen", "training", "eval", "publish", "app", "integrations"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path in engine_modules:
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if ENGINE_NAME_TEST.search(line.split("#")[0]):
+                    found.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
+    assert ENGINE_NAME_TEST.search('if spec.kind != "ollama":') and ENGINE_NAME_TEST.search("engine in ('vllm', 'x')")
 
 
 def test_a_kind_outside_the_registry_is_one_config_error(tmp_path: Path) -> None:
@@ -454,7 +478,8 @@ def test_score_engine_choices_and_engine_arg_kinds_come_from_the_registry(
     data.write_text('{"id": "a", "output": "x", "task_id": "qags_xsum"}\n')
     code = cli_main(["score", "--model", "m", "--engine", "tgi", "--data", str(data), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip()
-    from spanjudge.inference.backends.registry import JUDGE_ENGINES, one_of
+    from spanjudge.core.registry import one_of
+    from spanjudge.inference.backends.registry import engine_names
 
-    assert code == 2 and f"--engine must be {one_of(JUDGE_ENGINES)}, not 'tgi'" in err  # the registry's list
-    assert "llamacpp" in JUDGE_ENGINES and "ollama" in JUDGE_ENGINES
+    assert code == 2 and f"unknown engine 'tgi'; choose {one_of(engine_names())}" in err  # the registry's list
+    assert "llamacpp" in engine_names() and "ollama" in engine_names()

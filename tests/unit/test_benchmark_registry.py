@@ -54,7 +54,7 @@ def test_other_kind_lists_follow_the_registry() -> None:
         PublishedRow(benchmark=name, table="1", judge="J", metric="m", value=0.5)
     with pytest.raises(ValidationError, match="unknown benchmark kind 'nope'"):
         PerturbSection(benchmark="nope")
-    with pytest.raises(InputError, match="unknown benchmark kind 'nope'; choose from dhp, dual, attacks, prompt"):
+    with pytest.raises(InputError, match="unknown benchmark kind 'nope'; choose dhp, dual, attacks or prompt"):
         get_kind("nope")
 
 

@@ -37,3 +37,12 @@ def test_a_planted_import_breaks_a_contract(tmp_path: Path, module: str, planted
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     assert broken in result.stdout
+
+
+def test_the_checked_modules_type_check() -> None:
+    """`make check`'s type check (tests/support/typecheck.py): the base layer, the contract, the engines and
+    the judge's public API, under [tool.mypy]."""
+    from support.typecheck import CHECKED, main
+
+    assert "core" in CHECKED and "inference/backends" in CHECKED
+    assert main() == 0

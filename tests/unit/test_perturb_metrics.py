@@ -229,7 +229,7 @@ def test_expected_effect_matrix_shape_and_cells() -> None:
     assert EXPECTED_EFFECT["Conflicting Fact"]["non-contradiction"] == "T"
     assert EXPECTED_EFFECT["Complex Sentence"]["simplicity"] == "T"
     cells = [v for row in EXPECTED_EFFECT.values() for v in row.values()]
-    # counted by hand from the BENCHMARKS.md matrix
+    # counted by hand from the docs/research/benchmarks.md matrix
     assert (cells.count("T"), cells.count("F"), cells.count("x")) == (57, 130, 11)
 
 

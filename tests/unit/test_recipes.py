@@ -20,69 +20,88 @@ def _python(staged: Path, code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-TOY_BACKEND = '''
+TOY_ENGINE = '''
 from spanjudge.inference.backends.base import Backend, Completion
+from spanjudge.inference.backends.engine import Engine, grammar_option
+from spanjudge.inference.contract import Evaluation, render_judge
+from spanjudge.inference.probabilities import ReplyProbabilities
 
 
 class EchoBackend(Backend):
-    """Answers every request with its last message, upper-cased."""
+    """Says "No Error" (score 90) to every request, or echoes it upper-cased when asked to."""
 
     def __init__(self, spec):
         self.model_id = spec.model
+        self.echo = spec.options.get("echo", False)
+        self.grammar = spec.options.get("grammar")
 
     def generate(self, requests, on_result=None):
         results = []
         for index, request in enumerate(requests):
-            result = Completion(text=request.messages[-1].content.upper(), model=self.model_id)
+            text = request.messages[-1].content.upper() if self.echo else render_judge(Evaluation(errors=[], score=90))
+            result = Completion(text=text, model=self.model_id)
             results.append(result)
             if on_result is not None:
                 on_result(index, result)
         return results
+
+    def read_probabilities(self, request, evaluation):
+        return ReplyProbabilities(p_no_error=0.75, expected_errors=0.25, errors=[], expected_score=88.0,
+                                  score_distribution={90: 0.6, 85: 0.4})
+
+
+ENGINE = Engine("echo", EchoBackend, "a toy: says No Error", (), "nothing to install",
+                read_probabilities=True, constrain=grammar_option, judge_options=("reuse_prefix",))
 '''
 
-TOY_RECORD = """    BackendRecord(
-        "echo",
-        "echo_backend:EchoBackend",
-        "a toy: echoes the request",
-        (),
-        "nothing to install",
-        judge=True,
-        engine_args=True,
-    ),
+TOY_TOKENIZER = """
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+words = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+words.pre_tokenizer = pre_tokenizers.Whitespace()
+tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="[UNK]", eos_token="[UNK]")
+tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+tokenizer.save_pretrained("toy-model")
+open("toy-model/config.json", "w").write('{"model_type": "llama", "max_position_embeddings": 8192}')
 """
 
 
-def test_a_backend_is_its_module_and_one_registry_record(tmp_path: Path) -> None:
+def test_an_engine_with_probabilities_and_constraints_is_its_module_and_one_registry_line(tmp_path: Path) -> None:
     package = stage_package(tmp_path, configs=True)
     backends = package / "inference" / "backends"
-    # 1. the module: a Backend subclass whose __init__ takes the spec
-    (backends / "echo_backend.py").write_text(TOY_BACKEND)
-    # 2. one BackendRecord in BACKENDS
+    # 1. the module: a Backend subclass (reading probabilities) and its declaration
+    (backends / "echo_engine.py").write_text(TOY_ENGINE)
+    # 2. one line in ENGINES
     registry = backends / "registry.py"
     text = registry.read_text()
-    assert text.count("BACKENDS: tuple[BackendRecord, ...] = (\n") == 1
+    assert text.count('    {\n        "openai": ') == 1
     registry.write_text(
-        text.replace(
-            "BACKENDS: tuple[BackendRecord, ...] = (\n", "BACKENDS: tuple[BackendRecord, ...] = (\n" + TOY_RECORD
-        )
+        text.replace("    {\n", '    {\n        "echo": "spanjudge.inference.backends.echo_engine:ENGINE",\n', 1)
     )
     result = _python(
         tmp_path,
-        """
-        from pathlib import Path
-        import yaml
-        from spanjudge.core.configio import load_yaml_model
-        from spanjudge.inference.backends import BackendSpec, ChatRequest, make_backend, registry
-        from spanjudge.inference.scoring import ScoreSettings, _check
+        TOY_TOKENIZER
+        + """
+from pathlib import Path
+import yaml
+from spanjudge.core.configio import load_yaml_model
+from spanjudge.inference.backends import BackendSpec, ChatRequest, make_backend
+from spanjudge.inference.judge import Judge
+from spanjudge.inference.scoring import ScoreSettings, _check
 
-        Path("model.yaml").write_text(yaml.safe_dump({"kind": "echo", "model": "toy"}))
-        spec = load_yaml_model(BackendSpec, Path("model.yaml"))       # a YAML model may name the kind
-        (reply,) = make_backend(spec).generate([ChatRequest.user("hello")])
-        assert reply.text == "HELLO", reply
-        assert "echo" in registry.JUDGE_ENGINES                         # a judge engine: score --engine echo
-        _check(ScoreSettings(model="m", out=Path("o.jsonl"), engine="echo", engine_arg=["max_len=8"]))
-        print("ok")
-        """,
+Path("model.yaml").write_text(yaml.safe_dump({"kind": "echo", "model": "toy", "options": {"echo": True}}))
+spec = load_yaml_model(BackendSpec, Path("model.yaml"))       # a YAML model may name the kind
+(reply,) = make_backend(spec).generate([ChatRequest.user("hello")])
+assert reply.text == "HELLO", reply
+_check(ScoreSettings(model="m", out=Path("o.jsonl"), engine="echo", engine_arg=["max_len=8"], probabilities=True))
+judge = Judge.from_pretrained("toy-model", engine="echo", probabilities=True, constrained=True)
+assert judge.backend.grammar and "No Error" in judge.backend.grammar  # its own constraint: the contract's GBNF
+(evaluation,) = judge.score([judge.request("qags_xsum", "factual consistency", {"Article": "a b c"}, "a b")])
+assert (evaluation.score, evaluation.errors) == (90, []), evaluation
+assert evaluation.probabilities.p_no_error == 0.75, evaluation  # read by the engine's own reader
+print("ok")
+""",
     )
     assert result.stdout.strip().endswith("ok"), result.stdout + result.stderr
 
@@ -179,11 +198,13 @@ def test_a_perturbation_benchmark_is_its_kind_module_its_name_and_table_rows(tmp
     perturb = package / "eval" / "perturb"
     # 1. the kind's module, ending in KIND = BenchmarkKind(...)
     (perturb / "kinds" / "toy.py").write_text(TOY_KIND)
-    # 2. its name in registry.KINDS
+    # 2. one line in registry.BENCHMARKS
     registry = perturb / "registry.py"
-    text, opening = registry.read_text(), "KINDS: tuple[str, ...] = (\n"
+    text, opening = registry.read_text(), '    {\n        "dhp": '
     assert text.count(opening) == 1
-    registry.write_text(text.replace(opening, opening + '    "toy",\n'))
+    registry.write_text(
+        text.replace(opening, '    {\n        "toy": "spanjudge.eval.perturb.kinds.toy:KIND",\n        "dhp": ')
+    )
     # its new perturbations: rows of `perturbations:` in configs/perturb/perturbations.yaml
     tables = package / "configs" / "perturb" / "perturbations.yaml"
     row = "  - {key: toy.deletion, name: Toy Deletion, benchmark: toy, level: character, aspects: summarization,\n"

@@ -71,7 +71,7 @@ def test_score_file_counts_unscored_rows_without_a_made_up_score(serve, tmp_path
 
 def test_score_file_checks_its_settings_before_reading_anything(tmp_path: Path) -> None:
     bad = ScoreSettings(model="m", out=tmp_path / "o.jsonl", data=str(tmp_path / "nowhere.jsonl"), engine="onnx")
-    with pytest.raises(InputError, match="--engine must be"):
+    with pytest.raises(InputError, match="unknown engine"):
         score_file(bad)
     with pytest.raises(InputError, match="--format must be jsonl or html"):
         score_file(ScoreSettings(model="m", out=tmp_path / "o.jsonl", output_format="pdf"))

@@ -1,4 +1,4 @@
-"""Aspect-targeted perturbation attacks (seed 002; BENCHMARKS.md §3).
+"""Aspect-targeted perturbation attacks (seed 002; docs/research/benchmarks.md §3).
 
 SummEval references under the 18 attacks (4 rule-based, 14 LLM-made), judged on 002's 11
 aspects (described from ../shared/data/perturbation/pku_aspect_criteria). Δ(perturbation,

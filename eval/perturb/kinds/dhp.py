@@ -1,4 +1,4 @@
-"""DHP: discernment of hierarchical perturbation (seed 000; BENCHMARKS.md §1).
+"""DHP: discernment of hierarchical perturbation (seed 000; docs/research/benchmarks.md §1).
 
 SummEval references (the one with most sentences per article) under the 12 DHP sets
 (character / word / sentence × rule / LLM × minor / major). Per set, a one-sided Wilcoxon p

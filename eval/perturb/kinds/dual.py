@@ -1,4 +1,4 @@
-"""Dual perspective: error-injection chains (seed 001; BENCHMARKS.md §2).
+"""Dual perspective: error-injection chains (seed 001; docs/research/benchmarks.md §2).
 
 Per aspect, a chain reference → +1 error → +2 errors …, each step injecting one new error of
 that aspect (LLM-made). Global: the judge's score binned onto the gold scale, linear weighted κ

@@ -1,4 +1,4 @@
-"""Perturbed prompt: a misleading expert rating (seed 003; BENCHMARKS.md §4).
+"""Perturbed prompt: a misleading expert rating (seed 003; docs/research/benchmarks.md §4).
 
 Each rated output twice per aspect: plain, and with the statement that a human expert gave
 the perturbed rating PR. Krippendorff's ordinal α of the judge beside the experts, with and
