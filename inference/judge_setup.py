@@ -68,8 +68,6 @@ def judge_engine(options: JudgeOptions, probability_reader: ProbabilitySource | 
             f"probabilities are read on the {engines_that('read_probabilities')} engines, not {declared.name!r}"
             + (f" ({why})" if why else "")
         )
-    if declared.serve and not options.base_url:
-        raise InputError(f"engine {declared.name!r} needs base_url (e.g. {declared.serve.endpoint_example})")
     return declared
 
 
@@ -86,6 +84,8 @@ def wire(
     fields: dict[str, Any] = {key: value for w in wiring for key, value in w.request_fields.items()}
     tokenizer_folder = adapter or (model if Path(model).is_dir() else None)
     if declared.serve:
+        if not o.base_url:
+            raise InputError(f"engine {declared.name!r} needs base_url (e.g. {declared.serve.endpoint_example})")
         tokenizer = (
             load_tokenizer(tokenizer_folder, trust_remote_code=o.trust_remote_code) if tokenizer_folder else None
         )
@@ -93,7 +93,7 @@ def wire(
         spec = BackendSpec(
             kind=declared.name,
             model=o.served_model or Path(location).name or "judge",
-            endpoints=(o.base_url or "",),
+            endpoints=(o.base_url,),
             api="prompt" if templated else "chat",
             concurrency=o.concurrency,
             timeout_s=o.timeout_s,

@@ -1,6 +1,7 @@
-"""bench/distill_quintd.py: a finished phase is reused only for the same settings, and recipes are
-compared by their mean over training seeds; bench/count_decisions.py's expected count (no model
-runs: the guards and the reports' arithmetic)."""
+"""The distillation study (`spanjudge.eval.distill`, driven by bench/distill_quintd.py): a finished phase is
+reused only for the same settings, recipes are compared by their mean over training seeds, and the committed
+report is what its rows give; bench/count_decisions.py's expected count (no model runs: the guards and the
+reports' arithmetic)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,11 +30,28 @@ def _bench_module(name: str) -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    return _bench_module("distill_quintd")
+def bench() -> SimpleNamespace:
+    """The study's stage API, every module's names in one namespace."""
+    from spanjudge.eval.distill import phases, report, study
+
+    names = {name: value for module in (study, report, phases) for name, value in vars(module).items()}
+    return SimpleNamespace(**{name: value for name, value in names.items() if not name.startswith("__")})
 
 
-def test_a_finished_import_is_reused_only_for_the_same_settings(bench: ModuleType, tmp_path: Path) -> None:
+def test_the_committed_report_is_what_its_committed_rows_give(bench: SimpleNamespace) -> None:
+    """bench/results/distill_quintd.md and the recipes of .json are recomputed from the rows alone: the study's
+    report functions moved into the package unchanged."""
+    results = json.loads((REPO / "bench/results/distill_quintd.json").read_text())
+    assert bench.recipes(results["runs"]) == results["recipes"]
+    assert bench.markdown(results["runs"]) == (REPO / "bench/results/distill_quintd.md").read_text()
+
+
+def test_the_driver_stays_a_thin_script_over_the_stage_api() -> None:
+    driver = (REPO / "bench" / "distill_quintd.py").read_text()
+    assert len(driver.splitlines()) <= 200 and "from spanjudge.eval.distill" in driver
+
+
+def test_a_finished_import_is_reused_only_for_the_same_settings(bench: SimpleNamespace, tmp_path: Path) -> None:
     # the first run wrote its config and finished; the same settings reuse it without running anything
     config = yaml.safe_load(bench.IMPORT_CONFIG.read_text())
     config["source"].update(domains=["wikidata"], table_range=[0, 80])
@@ -46,7 +64,7 @@ def test_a_finished_import_is_reused_only_for_the_same_settings(bench: ModuleTyp
         bench._import(tmp_path, "teacher", bench.IMPORT_CONFIG, ["wikidata"], (0, 40))
 
 
-def test_a_finished_student_differs_by_the_settings_it_was_trained_with(bench: ModuleType) -> None:
+def test_a_finished_student_differs_by_the_settings_it_was_trained_with(bench: SimpleNamespace) -> None:
     saved = {"training": {"seed": 42, "output_dir": "/runs/a/student"}, "lora": {"r": 16}}
     same = {"training.seed": 42, "training.output_dir": Path("/runs/a/student"), "lora.r": 16}
     assert bench._differing(same, saved) == []  # paths compare as the saved YAML's text
@@ -60,7 +78,7 @@ def _run(settings: dict[str, Any], student: dict[str, Any], teacher: dict[str, A
     return {"settings": {**base, **settings}, "rows": rows}
 
 
-def test_recipes_are_compared_by_their_mean_over_seeds(bench: ModuleType) -> None:
+def test_recipes_are_compared_by_their_mean_over_seeds(bench: SimpleNamespace) -> None:
     teacher = {"overlap_f1": 0.6, "token_f1": 0.6, "count_pearson": 0.4, "token_pearson": 0.5}
     draw = {"overlap_f1": 0.4, "token_f1": 0.4, "count_pearson": 0.3, "token_pearson": 0.1, "no_error_outputs": 0}
     runs = {
@@ -88,7 +106,7 @@ def test_the_expected_count_goes_on_with_each_decisions_probability() -> None:
     assert expected_count([0.5, 0.5]) == pytest.approx(0.5 + 0.25)
 
 
-def _args(bench: ModuleType, **changes: Any) -> Any:
+def _args(bench: SimpleNamespace, **changes: Any) -> Any:
     import argparse
 
     defaults = {
@@ -99,7 +117,7 @@ def _args(bench: ModuleType, **changes: Any) -> Any:
     return argparse.Namespace(**{**defaults, **changes})
 
 
-def test_the_protocols_splits_never_share_an_input(bench: ModuleType) -> None:
+def test_the_protocols_splits_never_share_an_input(bench: SimpleNamespace) -> None:
     assert bench.leak(_args(bench)) is None
     assert bench.held_out_tables(_args(bench)) == (70, 80)
     assert bench.held_out_tables(_args(bench, split="test")) == (80, 100)
@@ -124,7 +142,9 @@ def _protocol_run(seed: int, student: dict[str, Any], recipe: str = "r") -> dict
     return {"settings": settings, "rows": rows}
 
 
-def test_the_recipes_list_gives_each_columns_mean_and_range_over_seeds_beside_the_teacher(bench: ModuleType) -> None:
+def test_the_recipes_list_gives_each_columns_mean_and_range_over_seeds_beside_the_teacher(
+    bench: SimpleNamespace,
+) -> None:
     runs = {
         "a": _protocol_run(42, {"overlap_f1": 0.2, "token_f1": 0.3, "count_pearson": 0.1, "token_pearson": 0.0}),
         "b": _protocol_run(1, {"overlap_f1": 0.4, "token_f1": 0.1, "count_pearson": 0.5, "token_pearson": None}),
@@ -142,7 +162,7 @@ def test_the_recipes_list_gives_each_columns_mean_and_range_over_seeds_beside_th
     )  # count r: half the teacher, above the baseline
 
 
-def test_gamma_joins_the_rows_and_the_recipes_when_asked(bench: ModuleType) -> None:
+def test_gamma_joins_the_rows_and_the_recipes_when_asked(bench: SimpleNamespace) -> None:
     from spanjudge.eval.spans.documents import GoldSpan, SpanDocument
 
     def doc(i: int, domain: str, gold: list[tuple[int, int]]) -> SpanDocument:
@@ -169,7 +189,7 @@ def test_gamma_joins_the_rows_and_the_recipes_when_asked(bench: ModuleType) -> N
     assert "0.300 [0.20, 0.40] (–)" in "\n".join(bench.protocol_tables([entry]))
 
 
-def test_a_recipes_seeds_must_share_every_setting_but_the_seed(bench: ModuleType) -> None:
+def test_a_recipes_seeds_must_share_every_setting_but_the_seed(bench: SimpleNamespace) -> None:
     runs = {"a": _protocol_run(42, {})}
     assert bench.recipe_conflict("r", "b", {"lr": 0.0005}, runs) is None
     assert bench.recipe_conflict("r", "a", {"lr": 0.1}, runs) is None  # the run itself, made again
@@ -214,7 +234,7 @@ def test_the_protocol_script_judges_the_test_split_only_for_the_runs_it_is_given
     assert len((tmp_path / "calls").read_text().splitlines()) == 2  # a refused call starts nothing
 
 
-def test_a_reading_that_only_some_seeds_have_is_a_recipe_entry_over_those_seeds(bench: ModuleType) -> None:
+def test_a_reading_that_only_some_seeds_have_is_a_recipe_entry_over_those_seeds(bench: SimpleNamespace) -> None:
     values = {"overlap_f1": 0.2, "token_f1": 0.3, "count_pearson": 0.1, "token_pearson": 0.0}
     runs = {"a": _protocol_run(42, values), "b": _protocol_run(1, values)}
     # seed 1 was also judged with self-consistency (--samples N, added to a finished run)

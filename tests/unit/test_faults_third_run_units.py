@@ -400,17 +400,14 @@ def test_a_checkpoint_is_asked_for_once_the_minutes_have_passed() -> None:
 
 
 def test_a_killed_training_in_the_bench_names_the_signal_the_memory_and_the_levers(tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import distill_quintd
-    finally:
-        sys.path.remove(str(REPO / "bench"))
+    from spanjudge.eval.distill.phases import run_command
+
     log = tmp_path / "train.log"
     spanjudge = tmp_path / "spanjudge"  # a stand-in for `spanjudge train` that the kernel kills
     spanjudge.write_text("#!/bin/sh\nkill -KILL $$\n")
     spanjudge.chmod(0o755)
     with pytest.raises(SystemExit) as stopped:
-        distill_quintd._run([str(spanjudge), "train", "--config", "x.yaml"], log)
+        run_command([str(spanjudge), "train", "--config", "x.yaml"], log)
     message = str(stopped.value)
     assert "killed by SIGKILL" in message and "out-of-memory killer" in message and "peak memory" in message
     assert "--device-batch" in message and "data.max_length" in message and "resumes" in message

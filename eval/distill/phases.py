@@ -1,0 +1,373 @@
+"""The distillation study's phases: import the teacher's records, train the student, judge the held-out
+split, and the result rows (`report.domain_rows`). Each phase keeps its result in the run's work folder,
+so a killed run resumes where it stopped, and a finished phase is reused only for the same settings.
+
+The commands run as `spanjudge import` and `spanjudge train` in child processes (their logs in the work
+folder; a crash is reported with its signal, peak memory and what lowers it), from the working directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spanjudge.core.configio import configs_dir
+
+from .report import domain_rows
+from .study import STUDENTS, StudySettings, checkout_free, held_out_tables, judging_key, recipe_settings
+
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"}
+TRAIN_CONFIG = configs_dir() / "train" / "smollm2_cpu_smoke.yaml"
+
+
+def run_command(command: list[str], log: Path) -> float:
+    """Run a spanjudge command with its output in `log`; the wall time in seconds. A failure says how the
+    command ended (a signal by name, with its likely cause), its peak memory and, for a training killed by
+    the out-of-memory killer, what lowers the memory; the same line ends the log."""
+    import resource
+    import signal
+
+    from spanjudge.core.crash import describe_exit
+
+    started = time.perf_counter()
+    with log.open("a", encoding="utf-8") as handle:
+        process = subprocess.run(command, env=ENV, stdout=handle, stderr=subprocess.STDOUT)
+    if process.returncode != 0:
+        peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
+        minutes = (time.perf_counter() - started) / 60
+        message = (
+            f"{' '.join(command[:2])} failed after {minutes:.1f} min: {describe_exit(process.returncode)}; "
+            f"peak memory of the commands so far {peak_gib:.1f} GiB"
+        )
+        if process.returncode == -signal.SIGKILL and "train" in command[:2]:
+            message += (
+                "; to need less memory: a smaller --device-batch (training.per_device_batch_size; the effective "
+                "batch stays, by accumulation) or a lower data.max_length. Run the same command again: the "
+                "training resumes from its last checkpoint (saved every training.save_minutes)"
+            )
+        with log.open("a", encoding="utf-8") as handle:
+            handle.write(f"[distill_quintd] {message}\n")
+        sys.exit(f"{message}; see {log}")
+    return round(time.perf_counter() - started, 1)
+
+
+def _import(
+    work: Path, name: str, config_path: Path, domains: list[str], tables: tuple[int, int], **source: Any
+) -> dict[str, Any]:
+    out = work / name
+    config = yaml.safe_load(config_path.read_text())
+    config["source"].update(domains=domains, table_range=list(tables), **source)
+    path, text = work / f"{name}.yaml", yaml.safe_dump(config, sort_keys=False)
+    if (out / "run.json").is_file():  # a finished import is reused only for the very same settings
+        if not path.is_file() or path.read_text() != text:
+            sys.exit(f"{out} was imported with other settings than this run's; use another --label or delete {work}")
+        return json.loads((out / "run.json").read_text())
+    path.write_text(text)
+    run_command([str(BIN / "spanjudge"), "import", "--config", str(path), "--out", str(out)], work / f"{name}.log")
+    return json.loads((out / "run.json").read_text())
+
+
+def import_teacher(work: Path, args: StudySettings) -> dict[str, Any]:
+    """GPT-4's records on the training tables; with --extra-domains, theirs appended to the training split.
+
+    The validation split stays the main domains' own, so eval loss is comparable across runs.
+    """
+    # quintd-1's spans on wikidata quote their outputs well; other domains' misquote more often: their spans
+    # that match nowhere are dropped (counted in stats.md)
+    mismatch = {} if args.domains == ["wikidata"] else {"on_mismatch": "relocate_or_drop"}
+    source = {} if args.train_source == "gpt-4" else {"annotator": args.train_source}
+    imported = _import(work, "teacher", args.import_config, args.domains, args.train_tables, **mismatch, **source)
+    if not args.extra_domains:
+        return imported
+    # the other domains' GPT-4 spans misquote their outputs more often: drop those spans (counted in stats.md)
+    extra = _import(
+        work, "teacher_extra", args.import_config, args.extra_domains, args.extra_tables, on_mismatch="relocate_or_drop"
+    )
+    mixed = work / "teacher_mixed"
+    mixed.mkdir(exist_ok=True)
+    lines = [
+        line
+        for folder in ("teacher", "teacher_extra")
+        for name in (("train.jsonl", "validation.jsonl") if folder == "teacher_extra" else ("train.jsonl",))
+        if (work / folder / name).is_file()
+        for line in (work / folder / name).read_text(encoding="utf-8").splitlines()
+    ]
+    (mixed / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (mixed / "validation.jsonl").write_text((work / "teacher" / "validation.jsonl").read_text(encoding="utf-8"))
+    return {**imported, "train": len(lines), "extra_train": extra["train"] + extra["validation"]}
+
+
+def teacher_folder(work: Path) -> Path:
+    return work / ("teacher_mixed" if (work / "teacher_mixed").is_dir() else "teacher")
+
+
+def training_examples(work: Path, repeat_no_error: int) -> int:
+    """Examples in one epoch: every teacher record, 'No Error' ones `repeat_no_error` times."""
+    records = [json.loads(line) for line in (teacher_folder(work) / "train.jsonl").read_text().splitlines()]
+    return sum(1 if r["evaluation"]["errors"] else repeat_no_error for r in records)
+
+
+def train_student(work: Path, args: StudySettings) -> dict[str, Any]:
+    run_dir = work / "student"
+    metrics_path = run_dir / "metrics.json"
+    n_train = training_examples(work, args.repeat_no_error)
+    steps = args.steps or math.ceil(args.epochs * n_train / args.batch)
+    sets = {
+        "data.train": str(teacher_folder(work)),
+        "data.max_length": 2048,
+        "data.repeat_no_error": args.repeat_no_error,
+        "training.output_dir": str(run_dir),
+        "training.max_steps": steps,
+        "training.effective_batch_size": args.batch,
+        "training.per_device_batch_size": min(args.batch, args.device_batch),
+        "training.learning_rate": args.lr,
+        "training.warmup_ratio": 0.05,
+        "training.save_steps": 20,
+        "training.logging_steps": 5,
+        "lora.r": args.rank,
+        "lora.alpha": 2 * args.rank,
+        "training.decision_weight": args.decision_weight,
+        "training.seed": args.train_seed,
+        **STUDENTS[args.student]["sets"],
+    }
+    if metrics_path.is_file():  # a finished student is reused only if it was trained with these settings
+        differ = _differing(sets, yaml.safe_load((run_dir / "train_config.yaml").read_text()))
+        if differ:
+            sys.exit(f"{run_dir} was trained with other settings ({', '.join(differ)}); use another --label or "
+                     f"delete {work}")  # fmt: skip
+    else:  # `spanjudge train` resumes a killed run from its last checkpoint
+        command = [str(BIN / "spanjudge"), "train", "--config", str(TRAIN_CONFIG)]
+        for key, value in sets.items():
+            command += ["--set", f"{key}={value}"]
+        wall = run_command(command, work / "train.log")
+        (run_dir / "bench_wall.json").write_text(json.dumps({"wall_s": wall}))
+    metrics = json.loads(metrics_path.read_text())
+    wall = (
+        json.loads((run_dir / "bench_wall.json").read_text())["wall_s"]
+        if (run_dir / "bench_wall.json").is_file()
+        else None
+    )
+    keep = ("train_loss", "eval_loss", "tokens_per_second", "train_runtime")
+    return {
+        "steps": steps,
+        "examples_per_epoch": n_train,
+        "settings": sets,
+        "wall_s": wall,
+        **{k: metrics.get(k) for k in keep if k in metrics},
+    }
+
+
+def _differing(sets: dict[str, Any], saved: dict[str, Any]) -> list[str]:
+    """The `--set` keys whose value differs from the run's saved train_config.yaml (section → key → value)."""
+    differ = []
+    for dotted, value in sets.items():
+        section, key = dotted.split(".", 1)
+        before = saved.get(section, {}).get(key)
+        if str(before) != str(value):  # the saved YAML holds paths as text
+            differ.append(f"{dotted} {before!r}, not {value!r}")
+    return differ
+
+
+def student_gguf(student: str) -> Path:
+    from spanjudge.inference.llamacpp import gemma3_gguf, smollm2_gguf
+
+    return gemma3_gguf() if student == "gemma3" else smollm2_gguf()
+
+
+def in_process_judge(adapter: Path, args: StudySettings, probabilities: bool, samples: int) -> Callable[[], Any]:
+    from spanjudge.inference.judge import Judge
+
+    def make() -> Any:
+        return Judge.from_pretrained(
+            adapter, engine="transformers", max_new_tokens=args.max_new_tokens, retries=args.retries,
+            max_context=4096, constrained=args.constrained, probabilities=probabilities, samples=samples,
+        )  # fmt: skip
+
+    return make
+
+
+def served_judge(
+    folder: Path,
+    gguf: Path,
+    lora: Path | None,
+    args: StudySettings,
+    constrained: bool,
+    probabilities: bool,
+    samples: int = 0,
+) -> Callable[[], Any]:
+    """A judge llama.cpp serves; with `probabilities`, read in this process from the same GGUF and LoRA."""
+    from spanjudge.inference.hf_models import load_tokenizer
+    from spanjudge.inference.judge import Judge
+    from spanjudge.inference.llamacpp import LlamaCppProbabilities, LlamaCppServer
+
+    def make() -> Any:
+        server = LlamaCppServer(
+            gguf, alias="judge", n_threads=os.cpu_count() or 1, n_ctx=4096, lora_path=lora,
+            chat_format=STUDENTS[args.student]["chat_format"],
+        ).start()  # fmt: skip
+        reader = LlamaCppProbabilities(gguf, load_tokenizer(str(folder)), lora) if probabilities else None
+        judge = Judge.from_pretrained(
+            folder, engine="openai", base_url=server.base_url, served_model="judge",
+            max_new_tokens=args.max_new_tokens, retries=args.retries, max_context=4096, constrained=constrained,
+            probabilities=probabilities, probability_reader=None if reader is None else reader.read_probabilities,
+            samples=samples,
+        )  # fmt: skip
+        close = judge.close
+
+        def close_both() -> None:
+            close()
+            server.stop()
+            if reader is not None:
+                reader.close()
+
+        judge.close = close_both  # type: ignore[method-assign]
+        return judge
+
+    return make
+
+
+Say = Callable[[str], None]
+
+
+def judge_held_out(work: Path, args: StudySettings, say: Say) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """The held-out outputs of the run's split (with the humans' spans), each judge's judgments of them (kept
+    in `work`, so a killed run resumes and a finished judge is read back) and the teacher's spans on them."""
+    from spanjudge.eval.spans.judging import judge_span_documents, quintd_tables
+    from spanjudge.inference.export import adapter_to_gguf
+    from spanjudge.inference.hf_models import convert_gguf
+
+    adapter = work / "student" / "adapter"
+    gguf = student_gguf(args.student)
+    base_folder = Path(convert_gguf(gguf, progress=say))
+    lora = None if args.student == "gemma3" else work / "student-lora.gguf"
+    if lora is not None and not lora.is_file():
+        adapter_to_gguf(adapter, json.loads((base_folder / "config.json").read_text()), lora)
+    tables = held_out_tables(args)
+    docs = quintd_tables("human", tables, args.eval_domains)
+    teacher = {d.id: d.gold_spans for d in quintd_tables("gpt-4", tables, args.eval_domains)}
+    say(f"held out ({args.split} split, tables {tables[0]}-{tables[1] - 1}): {len(docs)} outputs with human spans")
+    judged = {}
+    # the base is served without the LoRA; its prompt is rendered by the tokenizer of a folder with a chat
+    # template: Gemma's GGUF has none, so its base renders through the student's (Gemma's turns, as trained)
+    base_turns = adapter if args.student == "gemma3" else base_folder
+    key = judging_key(args.eval_domains, tables, args.max_new_tokens, args.retries)
+    # The base judges the test split only (the row beside each reported recipe), on the contract's grammar so
+    # that it writes evaluations at all (unconstrained it parses none); once per student model and setting.
+    judges: list[tuple[str, Path, Path | None, int]] = [("student", adapter, lora, 0)]
+    if args.split == "test":
+        judges.insert(0, ("base", base_turns, None, 0))
+    if args.samples:  # self-consistency: the same student asked again for N sampled replies per output
+        judges.append(("student", adapter, lora, args.samples))
+    for name, folder, adapter_gguf, samples in judges:
+        constrained = args.constrained or name == "base"
+        name += "+grammar" if constrained else ""
+        probabilities = name.startswith("student") and args.probabilities and not samples
+        name += "+probabilities" if probabilities else f"+consensus{samples}" if samples else ""
+        # a SmolLM2 student is served by llama.cpp (its probabilities read from the same GGUF), a Gemma one runs
+        # in process; the engine is in the file's name, so one engine's judgments never resume another's
+        in_process = name.startswith("student") and args.student == "gemma3"
+        engine = "transformers" if in_process else "llamacpp"
+        path = work / "judgments" / f"{name}_{engine}_{key}.json"
+        if name.startswith("base"):  # the untrained base is the same judge in every run: judged once per setting
+            base_key = key if args.student == "smollm2" else f"{args.student}_{key}"
+            path = work.parent / "base_judgments" / f"{base_key}+grammar.json"
+        if in_process:
+            make = in_process_judge(adapter, args, probabilities, samples)
+        else:
+            make = served_judge(folder, gguf, adapter_gguf, args, constrained, probabilities, samples)
+        judge = None if path.is_file() else make()
+        counter = {"done": 0}
+
+        def progress(count: int, name: str = name, counter: dict[str, int] = counter) -> None:
+            counter["done"] += count
+            say(f"{name}: {counter['done']}/{len(docs)} judged")
+
+        try:
+            judged[name] = judge_span_documents(judge, docs, path, progress)
+        finally:
+            if judge is not None:
+                judge.close()
+    return docs, judged, teacher
+
+
+def result_rows(
+    docs: list[Any], judged: dict[str, Any], teacher: dict[str, Any], args: StudySettings, say: Say
+) -> list[dict[str, Any]]:
+    """The agreement rows of every judge (the student's written replies, its expected and consensus readings,
+    the base), the teacher and the mark-every-number baseline, per domain and pooled."""
+    from spanjudge.eval.spans.judging import consensus_predictions, expected_predictions, predictions
+    from spanjudge.eval.spans.metrics import mark_numbers
+
+    def rows_of(name: str, spans: dict[str, Any], payload: dict[str, Any] | None = None, **kw: Any) -> list[dict]:
+        if args.gamma:
+            from spanjudge.eval.spans.gamma import output_gammas
+
+            say(f"{name}: γ agreement")
+            kw["gammas"] = output_gammas(docs, spans)
+        return domain_rows(name, docs, spans, payload, split=args.split, resamples=args.resamples, seed=args.seed, **kw)
+
+    rows = []
+    for name, payload in judged.items():
+        if "+consensus" in name:
+            rows += rows_of("student·consensus", consensus_predictions(payload), payload, written=False)
+            continue
+        rows += rows_of(name.split("+")[0], predictions(payload), payload)
+        if name.endswith("+probabilities"):
+            spans, counts = expected_predictions(payload)
+            rows += rows_of("student·expected", spans, payload, counts=counts, written=False)
+    rows += rows_of("teacher", teacher)
+    rows += rows_of("number_baseline", {d.id: mark_numbers(d.output) for d in docs})
+    return rows
+
+
+def run_settings(
+    args: StudySettings, imported: dict[str, Any], train: dict[str, Any], judged: dict[str, Any]
+) -> dict[str, Any]:
+    """What the results record of a run: its recipe, the phases' outcomes and each judge's wall time."""
+    return {
+        "label": args.label,
+        "recipe": args.recipe or args.label,
+        "protocol": 1,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, no GPU",
+        "domains": args.domains,
+        "train_source": args.train_source,
+        "train_tables": list(args.train_tables),
+        "dev_tables": list(args.dev_tables),
+        "test_tables": list(args.test_tables),
+        "eval_domains": args.eval_domains,
+        "train_outputs": imported["train"],
+        "extra_domains": args.extra_domains,
+        "extra_train": imported.get("extra_train"),
+        "extra_tables": list(args.extra_tables) if args.extra_domains else None,
+        "import_config": checkout_free(args.import_config),
+        "batch": args.batch,
+        "lr": args.lr,
+        "rank": args.rank,
+        "repeat_no_error": args.repeat_no_error,
+        "decision_weight": args.decision_weight,
+        "train_seed": args.train_seed,
+        "max_new_tokens": args.max_new_tokens,
+        "retries": args.retries,
+        "constrained": args.constrained,
+        "probabilities": args.probabilities,
+        "samples": args.samples,
+        "recipe_settings": recipe_settings(args),
+        "resamples": args.resamples,
+        "train": train,
+        "judge_wall_s": {f"{args.split}/{name}": payload["wall_s"] for name, payload in judged.items()},
+        "student": STUDENTS[args.student]["describe"],
+        "student_model": args.student,
+        "teacher": "GPT-4 (gpt-4-1106-preview) spans from quintd-1",
+        "note": args.note,
+    }
