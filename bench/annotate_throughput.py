@@ -27,12 +27,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from spanjudge.core.catalog import load_catalog  # noqa: E402
 from spanjudge.core.paths import data_dir  # noqa: E402
 from spanjudge.data_gen.annotate import run_with_retries  # noqa: E402
 from spanjudge.data_gen.config import ParseRetry  # noqa: E402
 from spanjudge.inference.backends import BackendSpec, CachedBackend, LLMCache, make_backend  # noqa: E402
 from spanjudge.inference.backends.base import ChatRequest, Completion, SamplingParams  # noqa: E402
-from spanjudge.inference.catalog import load_catalog  # noqa: E402
 from spanjudge.inference.contract import parse_annotator  # noqa: E402
 from spanjudge.inference.llamacpp import LlamaCppServer, smollm2_gguf  # noqa: E402
 from spanjudge.inference.prompts import render_annotator_prompt  # noqa: E402

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.catalog import Catalog, load_catalog
 from spanjudge.core.configio import configs_dir, read_yaml
 from spanjudge.core.errors import ConfigError, InputError, SpanjudgeError
 from spanjudge.core.overlap import RULE, input_digest
 from spanjudge.core.tabular import iter_json_list, iter_jsonl
-from spanjudge.inference.catalog import Catalog, load_catalog
 
 from .config import SourcesConfig, load_sources, resolve_source_path
 from .sources import source_input, source_rows

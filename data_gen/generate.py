@@ -21,13 +21,13 @@ from typing import Any
 
 import yaml
 
+from spanjudge.core.catalog import Catalog, Task
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import ConfigError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.core.progress import Tracker
 from spanjudge.core.sharding import Shard, input_key
 from spanjudge.inference.backends import CachedBackend, CallFailure, CallResult, ChatRequest, LLMCache, make_backend
-from spanjudge.inference.catalog import Catalog, Task
 
 from .annotate import prompt_hash
 from .config import SourcesConfig, SourceSpec, resolve_source_path

@@ -19,9 +19,9 @@ import jinja2
 import jinja2.meta
 from jinja2.sandbox import SecurityError
 
+from spanjudge.core.catalog import Task
 from spanjudge.core.errors import ConfigError
 from spanjudge.inference.backends.base import ChatRequest, Message, SamplingParams
-from spanjudge.inference.catalog import Task
 from spanjudge.inference.prompts import sandboxed_environment
 
 from .generate_config import GenerateConfig, SystemSpec, TemplateSpec, load_template_file, template_paths

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from spanjudge.core.catalog import Catalog, Task
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl
 from spanjudge.core.progress import Tracker
 from spanjudge.core.sharding import Shard, input_key
 from spanjudge.inference.backends import CachedBackend, LLMCache, engine, make_backend
-from spanjudge.inference.catalog import Catalog, Task
 from spanjudge.inference.contract import (
     AnnotatorEvaluation,
     ErrorAnnotation,

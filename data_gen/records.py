@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.catalog import Task
 from spanjudge.core.fileio import atomic_directory, atomic_write_jsonl
-from spanjudge.inference.catalog import Task
 
 Record = dict[str, Any]
 

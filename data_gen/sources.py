@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.catalog import Task
 from spanjudge.core.errors import InputError
 from spanjudge.core.tabular import iter_csv, iter_json_list, iter_jsonl
-from spanjudge.inference.catalog import Task
 
 from .config import FieldMap, SourceSpec
 

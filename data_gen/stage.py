@@ -51,8 +51,8 @@ def annotate_outputs(
     """Annotate the sources' outputs with the ensemble, merge with its supervisor and build the
     training data in `out` (see `spanjudge annotate --help`). `warn` hears, before the run,
     that `allow_overlap` keeps meta-evaluation inputs."""
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.core.sharding import parse_shard, shard_path
-    from spanjudge.inference.catalog import load_catalog
 
     from .config import load_ensemble, load_sources
     from .decontaminate import prepare
@@ -86,8 +86,8 @@ def generate_outputs(
 ) -> StageRun:
     """New outputs from the systems for every input of the sources, in `out` (see
     `spanjudge generate --help`)."""
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.core.sharding import parse_shard, shard_path
-    from spanjudge.inference.catalog import load_catalog
 
     from .config import load_sources
     from .generate import run_generate
@@ -114,7 +114,7 @@ def import_records(
 ) -> StageRun:
     """Training records from existing annotations (no model call), in `out` (see
     `spanjudge import --help`)."""
-    from spanjudge.inference.catalog import load_catalog
+    from spanjudge.core.catalog import load_catalog
 
     from .decontaminate import prepare
     from .teacher import import_annotations, load_import_config

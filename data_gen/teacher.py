@@ -26,10 +26,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from spanjudge.core.catalog import Catalog, Task
 from spanjudge.core.configio import load_yaml_model
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_json
-from spanjudge.inference.catalog import Catalog, Task
 from spanjudge.inference.contract import MAX_ERRORS, ErrorAnnotation, Evaluation, cap_errors
 from spanjudge.inference.openlgauge import iter_openlgauge
 

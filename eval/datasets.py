@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.catalog import Catalog, Task, load_catalog
 from spanjudge.core.errors import ConfigError, InputError
 from spanjudge.data_gen.config import SourcesConfig, SourceSpec, load_sources, resolve_source_path
 from spanjudge.data_gen.sources import Row, source_fields, source_item, source_rows
-from spanjudge.inference.catalog import Catalog, Task, load_catalog
 
 from .qags import summary_score
 from .suite import DatasetSpec, References, SuiteConfig, resolve_config_path

@@ -61,7 +61,7 @@ def tasks_command(settings: TasksSettings) -> None:
     Tasks live in configs/tasks/<category>.yaml: add a task or an aspect by editing YAML,
     or keep your own files and pass them with --catalog.
     """
-    from .catalog import load_catalog
+    from spanjudge.core.catalog import load_catalog
 
     as_json, task = settings.as_json, settings.task
     loaded = load_catalog(settings.catalog)
@@ -103,10 +103,10 @@ def tasks_command(settings: TasksSettings) -> None:
 
 def prompt_command(settings: PromptSettings) -> None:
     """Print the prompt spanjudge would send, so you can read exactly what a model sees."""
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.core.errors import InputError
     from spanjudge.core.keyvalue import parse_texts
 
-    from .catalog import load_catalog
     from .prompts import render_annotator_prompt, render_judge_prompt
 
     s = settings

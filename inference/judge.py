@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from spanjudge.core.artifacts import read_adapter_metadata
+from spanjudge.core.catalog import Aspect, Catalog, load_catalog
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.progress import Advance
 
@@ -51,7 +52,6 @@ from .backends import make_backend
 from .backends.adapters import check_safetensors_adapter
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
 from .backends.registry import engines_that
-from .catalog import Aspect, Catalog, load_catalog
 from .chat import encode_text
 from .consensus import Consensus, consensus
 from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spanjudge.core.artifacts import ADAPTER_METADATA, read_adapter_metadata
+from spanjudge.core.catalog import Aspect, Catalog, Task, validate_inputs
 from spanjudge.core.errors import InputError, SpanjudgeError
 
-from .catalog import Aspect, Catalog, Task, validate_inputs
 from .chat import Piece, chat_pieces, encode_chat, encode_pieces, served_prompt
 from .contract import Evaluation, render_judge
 from .prompts import PromptTemplate, render_judge_prompt

@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from spanjudge.core.catalog import Catalog, Task
 from spanjudge.core.errors import InputError
 from spanjudge.core.tabular import iter_json_list
 
-from .catalog import Catalog, Task
 from .contract import ErrorAnnotation, Evaluation, anchor_errors, cap_errors, parse_judge
 from .contract.model import ParseFailure
 

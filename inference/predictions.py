@@ -21,9 +21,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from spanjudge.core.catalog import Task
 from spanjudge.core.errors import InputError
 
-from .catalog import Task
 from .judge_conversation import JudgeRequest
 from .score_data import FieldMapping, header_fields, read_requests
 

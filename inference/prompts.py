@@ -25,10 +25,10 @@ import jinja2.nodes
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedEnvironment
 
+from spanjudge.core.catalog import Aspect, Task, validate_inputs
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import InputError
 
-from .catalog import Aspect, Task, validate_inputs
 from .contract import MAX_ERRORS, ErrorAnnotation, render_errors
 
 _BACKTICKS = re.compile(r"`+")

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from spanjudge.core.catalog import Aspect, Catalog, Task, validate_inputs
 from spanjudge.core.errors import InputError
 from spanjudge.core.hub_data import iter_rows, parse_dataset_id
 from spanjudge.core.jsonl import JsonlStore
@@ -38,7 +39,6 @@ from spanjudge.core.tabular import (
     only_value,
 )
 
-from .catalog import Aspect, Catalog, Task, validate_inputs
 from .judge_conversation import JudgeRequest
 from .prompts import PromptTemplate, template_sha256
 

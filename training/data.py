@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from spanjudge.core.catalog import Catalog
 from spanjudge.core.errors import InputError
 from spanjudge.core.jsonl import Located, iter_jsonl
 from spanjudge.core.overlap import input_digest
-from spanjudge.inference.catalog import Catalog
 from spanjudge.inference.contract import Evaluation
 from spanjudge.inference.judge_conversation import judge_training_ids, request_from_record
 from spanjudge.inference.prompts import PromptTemplate

@@ -34,11 +34,11 @@ from typing import Any
 import yaml
 
 from spanjudge.core.artifacts import ADAPTER_METADATA
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import ConfigError, SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.core.locks import Busy, folder_lock, this_command
 from spanjudge.core.overlap import RULE as OVERLAP_RULE
-from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.hf_models import load_causal_lm, load_tokenizer, local_folder, resolve_model_source
 from spanjudge.inference.judge_conversation import TEMPLATE_FILE
 from spanjudge.inference.prompts import template_sha256

@@ -208,7 +208,7 @@ def write_records(folder: Path, count: int, max_length: int, tokenizer: Any) -> 
     """`count` judge records, articles cut from the docs so that each example (the judge prompt
     and its completion, as training tokenizes them) is drawn evenly from [max/8, 7·max/8]
     tokens; the mean example length in tokens, measured with training's own tokenization."""
-    from spanjudge.inference.catalog import load_catalog
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.training.data import tokenize_split
 
     def tokens_of(records: list[dict[str, Any]], path: Path) -> list[int]:

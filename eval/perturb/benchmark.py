@@ -27,11 +27,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from spanjudge.core.catalog import Task
 from spanjudge.core.configio import validation_to_config_error
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl
 from spanjudge.core.jsonl import jsonl_lines
-from spanjudge.inference.catalog import Task
 
 from .registry import KindName
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from spanjudge.core.catalog import Task
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import InputError
 from spanjudge.core.paths import data_dir
 from spanjudge.core.progress import Tracker
-from spanjudge.inference.catalog import Task
 
 from ..datasets import MetaItem, load_suite_dataset, open_suite
 from ..suite import load_suite

@@ -38,9 +38,9 @@ def evaluate_span_set(
     """
     import json
 
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.core.errors import InputError, SpanjudgeError
     from spanjudge.core.fileio import atomic_write_text
-    from spanjudge.inference.catalog import load_catalog
 
     from ..datasets import MetaDataset, MetaItem
     from ..store import JudgmentStore, judge_missing, judgment_path

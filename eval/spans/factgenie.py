@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from spanjudge.core.errors import InputError
-from spanjudge.inference.interchange import read_factgenie_campaign
+from spanjudge.inference.score.interchange import read_factgenie_campaign
 
 from .documents import QUINTD_TASK_ID, GoldSpan, SpanDocument
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import ConfigError
-from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.contract import Evaluation
 from spanjudge.inference.judge_conversation import judge_training_texts, request_from_record
 from spanjudge.inference.llamacpp import gemma3_gguf

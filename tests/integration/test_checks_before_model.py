@@ -23,7 +23,7 @@ from spanjudge.core.overlap import input_digest
 from spanjudge.core.progress import progress_bars
 from spanjudge.data_gen.cli import model_progress
 from spanjudge.inference.hf_models import resolve_model_source
-from spanjudge.inference.score_cli import _summary
+from spanjudge.inference.score.cli import _summary
 from spanjudge.training.config import load_train_config
 from spanjudge.training.run import TrainingRun
 

@@ -13,7 +13,7 @@ import torch
 from support.judge_records import write_records
 from support.training_cli import run_cli, write_config
 
-from spanjudge.inference.catalog import load_catalog
+from spanjudge.core.catalog import load_catalog
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.llamacpp import smollm2_gguf
 from spanjudge.training.data import IGNORE_INDEX, tokenize_split

@@ -292,10 +292,10 @@ def test_a_symlinked_out_meets_the_same_lock(tmp_path: Path) -> None:
 
 
 def test_generate_templates_cannot_reach_python(tmp_path: Path) -> None:
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.core.errors import ConfigError
     from spanjudge.data_gen.generate_config import TemplateSpec
     from spanjudge.data_gen.generate_prompts import Template, render_prompt
-    from spanjudge.inference.catalog import load_catalog
 
     task = load_catalog().task("summeval")
     hostile = "{{ ''.__class__.__mro__[1].__subclasses__() }} {{ article }}"
@@ -588,8 +588,8 @@ def test_import_quintd_reads_the_data_dir_given(
 
 
 def test_openlgauge_import_applies_the_field_limits_and_counts_spans(tmp_path: Path) -> None:
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.data_gen.teacher import ImportConfig, import_annotations
-    from spanjudge.inference.catalog import load_catalog
 
     base = {"dataset": "SummEval", "inputs": {"Article": "The cat sat on the mat all day long."},
             "aspect_name": "fluency", "task_type": "summarization", "task_name": "news_summarization"}  # fmt: skip

@@ -27,10 +27,10 @@ from safetensors.numpy import save_file
 from support.standin import Reply, StandIn
 
 from spanjudge.app.cli import main as cli_main
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.inference.backends import BackendSpec, make_backend
 from spanjudge.inference.backends.base import BackendError, CallFailure, ChatRequest
-from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.judge_conversation import JudgeRequest, judge_chat_prompt, judge_prompt_ids
@@ -398,7 +398,7 @@ def test_plan_refuses_a_mean_longer_than_max_length(capsys: pytest.CaptureFixtur
 
 def test_a_demo_step_whose_server_crashed_says_so(smollm2_path: Path, tmp_path: Path) -> None:
     """The demo's annotate step saw only requests that "did not answer"; the demo names the crash instead."""
-    from spanjudge.app import demo
+    from spanjudge.app.demo import run as demo
 
     server = LlamaCppServer(smollm2_path, alias="smollm2", n_ctx=1024, n_threads=1, log_path=tmp_path / "s.log")
     demo._SERVERS.append(server.start())

@@ -20,9 +20,9 @@ import pytest
 from support.standin import Reply
 
 from spanjudge.app.cli import main as cli_main
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import ConfigError, InputError
 from spanjudge.core.run_info import LIBRARIES
-from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.contract import Evaluation
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge_conversation import TEMPLATE_FILE, judge_training_texts, request_from_record

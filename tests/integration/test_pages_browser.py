@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from spanjudge.inference.html_report import render_html
+from spanjudge.inference.score.html import render_html
 from tests.support.browser import PHONE, opened
 
 # Characters outside the Basic Multilingual Plane (one code point, two UTF-16 units) before the

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from spanjudge.core.catalog import load_catalog, validate_inputs
 from spanjudge.core.errors import InputError
 from spanjudge.data_gen.quintd import QUINTD_CATEGORIES, quintd_input
 from spanjudge.eval.spans.documents import QUINTD_INPUT_HEADER, SPAN_INPUT_HEADER, SPAN_TASK_ID, GoldSpan, SpanDocument
@@ -25,7 +26,6 @@ from spanjudge.eval.spans.metrics import (
 )
 from spanjudge.eval.spans.quintd import human_pairs, load_quintd1
 from spanjudge.eval.spans.rotowire import load_rotowire
-from spanjudge.inference.catalog import load_catalog, validate_inputs
 
 # --- metrics -------------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from support.quintd_files import DATA, GOOD, RULE, quintd_config, write_quintd
 
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import InputError
 from spanjudge.data_gen.teacher import (
     ImportConfig,
@@ -20,7 +21,6 @@ from spanjudge.data_gen.teacher import (
     import_annotations,
     load_import_config,
 )
-from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.contract import parse_judge, render_judge
 from spanjudge.inference.openlgauge import iter_openlgauge, openlgauge_evaluation
 

@@ -16,7 +16,7 @@ from support.judge_records import sfres_records, write_records
 from support.training_cli import run_cli, write_config
 from support.training_runs import BIN, ENV, REPO, SMOKE, TrainedRun, launch, smoke_args
 
-from spanjudge.inference.catalog import load_catalog
+from spanjudge.core.catalog import load_catalog
 from spanjudge.inference.contract import Evaluation, render_judge
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.judge_conversation import judge_chat_prompt, request_from_record

@@ -116,9 +116,9 @@ def test_second_run_makes_no_model_call(full_run) -> None:
 
 
 def _expected_ids(sources: Path, shared_data: Path) -> list[str]:
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.data_gen.config import load_sources
     from spanjudge.data_gen.pipeline import RunSummary, build_requests
-    from spanjudge.inference.catalog import load_catalog
 
     requests = build_requests(load_sources(sources), sources, load_catalog(), shared_data, RunSummary(Path(".")))
     return sorted(r.id for r in requests)

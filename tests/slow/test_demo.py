@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from spanjudge.app.demo_config import load_demo_config
-from spanjudge.app.demo_report import DemoLayout, StepRecord, markdown_html, render_report
+from spanjudge.app.demo.config import load_demo_config
+from spanjudge.app.demo.report import DemoLayout, StepRecord, markdown_html, render_report
 from spanjudge.core.errors import ConfigError
 from tests.support.browser import PHONE, opened
 
@@ -133,8 +133,8 @@ def _score(layout: DemoLayout, shared_data: Path) -> None:
     from spanjudge.inference.contract import anchor_evaluation, parse_judge
     from spanjudge.inference.judge import JudgedEvaluation
     from spanjudge.inference.probabilities import ErrorProbabilities, ReplyProbabilities
+    from spanjudge.inference.score.stage import result_row
     from spanjudge.inference.score_data import ScoreStore
-    from spanjudge.inference.scoring import result_row
 
     class Request:  # what result_row reads of a JudgeRequest
         def __init__(self, id: str, output: str) -> None:
@@ -182,7 +182,7 @@ def test_report_shows_spans_tables_and_plots(tmp_path: Path, shared_data: Path) 
     _meta_eval(layout, shared_data)
     layout.publish.mkdir()
     (layout.publish / "README.md").write_text("---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n---\n")
-    from spanjudge.app.demo_compare import parse_row
+    from spanjudge.app.demo.compare import parse_row
     from spanjudge.eval.spans.agreement import span_agreement
     from spanjudge.eval.spans.judging import quintd_tables
 

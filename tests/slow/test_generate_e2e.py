@@ -146,9 +146,9 @@ def test_rerun_makes_no_model_call(generated) -> None:
 
 
 def test_annotate_reads_the_generated_outputs_directly(generated) -> None:
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.data_gen.config import load_sources
     from spanjudge.data_gen.pipeline import RunSummary, build_requests
-    from spanjudge.inference.catalog import load_catalog
 
     _, out, _, _, _ = generated
     generated_sources = out / "sources.yaml"

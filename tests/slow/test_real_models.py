@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import SpanjudgeError
-from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.contract import (
     AnnotatorEvaluation,
     ParseFailure,

@@ -8,9 +8,9 @@ from typing import Any
 
 import yaml
 
+from spanjudge.core.catalog import load_catalog
 from spanjudge.data_gen.config import load_ensemble, load_sources
 from spanjudge.data_gen.pipeline import run_pipeline
-from spanjudge.inference.catalog import load_catalog
 from support.standin import Reply
 
 GOOD = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from spanjudge.inference.catalog import load_catalog
+from spanjudge.core.catalog import load_catalog
 from spanjudge.inference.contract import rating_to_score, round_to_multiple_of_five
 
 

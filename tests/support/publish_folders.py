@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from spanjudge.core.catalog import load_catalog
 from spanjudge.data_gen.teacher import import_annotations
-from spanjudge.inference.catalog import load_catalog
 from support.quintd_files import GOOD, quintd_config, write_quintd
 
 FAKE_TOKEN = "hf_fakeTOKENfakeTOKENfakeTOKEN1234567"  # a token-shaped string the secret scan must catch

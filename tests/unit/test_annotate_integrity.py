@@ -16,12 +16,12 @@ import yaml
 from support.annotate_runs import GOOD, good_annotator, output_word
 from support.standin import Reply
 
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import InputError
 from spanjudge.data_gen.config import SourceSpec, load_ensemble, load_sources
 from spanjudge.data_gen.folder_lock import FolderBusy
 from spanjudge.data_gen.pipeline import run_pipeline
 from spanjudge.data_gen.sources import read_source
-from spanjudge.inference.catalog import load_catalog
 
 pytestmark = pytest.mark.timeout(300)
 

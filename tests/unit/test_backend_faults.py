@@ -216,9 +216,9 @@ def test_refresh_unscored_asks_again_for_cached_replies_that_did_not_parse(
 
 
 def _run_refresh(tmp_path: Path, urls: dict[str, str], shared_data: Path) -> Any:
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.data_gen.config import load_ensemble, load_sources
     from spanjudge.data_gen.pipeline import run_pipeline
-    from spanjudge.inference.catalog import load_catalog
 
     ensemble, sources = write_configs(tmp_path, urls)
     return run_pipeline(
@@ -258,7 +258,7 @@ def test_score_refresh_unscored_scores_unscored_rows_again(serve, tmp_path: Path
 
 @pytest.mark.parametrize(
     ("app", "command"),
-    [("spanjudge.data_gen.cli:annotate", "annotate"), ("spanjudge.inference.score_cli:score", "score")],
+    [("spanjudge.data_gen.cli:annotate", "annotate"), ("spanjudge.inference.score.cli:score", "score")],
 )
 def test_refresh_unscored_is_in_the_help(app: str, command: str) -> None:
     import importlib

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import InputError
 from spanjudge.eval.baselines import MetricJudge, metric_scorer, parse_metric, sentence_lines
 from spanjudge.eval.judges import make_judge
@@ -17,7 +18,6 @@ from spanjudge.eval.perturb.judgments import score_benchmark
 from spanjudge.eval.reference import load_reference_tables
 from spanjudge.eval.runner import reference_path, run_meta_eval
 from spanjudge.eval.suite import load_suite
-from spanjudge.inference.catalog import load_catalog
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "configs" / "eval" / "thesis.yaml"

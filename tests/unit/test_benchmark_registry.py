@@ -12,7 +12,8 @@ import pytest
 import typer.main
 from pydantic import ValidationError
 
-from spanjudge.app.demo_config import PerturbSection
+from spanjudge.app.demo.config import PerturbSection
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import ConfigError, InputError
 from spanjudge.eval import runner
 from spanjudge.eval.bootstrap import paired_bootstrap
@@ -24,7 +25,6 @@ from spanjudge.eval.perturb.perturbations import PERTURBATIONS, load_tables, tab
 from spanjudge.eval.perturb.published import PublishedRow
 from spanjudge.eval.perturb.registry import KINDS, BenchmarkKind, all_kinds, get_kind
 from spanjudge.eval.suite import AspectSpec, BootstrapSpec, DatasetSpec, SuiteConfig
-from spanjudge.inference.catalog import load_catalog
 
 # -- the registry ----------------------------------------------------------------------------
 

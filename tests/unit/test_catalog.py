@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from spanjudge.core.catalog import Aspect, load_catalog, validate_inputs
 from spanjudge.core.errors import ConfigError, InputError
-from spanjudge.inference.catalog import Aspect, load_catalog, validate_inputs
 
 MINIMAL = {
     "category": "custom",

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import ConfigError, InputError
 from spanjudge.data_gen.aggregate import aggregate, drop_outliers
 from spanjudge.data_gen.config import (
@@ -21,7 +22,6 @@ from spanjudge.data_gen.config import (
 from spanjudge.data_gen.records import split_by_input, to_hf_row
 from spanjudge.data_gen.selection import sample_requests
 from spanjudge.data_gen.sources import SourceItem, read_source
-from spanjudge.inference.catalog import load_catalog
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG = load_catalog()

@@ -29,7 +29,7 @@ from spanjudge.eval.compare import compare_systems, markdown
 from spanjudge.eval.spans import metrics
 from spanjudge.inference import llamacpp_build
 from spanjudge.inference.contract.parse import parse_annotator
-from spanjudge.inference.interchange import read_factgenie_campaign
+from spanjudge.inference.score.interchange import read_factgenie_campaign
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = "The café opened in 1998 and closed in 2003 after a fire."
@@ -418,7 +418,7 @@ def test_a_killed_training_in_the_bench_names_the_signal_the_memory_and_the_leve
 
 
 def test_a_scores_row_judged_on_another_text_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from spanjudge.inference.interchange import write_factgenie_campaign
+    from spanjudge.inference.score.interchange import write_factgenie_campaign
 
     start = OUTPUT.index("1998")
     row = {"id": "a", "task": "summeval", "aspect": "consistency", "output": OUTPUT,

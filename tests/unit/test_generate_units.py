@@ -15,13 +15,13 @@ import pytest
 import yaml
 from support.standin import Reply
 
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import ConfigError, InputError
 from spanjudge.data_gen.config import load_sources
 from spanjudge.data_gen.generate import GenerateSummary, plan_jobs, run_generate
 from spanjudge.data_gen.generate_config import PostProcess, load_generate_config
 from spanjudge.data_gen.generate_post import postprocess
 from spanjudge.data_gen.generate_prompts import load_templates, next_speaker, render_prompt
-from spanjudge.inference.catalog import load_catalog
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,7 +11,7 @@ import pytest
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import InputError
-from spanjudge.inference.interchange import (
+from spanjudge.inference.score.interchange import (
     XCOMET_SEVERITY,
     factgenie_campaign,
     read_factgenie_campaign,

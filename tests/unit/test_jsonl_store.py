@@ -155,7 +155,7 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> None:
 
 
 def test_a_second_score_run_on_the_same_out_is_refused_before_any_model_loads(tmp_path: Path) -> None:
-    from spanjudge.inference.scoring import ScoreSettings, score_file
+    from spanjudge.inference.score.stage import ScoreSettings, score_file
 
     data, out = tmp_path / "items.jsonl", tmp_path / "scores.jsonl"
     data.write_text('{"id": "1", "article": "The cat sat on the mat.", "summary": "A cat sat on a hat."}\n')

@@ -27,8 +27,8 @@ def test_every_layer_contract_is_kept(tmp_path: Path) -> None:
             "from spanjudge.data_gen import records",
             "spanjudge.training is not allowed to import spanjudge.data_gen",
         ),
-        # the judge imports the catalog, and now the catalog the judge
-        ("inference/catalog.py", "from . import judge", "No cycles are allowed in spanjudge.inference"),
+        # the judge imports the prompts, and now the prompts the judge
+        ("inference/prompts.py", "from . import judge", "No cycles are allowed in spanjudge.inference"),
     ],
 )
 def test_a_planted_import_breaks_a_contract(tmp_path: Path, module: str, planted: str, broken: str) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from support.standin import Reply
 
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import InputError
 from spanjudge.eval.judgment import Judgment
 from spanjudge.eval.perturb import statistics as metrics
@@ -32,7 +33,6 @@ from spanjudge.eval.perturb.kinds.prompt import (
 from spanjudge.eval.perturb.llm_perturb import LLMPerturber
 from spanjudge.eval.perturb.report import render_markdown
 from spanjudge.inference.backends import BackendSpec
-from spanjudge.inference.catalog import load_catalog
 
 SCALE = (1, 2, 3, 4, 5)
 

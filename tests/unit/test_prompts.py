@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import InputError
-from spanjudge.inference.catalog import load_catalog
 from spanjudge.inference.contract import ErrorAnnotation
 from spanjudge.inference.prompts import (
     fence,
@@ -113,7 +113,7 @@ def test_judge_prompt_follows_the_thesis_structure() -> None:
 
 
 def test_optional_input_is_left_out_when_empty() -> None:
-    from spanjudge.inference.catalog import InputSpec
+    from spanjudge.core.catalog import InputSpec
 
     base = CATALOG.task("knowledge_grounded_dialogue")
     task = base.model_copy(

@@ -88,7 +88,7 @@ import yaml
 from spanjudge.core.configio import load_yaml_model
 from spanjudge.inference.backends import BackendSpec, ChatRequest, make_backend
 from spanjudge.inference.judge import Judge
-from spanjudge.inference.scoring import ScoreSettings, _check
+from spanjudge.inference.score.stage import ScoreSettings, _check
 
 Path("model.yaml").write_text(yaml.safe_dump({"kind": "echo", "model": "toy", "options": {"echo": True}}))
 spec = load_yaml_model(BackendSpec, Path("model.yaml"))       # a YAML model may name the kind

@@ -14,6 +14,7 @@ import yaml
 from support.standin import Reply
 
 from spanjudge.app.cli import main as cli_main
+from spanjudge.core.catalog import load_catalog
 from spanjudge.eval.baselines import MetricJudge
 from spanjudge.eval.judges import make_judge
 from spanjudge.eval.perturb.benchmark import BenchItem, Benchmark, write_benchmark
@@ -23,7 +24,6 @@ from spanjudge.eval.perturb.statistics import EqualWidthBinner
 from spanjudge.eval.runner import run_meta_eval
 from spanjudge.eval.sampling import mode_class, sample_seed
 from spanjudge.eval.suite import load_suite
-from spanjudge.inference.catalog import load_catalog
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "configs" / "eval" / "thesis.yaml"

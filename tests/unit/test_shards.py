@@ -19,13 +19,13 @@ import yaml
 from support.standin import Reply, StandIn
 
 from spanjudge.app.cli import main as cli_main
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import InputError
 from spanjudge.core.sharding import Shard, parse_shard, shard_number
 from spanjudge.data_gen.config import load_ensemble, load_sources
 from spanjudge.data_gen.generate import run_generate
 from spanjudge.data_gen.generate_config import load_generate_config
 from spanjudge.data_gen.pipeline import run_pipeline
-from spanjudge.inference.catalog import load_catalog
 
 pytestmark = pytest.mark.timeout(300)
 Serve = Callable[..., tuple[StandIn, str]]

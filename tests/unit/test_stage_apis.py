@@ -21,7 +21,7 @@ from support.training_runs import smoke_config
 from spanjudge.core.errors import InputError
 from spanjudge.data_gen.stage import import_records
 from spanjudge.eval.meta_eval import export_requests, load_suite_config, open_judges, run_suite
-from spanjudge.inference.scoring import ScoreSettings, score_file, summary_lines
+from spanjudge.inference.score.stage import ScoreSettings, score_file, summary_lines
 from spanjudge.training.stage import train_judge
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.catalog import Aspect
 from spanjudge.core.errors import InputError
 from spanjudge.core.paths import data_dir
-from spanjudge.inference.catalog import Aspect
 
 from .. import statistics
 from ..analysis import Scores, paired_scores

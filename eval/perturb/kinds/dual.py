@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from spanjudge.core.catalog import Aspect, Task
 from spanjudge.core.errors import InputError
 from spanjudge.core.progress import Tracker
-from spanjudge.inference.catalog import Aspect, Task
 
 from ...sampling import mode_class
 from .. import statistics

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spanjudge.inference.catalog import InputSpec, Task
+from spanjudge.core.catalog import InputSpec, Task
 
 from .. import statistics
 from ..analysis import Scores, num, score_of

@@ -21,7 +21,7 @@ from typing import Any
 
 from spanjudge.core.artifacts import read_adapter_metadata
 from spanjudge.core.jsonl import read_jsonl
-from spanjudge.inference.html_report import HEAD, STYLE, legend, render_items
+from spanjudge.inference.score.html import HEAD, STYLE, legend, render_items
 
 SHOWN_RECORDS = 8  # annotated records shown with their spans (all are in annotate/train.jsonl)
 

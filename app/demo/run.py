@@ -6,7 +6,7 @@ benchmark -> publish dry run -> one HTML report. Every step calls the stage's ow
 inherits its resumption (the annotation cache, a finished training run is a no-op, score and
 meta-eval stores skip what is done), so a second run redoes nothing and finishes quickly.
 eval/ is the last stage, so this is the one place that may import all the others. The steps
-are in `demo_steps`, the command in `demo_cli`; this module starts the servers, runs the steps
+are in `steps`, the command in `cli`; this module starts the servers, runs the steps
 and writes the report.
 """
 
@@ -27,9 +27,9 @@ from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.core.jsonl import read_jsonl
 
-from .demo_config import ServerSpec, load_demo_config
-from .demo_report import DemoLayout, StepRecord, render_report
-from .demo_steps import (
+from .config import ServerSpec, load_demo_config
+from .report import DemoLayout, StepRecord, render_report
+from .steps import (
     DemoContext,
     NotBuiltYet,
     StepOutput,

@@ -1,7 +1,7 @@
 """The steps of `spanjudge demo`, one function each: a list of calls to the stages' own APIs.
 
 Each step takes the `DemoContext` and returns a one-line summary with its details (kept in
-demo_run.json and shown in the report); `demo.py` runs them in order. A step inherits its
+demo_run.json and shown in the report); `run.py` runs them in order. A step inherits its
 stage's resumption (the annotation cache, a finished training run is a no-op, score and
 meta-eval stores skip what is done), so a second demo run redoes nothing.
 """
@@ -21,9 +21,9 @@ from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl
 from spanjudge.core.jsonl import read_jsonl
 from spanjudge.eval.suite import resolve_config_path
 
-from .demo_compare import as_counts, dataset_coverage, meta_eval_rows, metric, number, parse_row
-from .demo_config import DemoConfig
-from .demo_report import DemoLayout
+from .compare import as_counts, dataset_coverage, meta_eval_rows, metric, number, parse_row
+from .config import DemoConfig
+from .report import DemoLayout
 
 DISTILLED = "distilled:adapter"  # the meta-eval name of the judge at OUT/train/adapter
 BASE = "base:untrained"  # the meta-eval name of the untrained base model, judged beside it
@@ -60,11 +60,11 @@ def _limited(sources: Any, limit: int | None) -> Any:
 
 
 def annotate_step(ctx: DemoContext) -> StepOutput:
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.data_gen.config import load_ensemble, load_sources
     from spanjudge.data_gen.decontaminate import prepare
     from spanjudge.data_gen.pipeline import run_pipeline
     from spanjudge.data_gen.stage import model_progress
-    from spanjudge.inference.catalog import load_catalog
 
     section = ctx.config.annotate
     ensemble = load_ensemble(ctx.path(section.ensemble), ctx.endpoints)
@@ -97,8 +97,8 @@ def annotate_step(ctx: DemoContext) -> StepOutput:
 
 def teacher_step(ctx: DemoContext) -> StepOutput:
     """Teacher records from existing annotations (`spanjudge import`: no model call)."""
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.data_gen.teacher import import_annotations, load_import_config
-    from spanjudge.inference.catalog import load_catalog
 
     section, layout = ctx.config.teacher, ctx.layout
     if section is None:
@@ -173,10 +173,10 @@ def train_step(ctx: DemoContext) -> StepOutput:
 def held_out_rows(ctx: DemoContext) -> list[dict[str, Any]]:
     """Outputs the judge never trained on: the validation split, then outputs of the inputs
     that follow the annotated ones in each source, in the annotate record format."""
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.core.jsonl import iter_jsonl
     from spanjudge.data_gen.config import load_sources
     from spanjudge.data_gen.pipeline import RunSummary, build_requests
-    from spanjudge.inference.catalog import load_catalog
 
     wanted = ctx.config.score.held_out
     keys = ("id", "dataset", "input_id", "system", "task_id", "aspect_name", "inputs", "outputs")
@@ -210,7 +210,7 @@ def held_out_rows(ctx: DemoContext) -> list[dict[str, Any]]:
 
 
 def score_step(ctx: DemoContext) -> StepOutput:
-    from spanjudge.inference.scoring import ScoreSettings, score_file
+    from spanjudge.inference.score.stage import ScoreSettings, score_file
 
     section, layout = ctx.config.score, ctx.layout
     rows = held_out_rows(ctx)

@@ -19,7 +19,7 @@ from spanjudge.core.keyvalue import parse_texts
 from spanjudge.core.options import option
 from spanjudge.core.sharding import SHARD_HELP
 
-from .judge_options import JudgeOptions
+from ..judge_options import JudgeOptions
 
 CHUNK = 32  # items handed to the judge at a time (each result is written as soon as it is final)
 FORMATS = ("jsonl", "html")
@@ -97,7 +97,7 @@ class ScoreRun:
 
 def result_row(request: Any, evaluation: Any, key: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One line of the results file (a `score_data.ScoreRow`); `key` is its resume key (`score_data.resume_key`)."""
-    from .score_data import ScoreRow
+    from ..score_data import ScoreRow
 
     return ScoreRow.of(request, evaluation, key).line()
 
@@ -143,7 +143,7 @@ def model_identity(
 def _served(name: str) -> bool:
     from spanjudge.core.errors import InputError
 
-    from .backends import engine
+    from ..backends import engine
 
     try:
         return engine(name).serve is not None
@@ -156,9 +156,9 @@ def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
     from spanjudge.core.errors import InputError
     from spanjudge.core.sharding import parse_shard
 
-    from .backends import parse_engine_args
-    from .backends.registry import engines_that
-    from .judge_setup import judge_engine
+    from ..backends import parse_engine_args
+    from ..backends.registry import engines_that
+    from ..judge_setup import judge_engine
 
     part = parse_shard(settings.shard)  # a bad K/N is one line before anything is read
     if settings.output_format not in FORMATS:
@@ -166,7 +166,7 @@ def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
     if settings.output_format == "html":
         from spanjudge.core.fileio import check_overwritable
 
-        from .html_report import is_our_page
+        from .html import is_our_page
 
         check_page_path(settings.out, page_path(settings.out), "--out")
         check_overwritable(page_path(settings.out), "page", is_our_page, "--out (its page)")
@@ -181,8 +181,8 @@ def _requests(settings: ScoreSettings, part: Any, catalog: Any) -> tuple[str, li
     """(data name, the requests of this run, the prompt template) from the settings' data."""
     from spanjudge.core.errors import InputError
 
-    from .judge import resolve_prompt_template
-    from .score_data import FieldMapping, read_requests, score_source, shard_requests
+    from ..judge import resolve_prompt_template
+    from ..score_data import FieldMapping, read_requests, score_source, shard_requests
 
     s, out = settings, settings.out
     inputs = parse_texts(s.input_field or [], "--input", '"Article=source"', "HEADER=FIELD")
@@ -207,7 +207,7 @@ def _drop_to_score_again(out: Path, done: dict[str, Any], wanted: set[str], unsc
     unscored (`unscored`: --refresh-unscored), so that they are scored again."""
     from spanjudge.core.fileio import atomic_write_jsonl
 
-    from .score_data import read_results
+    from ..score_data import read_results
 
     again = {
         i
@@ -250,7 +250,7 @@ def _judge_todo(
 
     from spanjudge.core.progress import tracker_bars
 
-    from .judge import Judge
+    from ..judge import Judge
 
     s, failed = settings, 0
     judge = Judge.from_pretrained(s.model, s, catalog=catalog, engine_options=engine_options, prompt_template=template)
@@ -281,10 +281,10 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
     """Score the settings' rows into `settings.out` (resuming), and return what it holds for them.
 
     `console` receives the progress (default: standard error)."""
+    from spanjudge.core.catalog import load_catalog
     from spanjudge.core.run_info import run_info
 
-    from .catalog import load_catalog
-    from .score_data import ScoreStore, check_results_file, read_results, resume_key, run_info_path, write_run_info
+    from ..score_data import ScoreStore, check_results_file, read_results, resume_key, run_info_path, write_run_info
 
     s, out = settings, settings.out
     part, engine_options = _check(s)
@@ -324,7 +324,7 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
         if s.output_format == "html":
             from spanjudge.core.fileio import atomic_write_text
 
-            from .html_report import render_html
+            from .html import render_html
 
             run.page = page_path(out)
             atomic_write_text(run.page, render_html(run.rows, title=f"spanjudge: {Path(data_name).name}"))

@@ -62,8 +62,8 @@ def demo_command(settings: DemoSettings) -> None:
     """
     import warnings
 
-    from .demo import run_demo
-    from .demo_config import default_config_path
+    from .config import default_config_path
+    from .run import run_demo
 
     warnings.filterwarnings("ignore", category=FutureWarning)  # library deprecation notes would drown the steps
     console = Console(stderr=True, soft_wrap=True)

@@ -1,5 +1,5 @@
 """`spanjudge score`, `spanjudge render` and `spanjudge export`: the distilled judge from the
-command line. The work is done by `scoring.score_file`; these commands parse and print."""
+command line. The work is done by `stage.score_file`; these commands parse and print."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import typer
 
 from spanjudge.core.options import option, settings_command
 
-from .scoring import ScoreSettings
+from .stage import ScoreSettings
 
 score = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 render = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -39,7 +39,7 @@ def score_command(settings: ScoreSettings) -> None:
     """
     from rich.console import Console
 
-    from .scoring import score_file
+    from .stage import score_file
 
     console = Console(stderr=True, soft_wrap=True)  # log lines stay whole (greppable)
     run = score_file(settings, console)
@@ -55,7 +55,7 @@ settings_command(score, ScoreSettings, score_command)
 
 
 def _summary(console: Any, rows: list[dict[str, Any]], failed: int) -> None:
-    from .scoring import summary_lines
+    from .stage import summary_lines
 
     for line in summary_lines(rows, failed):
         console.print(line)
@@ -98,7 +98,7 @@ def render_command(settings: RenderSettings) -> None:
     from spanjudge.core.errors import InputError
     from spanjudge.core.fileio import atomic_write_text, check_overwritable
 
-    from .score_data import read_results
+    from ..score_data import read_results
 
     results, out, to = settings.results, settings.out, settings.to
     if to not in RENDER_FORMATS:
@@ -106,8 +106,8 @@ def render_command(settings: RenderSettings) -> None:
     if not results.is_file():
         raise InputError(f"results file not found: {results}")
     if to == "html":
-        from .html_report import is_our_page, render_html
-        from .scoring import page_path
+        from .html import is_our_page, render_html
+        from .stage import page_path
 
         target = out or page_path(results)
         check_overwritable(target, "page", is_our_page, "--out" if out else "RESULTS", inputs=[results])
@@ -147,10 +147,10 @@ def export_command(settings: ExportSettings) -> None:
     """
     from spanjudge.core.errors import InputError
 
-    from .backends.adapters import check_safetensors_adapter
-    from .export import adapter_to_gguf, check_gguf_target, check_merge_target, merge_adapter
-    from .hf_models import local_folder, resolve_model_source
-    from .judge import recorded_base
+    from ..backends.adapters import check_safetensors_adapter
+    from ..export import adapter_to_gguf, check_gguf_target, check_merge_target, merge_adapter
+    from ..hf_models import local_folder, resolve_model_source
+    from ..judge import recorded_base
 
     model, out, merge, base = settings.model, settings.out, settings.merge, settings.base
     if merge == settings.gguf_lora:
