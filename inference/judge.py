@@ -162,16 +162,11 @@ class Judge:
         probability_reader: ProbabilitySource | None = None,
         **changes: Any,
     ) -> Judge:
-        """A judge from an adapter folder (base found in its spanjudge.json or adapter_config.json,
-        or given), a merged/full model folder, a hub id, or a served model (a served engine, `base_url`).
-
-        `options`: a `JudgeOptions` (each option's meaning is declared there); `changes`, keyword
-        changes to it (`Judge.from_pretrained(path, engine="openai", base_url=...)`). What the engine
-        needs and does (a server's URL, its constraint, who reads the probabilities) is its declaration's
-        (`judge_setup.wire`). `probability_reader`: where `probabilities=True` reads them on an engine that
-        does not read them itself, e.g. `llamacpp.LlamaCppProbabilities(gguf, tokenizer, lora).read_probabilities`
-        for a judge llama.cpp serves. `prompt_template`: by default the one a spanjudge adapter folder
-        stores (trained with `data.prompt_template`), else the built-in prompt."""
+        """A judge from an adapter folder (base in its spanjudge.json or adapter_config.json, or given), a merged
+        model folder, a hub id, or a served model (`base_url`). `options` (`JudgeOptions`, each option declared
+        there) with keyword `changes`; what the engine needs and does is its declaration's (`judge_setup.wire`).
+        `probability_reader`: where an engine that cannot read probabilities reads them (a served llama.cpp
+        judge: `llamacpp.LlamaCppProbabilities(gguf, tokenizer, lora).read_probabilities`)."""
         o = judge_options(options, **changes)
         declared = judge_engine(o, probability_reader)
         location = str(model_or_adapter)
