@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .errors import InputError
+
 
 def current_umask() -> int:
     """The process's umask, read without changing it where Linux says it (/proc/self/status),
@@ -80,7 +82,6 @@ def check_replaceable(path: Path, kind: str, option: str = "--out", recognised_b
     """InputError, one line, unless `path` is absent, an empty folder, or an earlier output of
     `kind` (its marker file says so; `recognised_by`: files that, all present, mark an output
     written before markers existed). Callers check first, before any long work."""
-    from .errors import InputError
 
     if not path.exists() and not path.is_symlink():
         return
@@ -127,7 +128,6 @@ def check_overwritable(
     recognises its content: a marker its writer puts in every file of `kind`). A file given as one of the
     command's `inputs` is refused even then. Callers check first, before any long work, and again right
     before they write if the work was long."""
-    from .errors import InputError
 
     for given in inputs:
         if path.exists() and given.exists() and path.resolve() == given.resolve():

@@ -14,7 +14,9 @@ from rich.console import Console
 from spanjudge.core.options import option, settings_command
 from spanjudge.core.sharding import SHARD_HELP
 
-from .stage import model_progress
+from .config import parse_endpoint_options
+from .merge import merge_shards
+from .stage import annotate_outputs, generate_outputs, import_records, model_progress
 
 annotate = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 import_annotations = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -111,8 +113,6 @@ def annotate_command(settings: AnnotateSettings) -> None:
     cache, stats and OUT/shard.json); `spanjudge merge` joins the N shards into what one
     run writes.
     """
-    from .config import parse_endpoint_options
-    from .stage import annotate_outputs
 
     o, out = settings, settings.out
     endpoints = parse_endpoint_options(o.endpoint)
@@ -155,7 +155,6 @@ def import_command(settings: ImportSettings) -> None:
     OUT/hf_dataset/, OUT/stats.{json,md}, OUT/score_histogram.png and OUT/run.json. Every
     record is checked before anything is written; a bad one is named by file and line.
     """
-    from .stage import import_records
 
     console = Console(stderr=True)
     o, out = settings, settings.out
@@ -190,8 +189,6 @@ def generate_command(settings: GenerateSettings) -> None:
     With --shard K/N, OUT holds the outputs of shard K's inputs (and OUT/shard.json);
     `spanjudge merge` joins the N shards into what one run writes.
     """
-    from .config import parse_endpoint_options
-    from .stage import generate_outputs
 
     o, out = settings, settings.out
     endpoints = parse_endpoint_options(o.endpoint)
@@ -250,7 +247,6 @@ def merge_command(settings: MergeSettings) -> None:
     (the same split), OUT/hf_dataset/, unscored/incomplete, stats and run.json (with
     `merged_from`); for generate OUT/outputs/, sources.yaml, rejected/incomplete and run.json.
     """
-    from .merge import merge_shards
 
     folders, out = [*settings.shards, *settings.more_shards], settings.out  # --shards A B C: B and C are arguments
     console = Console(stderr=True)

@@ -17,8 +17,17 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
+from spanjudge.core.catalog import load_catalog
 from spanjudge.core.paths import optional_data_dir
 from spanjudge.core.progress import Tracker, tracker_bars
+from spanjudge.core.sharding import parse_shard, shard_path
+
+from .config import load_ensemble, load_sources
+from .decontaminate import prepare
+from .generate import run_generate
+from .generate_config import load_generate_config
+from .pipeline import run_pipeline
+from .teacher import import_annotations, load_import_config
 
 Say = Callable[[str], None]
 
@@ -51,12 +60,6 @@ def annotate_outputs(
     """Annotate the sources' outputs with the ensemble, merge with its supervisor and build the
     training data in `out` (see `spanjudge annotate --help`). `warn` hears, before the run,
     that `allow_overlap` keeps meta-evaluation inputs."""
-    from spanjudge.core.catalog import load_catalog
-    from spanjudge.core.sharding import parse_shard, shard_path
-
-    from .config import load_ensemble, load_sources
-    from .decontaminate import prepare
-    from .pipeline import run_pipeline
 
     part = parse_shard(shard)  # a bad K/N is one line before anything is read
     ensemble_config = load_ensemble(ensemble, endpoints or {})
@@ -86,12 +89,6 @@ def generate_outputs(
 ) -> StageRun:
     """New outputs from the systems for every input of the sources, in `out` (see
     `spanjudge generate --help`)."""
-    from spanjudge.core.catalog import load_catalog
-    from spanjudge.core.sharding import parse_shard, shard_path
-
-    from .config import load_sources
-    from .generate import run_generate
-    from .generate_config import load_generate_config
 
     part = parse_shard(shard)
     generate_config = load_generate_config(systems, endpoints or {})
@@ -114,10 +111,6 @@ def import_records(
 ) -> StageRun:
     """Training records from existing annotations (no model call), in `out` (see
     `spanjudge import --help`)."""
-    from spanjudge.core.catalog import load_catalog
-
-    from .decontaminate import prepare
-    from .teacher import import_annotations, load_import_config
 
     import_config = load_import_config(config)
     catalog = load_catalog()

@@ -30,6 +30,7 @@ from spanjudge.core.catalog import Catalog, Task
 from spanjudge.core.configio import load_yaml_model
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_json
+from spanjudge.core.paths import data_dir
 from spanjudge.inference.contract import MAX_ERRORS, ErrorAnnotation, Evaluation, cap_errors
 from spanjudge.inference.openlgauge import iter_openlgauge
 
@@ -206,7 +207,6 @@ def _quintd_records(
     source: QuintdImport, catalog: Catalog, summary: ImportSummary, data_root: Path | None = None
 ) -> list[Record]:
     """`data_root`: --data-dir, which wins over the config's data_root."""
-    from spanjudge.core.paths import data_dir
 
     task = catalog.task(source.task)
     task.aspect(source.aspect)  # unknown aspect: one clear error before reading

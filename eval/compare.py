@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from spanjudge.core.errors import InputError
+from spanjudge.core.fileio import first_line
 
 MAJOR_SEVERITY = 4  # MQM's major and critical errors (severity 4-5 of the contract's 1-5)
 # what a results row records about how it was judged, with the flag or name that sets it
@@ -360,7 +361,6 @@ def is_our_plot(path: Any) -> bool:
 
 
 def is_our_table(path: Any) -> bool:
-    from spanjudge.core.fileio import first_line
 
     return bool(re.match(r"(\*\*Mixed settings|\d+ items (scored|annotated) by every system)", first_line(path)))
 

@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any
 from spanjudge.core.digests import file_sha256, sha256_of
 from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.core.jsonl import iter_jsonl
+from spanjudge.core.keyvalue import yaml_value
 from spanjudge.core.progress import Advance
 from spanjudge.inference.judge_conversation import JudgeRequest
+from spanjudge.inference.probabilities import SPAN_KEPT_AT
 from spanjudge.inference.prompts import template_sha256
 
 from .datasets import MetaDataset, MetaItem
@@ -159,7 +161,6 @@ def _expected_detail(evaluation: Any) -> dict[str, Any]:
     """The span metrics' view of an evaluation read with its probabilities: the spans it writes with
     probability at least SPAN_KEPT_AT along its reply, and its expected number of errors (what the
     count correlation uses), as bench/distill_quintd.py's `+expected` rows read them."""
-    from spanjudge.inference.probabilities import SPAN_KEPT_AT
 
     reading = evaluation.probabilities
     kept = [e for e, p in zip(evaluation.errors, reading.written(), strict=True) if p >= SPAN_KEPT_AT]
@@ -215,7 +216,6 @@ ENGINE_ARG = "engine_arg."  # --judge-option engine_arg.max_model_len=8192: an e
 def _judge_options(options: Mapping[str, str]) -> dict[str, Any]:
     """Judge.from_pretrained keyword arguments, typed as YAML as every setting is (retries=0 an
     int, constrained=true a bool); `engine_arg.KEY` options go to its engine_options."""
-    from spanjudge.core.keyvalue import yaml_value
 
     found: dict[str, Any] = {}
     engine: dict[str, Any] = {}

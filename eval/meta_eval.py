@@ -22,9 +22,18 @@ from typing import Any
 from rich.console import Console
 
 from spanjudge.core.errors import InputError
+from spanjudge.core.fileio import atomic_write_text
+from spanjudge.core.progress import labelled_bars
 
-from .runner import MetaEvalResult
-from .suite import SuiteConfig
+from .datasets import load_suite_dataset, open_suite
+from .judges import make_judge
+from .perturb.evaluate import evaluate_benchmark
+from .plots import bar_plots, scatter_plots
+from .reference import load_reference_tables
+from .report import write_reports
+from .runner import MetaEvalResult, reference_path, run_meta_eval, training_inputs
+from .spans.evaluate import evaluate_span_set
+from .suite import SuiteConfig, load_suite
 
 
 @dataclass
@@ -43,7 +52,6 @@ class SuiteRun:
 def load_suite_config(path: Path, resamples: int | None = None, datasets: Sequence[str] | None = None) -> SuiteConfig:
     """The suite YAML, with `resamples` bootstrap resamples when given; names a `datasets`
     entry the suite does not hold."""
-    from .suite import load_suite
 
     config = load_suite(path)
     if resamples is not None:
@@ -60,7 +68,6 @@ def open_judges(
 ) -> Iterator[list[Any]]:
     """The judges of `--judge` specs (`options` reach distilled: judges, `endpoints` prompted:
     ones); more may be appended to the list, and every one is closed on the way out."""
-    from .judges import make_judge
 
     out.mkdir(parents=True, exist_ok=True)  # before the judges: a prompted judge keeps its cache in OUT
     judges: list[Any] = []
@@ -75,7 +82,6 @@ def open_judges(
 
 def trained_on(judges: Sequence[Any], specs: Sequence[str]) -> dict[str, frozenset[str]]:
     """Judge name -> digests of its training inputs, for the distilled: specs that record them."""
-    from .runner import training_inputs
 
     return {
         made.name: found
@@ -101,12 +107,6 @@ def run_suite(
     """Judge every item of the suite's sets (stored under OUT/judgments/: a re-run only does
     what is missing), correlate with the human scores, write OUT/report.md, OUT/results.json
     and, with `plots`, the PNG plots. Progress goes to `console` (default: standard error)."""
-    from spanjudge.core.progress import labelled_bars
-
-    from .plots import bar_plots, scatter_plots
-    from .reference import load_reference_tables
-    from .report import write_reports
-    from .runner import reference_path, run_meta_eval
 
     names = [j.name for j in judges]
     if len(set(names)) != len(names):
@@ -138,7 +138,6 @@ def run_benchmark(
     """Score the judges on the perturbation benchmark in `benchmark`; returns each judge's
     report.md (OUT/<judge>/). `weights`: DHP expert weights, perturbation -> aspect -> w
     (`perturb.analysis.parse_weights`), for the expert-weighted variant."""
-    from .perturb.evaluate import evaluate_benchmark
 
     if not judges:
         raise InputError("give at least one --judge (e.g. --judge distilled:runs/judge/adapter)")
@@ -162,7 +161,6 @@ def run_spans(
 ) -> Path:
     """Error-span P/R/F1 of the judges (and of the mark-every-number baseline) on span set
     `name` (rotowire or quintd1); returns the report."""
-    from .spans.evaluate import evaluate_span_set
 
     out.mkdir(parents=True, exist_ok=True)
     return evaluate_span_set(name, judges, out, data_dir, max_items, gamma=gamma, snap_words=snap_words)
@@ -177,9 +175,6 @@ def export_requests(
     max_items: int | None = None,
 ) -> int:
     """Write the suite's items as score requests (ids ITEM@ASPECT) to `path`; returns how many."""
-    from spanjudge.core.fileio import atomic_write_text
-
-    from .datasets import load_suite_dataset, open_suite
 
     data = open_suite(config, suite_path, data_root)
     lines = []

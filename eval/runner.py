@@ -12,6 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from spanjudge.core.artifacts import read_adapter_metadata
+from spanjudge.core.errors import SpanjudgeError
+from spanjudge.core.overlap import input_digest
 from spanjudge.core.progress import Tracker
 from spanjudge.core.run_info import run_info
 
@@ -347,8 +350,6 @@ def run_meta_eval(
 def training_inputs(location: str) -> frozenset[str] | None:
     """The input digests a distilled judge was trained on, from the `train_inputs` of the
     spanjudge.json in its folder (or in its run folder's adapter/); None when it records none."""
-    from spanjudge.core.artifacts import read_adapter_metadata
-    from spanjudge.core.errors import SpanjudgeError
 
     folder = Path(location).expanduser()
     for candidate in (folder, folder / "adapter"):
@@ -364,7 +365,6 @@ def training_inputs(location: str) -> frozenset[str] | None:
 
 def _trained_items(dataset: MetaDataset, digests: frozenset[str]) -> tuple[int, int]:
     """(inputs, items) of `dataset` whose inputs are among a judge's training inputs."""
-    from spanjudge.core.overlap import input_digest
 
     hits = [item for item in dataset.items if input_digest(item.inputs) in digests]
     return len({item.input_id for item in hits}), len(hits)

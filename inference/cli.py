@@ -12,7 +12,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from spanjudge.core.catalog import load_catalog
+from spanjudge.core.errors import InputError
+from spanjudge.core.keyvalue import parse_texts
 from spanjudge.core.options import option, settings_command
+
+from .contract import anchor_errors, parse_annotator, parse_judge, parse_supervisor
+from .contract.model import ParseFailure
+from .prompts import render_annotator_prompt, render_judge_prompt
 
 tasks = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 prompt = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -61,7 +68,6 @@ def tasks_command(settings: TasksSettings) -> None:
     Tasks live in configs/tasks/<category>.yaml: add a task or an aspect by editing YAML,
     or keep your own files and pass them with --catalog.
     """
-    from spanjudge.core.catalog import load_catalog
 
     as_json, task = settings.as_json, settings.task
     loaded = load_catalog(settings.catalog)
@@ -103,11 +109,6 @@ def tasks_command(settings: TasksSettings) -> None:
 
 def prompt_command(settings: PromptSettings) -> None:
     """Print the prompt spanjudge would send, so you can read exactly what a model sees."""
-    from spanjudge.core.catalog import load_catalog
-    from spanjudge.core.errors import InputError
-    from spanjudge.core.keyvalue import parse_texts
-
-    from .prompts import render_annotator_prompt, render_judge_prompt
 
     s = settings
     chosen = load_catalog(s.catalog).task(s.task)
@@ -120,10 +121,6 @@ def prompt_command(settings: PromptSettings) -> None:
 
 def parse_command(settings: ParseSettings) -> None:
     """Parse a reply and print the result as JSON (a parse failure prints its reason, exit 1)."""
-    from spanjudge.core.errors import InputError
-
-    from .contract import anchor_errors, parse_annotator, parse_judge, parse_supervisor
-    from .contract.model import ParseFailure
 
     reply, kind, output_file = settings.reply, settings.kind, settings.output_file
     parsers = {"annotator": parse_annotator, "supervisor": parse_supervisor, "judge": parse_judge}
@@ -149,7 +146,6 @@ settings_command(parse, ParseSettings, parse_command)
 
 
 def _read_text(path: Path) -> str:
-    from spanjudge.core.errors import InputError
 
     try:
         return path.read_text(encoding="utf-8")

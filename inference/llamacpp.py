@@ -28,9 +28,12 @@ from spanjudge.core.crash import crashed, describe_exit, log_tail
 from spanjudge.core.digests import cache_root
 from spanjudge.core.errors import SpanjudgeError
 
+from .backends.llamacpp_local import checked_files
 from .backends.server import forget_endpoint, watch_endpoint
+from .chat import encode_templated, judge_end_ids
 from .gguf_files import check_model_files
 from .llamacpp_build import build_advice
+from .probabilities import LlamaCppProbabilityReader
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
@@ -253,9 +256,6 @@ class LlamaCppProbabilities:
         n_ctx: int = 4096,
         n_threads: int | None = None,
     ) -> None:
-        from .backends.llamacpp_local import checked_files
-        from .chat import judge_end_ids
-        from .probabilities import LlamaCppProbabilityReader
 
         checked_files(Path(gguf), Path(lora) if lora else None, tokenizer, "llama.cpp probabilities")
         self.tokenizer = tokenizer
@@ -267,7 +267,6 @@ class LlamaCppProbabilities:
 
     def read_probabilities(self, request: Any, evaluation: Any) -> Any:
         """`ReplyProbabilities` along `evaluation` after the request's (templated) prompt."""
-        from .chat import encode_templated
 
         # the text the server read, encoded as it reads it: its contents were defused (`chat.served_prompt`)
         return self.reader.read(encode_templated(self.tokenizer, request.messages[-1].content), evaluation)

@@ -28,6 +28,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from spanjudge.core.catalog import Aspect, Task, validate_inputs
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import InputError
+from spanjudge.core.tabular import read_text
 
 from .contract import MAX_ERRORS, ErrorAnnotation, render_errors
 
@@ -165,7 +166,6 @@ class PromptTemplate:
     def load(cls, path: Path | str) -> PromptTemplate:
         """The template at `path`, checked: InputError naming the file and line of a syntax
         error or of a variable the judge does not provide."""
-        from spanjudge.core.tabular import read_text
 
         path = Path(path)
         if not path.is_file():

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from spanjudge.core.catalog import Aspect, Catalog, Task, validate_inputs
 from spanjudge.core.errors import InputError
+from spanjudge.core.fileio import atomic_write_json
 from spanjudge.core.hub_data import iter_rows, parse_dataset_id
 from spanjudge.core.jsonl import JsonlStore
 from spanjudge.core.sharding import Shard
@@ -488,7 +489,6 @@ def run_info_path(out: Path) -> Path:
 
 def write_run_info(out: Path, info: Mapping[str, Any]) -> Path:
     """Write what produces `out` (`run_info.run_info`) beside it, before its rows are scored."""
-    from spanjudge.core.fileio import atomic_write_json
 
     path = run_info_path(out)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ import typer
 from spanjudge.core.options import settings_command
 
 from .api import PublishOptions
+from .api import publish as run_publish
 
 publish = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -37,8 +38,6 @@ def publish_command(options: PublishOptions) -> None:
     stats.json, stats.md, run.json and the card are uploaded, with the same checks.
     """
     from rich.console import Console
-
-    from .api import publish as run_publish
 
     console = Console(stderr=True, soft_wrap=True)
     result = run_publish(options, say=console.print)

@@ -20,6 +20,8 @@ from pathlib import Path
 from spanjudge.core.artifacts import ADAPTER_METADATA, AdapterMetadata
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.fileio import atomic_directory
+from spanjudge.inference.export import merge_adapter
+from spanjudge.inference.hf_models import local_folder, resolve_model_source
 
 from .card import CardOptions, render_card
 from .run_folder import HUB_BASES, RunFolder
@@ -98,8 +100,6 @@ def stage(
 
 
 def _stage_merged(run: RunFolder, scratch: Path, say: Callable[[str], None]) -> None:
-    from spanjudge.inference.export import merge_adapter
-    from spanjudge.inference.hf_models import local_folder, resolve_model_source
 
     base_folder = local_folder(resolve_model_source(run.recorded_base), say)
     with tempfile.TemporaryDirectory(prefix="spanjudge-merge-") as tmp:

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import typer
 
+from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.options import option, settings_command
+
+from .config import parse_override
+from .stage import plan_training, train_judge
 
 train = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -60,10 +64,6 @@ def train_command(settings: TrainSettings) -> None:
     final adapter in adapter/, metrics.json and the resolved config; re-running the same
     command resumes from the last checkpoint, and does nothing once the run has finished.
     """
-    from spanjudge.core.errors import SpanjudgeError
-
-    from .config import parse_override
-    from .stage import plan_training, train_judge
 
     s = settings
     overrides = [parse_override(item) for item in s.set_]

@@ -42,6 +42,7 @@ from typing import Any
 
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import InputError, SpanjudgeError
+from spanjudge.inference.hf_models import resolve_model_source
 
 from .config import TrainConfig
 
@@ -124,8 +125,6 @@ class ModelShape:
 def model_config(base: str, trust_remote_code: bool = False) -> Any:
     """The base model's config, offline: a local folder, a GGUF, or a hub id the project ships."""
     from transformers import AutoConfig
-
-    from spanjudge.inference.hf_models import resolve_model_source
 
     source = resolve_model_source(base)
     try:

@@ -39,7 +39,13 @@ from spanjudge.core.errors import ConfigError, SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.core.locks import Busy, folder_lock, this_command
 from spanjudge.core.overlap import RULE as OVERLAP_RULE
-from spanjudge.inference.hf_models import load_causal_lm, load_tokenizer, local_folder, resolve_model_source
+from spanjudge.inference.hf_models import (
+    load_causal_lm,
+    load_tokenizer,
+    local_folder,
+    resolve_model_source,
+    torch_dtype,
+)
 from spanjudge.inference.judge_conversation import TEMPLATE_FILE
 from spanjudge.inference.prompts import template_sha256
 
@@ -52,6 +58,7 @@ from .config import (
     train_file,
     validation_file,
 )
+from .cpu_memory import CPU_TILE_TOKENS, CPU_TILE_VOCABULARY, release_freed_memory_per_layer, set_loss_tiles
 from .data import TokenizedSplit, describe, tokenize_split
 from .decision import decision_weighted_trainer
 from .step_times import StepTimes, steady_speed
@@ -384,7 +391,6 @@ class TrainingRun:
 
     def _fit_cpu_memory(self, model: Any) -> None:
         """The CPU's memory fixes (training/cpu_memory.py): the loss in small tiles, freed pages returned."""
-        from .cpu_memory import CPU_TILE_TOKENS, CPU_TILE_VOCABULARY, release_freed_memory_per_layer, set_loss_tiles
 
         tiled = set_loss_tiles(CPU_TILE_TOKENS, CPU_TILE_VOCABULARY) is not None
         tiles = f"{CPU_TILE_TOKENS} × {CPU_TILE_VOCABULARY}" if tiled else "TRL's own size (its settings moved)"
@@ -538,8 +544,6 @@ def _import_unsloth() -> Any:
 def _unsloth_model(folder: str, config: TrainConfig) -> Any:
     """Unsloth's fast path: its own loader and LoRA wrapper (same LoRA settings)."""
     from unsloth import FastLanguageModel
-
-    from spanjudge.inference.hf_models import torch_dtype
 
     model, _ = FastLanguageModel.from_pretrained(
         model_name=folder,

@@ -26,6 +26,8 @@ from rich.console import Console
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.core.jsonl import read_jsonl
+from spanjudge.core.paths import data_dir as find_data_dir
+from spanjudge.inference.llamacpp import LlamaCppServer, gemma3_gguf, smollm2_gguf
 
 from .config import ServerSpec, load_demo_config
 from .report import DemoLayout, StepRecord, render_report
@@ -57,7 +59,6 @@ class Step:
 
 
 def _gguf(model: str) -> Path:
-    from spanjudge.inference.llamacpp import gemma3_gguf, smollm2_gguf
 
     return {"@smollm2": smollm2_gguf, "@gemma3": gemma3_gguf}[model]() if model.startswith("@") else Path(model)
 
@@ -75,7 +76,6 @@ def serving(specs: Sequence[ServerSpec], logs: Path, console: Console) -> Iterat
     """Start one llama.cpp server per spec on a free port (one thread each: two servers
     spinning on two cores slow each other down), yield role -> [URL], stop them all. A server
     that dies at its first completion stops the demo here, reported as a crash."""
-    from spanjudge.inference.llamacpp import LlamaCppServer
 
     started: list[LlamaCppServer] = _SERVERS
     try:
@@ -163,7 +163,6 @@ def _machine() -> str:
 
 
 def run_demo(config_path: Path, out: Path, data_dir: Path | None, console: Console) -> Path:
-    from spanjudge.core.paths import data_dir as find_data_dir
 
     config = load_demo_config(config_path)
     data_root = find_data_dir(data_dir)

@@ -22,6 +22,19 @@ from typing import Any
 import yaml
 
 from spanjudge.core.configio import configs_dir
+from spanjudge.core.crash import describe_exit
+from spanjudge.eval.spans.judging import (
+    consensus_predictions,
+    expected_predictions,
+    judge_span_documents,
+    predictions,
+    quintd_tables,
+)
+from spanjudge.eval.spans.metrics import mark_numbers
+from spanjudge.inference.export import adapter_to_gguf
+from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
+from spanjudge.inference.judge import Judge
+from spanjudge.inference.llamacpp import LlamaCppProbabilities, LlamaCppServer, gemma3_gguf, smollm2_gguf
 
 from .report import domain_rows
 from .study import STUDENTS, StudySettings, checkout_free, held_out_tables, judging_key, recipe_settings
@@ -37,8 +50,6 @@ def run_command(command: list[str], log: Path) -> float:
     the out-of-memory killer, what lowers the memory; the same line ends the log."""
     import resource
     import signal
-
-    from spanjudge.core.crash import describe_exit
 
     started = time.perf_counter()
     with log.open("a", encoding="utf-8") as handle:
@@ -180,13 +191,11 @@ def _differing(sets: dict[str, Any], saved: dict[str, Any]) -> list[str]:
 
 
 def student_gguf(student: str) -> Path:
-    from spanjudge.inference.llamacpp import gemma3_gguf, smollm2_gguf
 
     return gemma3_gguf() if student == "gemma3" else smollm2_gguf()
 
 
 def in_process_judge(adapter: Path, args: StudySettings, probabilities: bool, samples: int) -> Callable[[], Any]:
-    from spanjudge.inference.judge import Judge
 
     def make() -> Any:
         return Judge.from_pretrained(
@@ -207,9 +216,6 @@ def served_judge(
     samples: int = 0,
 ) -> Callable[[], Any]:
     """A judge llama.cpp serves; with `probabilities`, read in this process from the same GGUF and LoRA."""
-    from spanjudge.inference.hf_models import load_tokenizer
-    from spanjudge.inference.judge import Judge
-    from spanjudge.inference.llamacpp import LlamaCppProbabilities, LlamaCppServer
 
     def make() -> Any:
         server = LlamaCppServer(
@@ -243,9 +249,6 @@ Say = Callable[[str], None]
 def judge_held_out(work: Path, args: StudySettings, say: Say) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
     """The held-out outputs of the run's split (with the humans' spans), each judge's judgments of them (kept
     in `work`, so a killed run resumes and a finished judge is read back) and the teacher's spans on them."""
-    from spanjudge.eval.spans.judging import judge_span_documents, quintd_tables
-    from spanjudge.inference.export import adapter_to_gguf
-    from spanjudge.inference.hf_models import convert_gguf
 
     adapter = work / "student" / "adapter"
     gguf = student_gguf(args.student)
@@ -306,8 +309,6 @@ def result_rows(
 ) -> list[dict[str, Any]]:
     """The agreement rows of every judge (the student's written replies, its expected and consensus readings,
     the base), the teacher and the mark-every-number baseline, per domain and pooled."""
-    from spanjudge.eval.spans.judging import consensus_predictions, expected_predictions, predictions
-    from spanjudge.eval.spans.metrics import mark_numbers
 
     def rows_of(name: str, spans: dict[str, Any], payload: dict[str, Any] | None = None, **kw: Any) -> list[dict]:
         if args.gamma:

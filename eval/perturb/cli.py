@@ -11,11 +11,17 @@ from typing import TYPE_CHECKING, Any
 import typer
 from pydantic import BaseModel, ConfigDict
 
+from spanjudge.core.configio import load_yaml_model
+from spanjudge.core.errors import InputError
+from spanjudge.core.keyvalue import endpoint_urls
 from spanjudge.core.options import option, settings_command
 from spanjudge.core.progress import labelled_bars
 from spanjudge.inference.backends import BackendSpec, SamplingParams
 
-from .registry import KINDS
+from .benchmark import write_benchmark
+from .build import BuildRequest, build_request
+from .llm_perturb import LLMPerturber
+from .registry import KINDS, all_kinds
 
 if TYPE_CHECKING:
     from .benchmark import Benchmark
@@ -37,10 +43,6 @@ def open_perturber(config_path: Path, store: Path, endpoints: Sequence[str] = ()
     """The LLMPerturber a perturber YAML names (optionally on other servers: `--endpoint`
     items, NAME=URL[,URL...] with NAME its backend's model) and its description for the
     benchmark manifest."""
-    from spanjudge.core.configio import load_yaml_model
-    from spanjudge.core.keyvalue import endpoint_urls
-
-    from .llm_perturb import LLMPerturber
 
     config = load_yaml_model(PerturberConfig, config_path)
     spec = config.backend
@@ -52,7 +54,6 @@ def open_perturber(config_path: Path, store: Path, endpoints: Sequence[str] = ()
 
 def _command_help() -> str:
     """The command's help: what it does, then each registered kind's one-line summary."""
-    from .registry import all_kinds
 
     kinds = "\n\n".join(f"{kind.name} ({', '.join(kind.sources)}): {kind.summary}." for kind in all_kinds())
     return (
@@ -90,7 +91,6 @@ class PerturbSettings:
 
 
 def perturb_command(settings: PerturbSettings) -> None:
-    from .build import BuildRequest
 
     s = settings
     request = BuildRequest(s.source, s.data_dir, s.n, s.seed, s.perturbation or None, None, s.steps, s.aspect or None)
@@ -108,11 +108,6 @@ def build_folder(
     LLM-made texts come from the model `perturber` names, frozen in out/frozen.jsonl. Returns
     the benchmark and the perturber's summary (None without one)."""
     from dataclasses import replace
-
-    from spanjudge.core.errors import InputError
-
-    from .benchmark import write_benchmark
-    from .build import build_request
 
     if kind not in KINDS:
         raise InputError(f"--benchmark must be one of {', '.join(KINDS)}, got {kind!r}")

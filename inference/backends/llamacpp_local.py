@@ -41,6 +41,7 @@ from spanjudge.core.errors import InputError
 from ..chat import encode_chat, judge_end_ids
 from ..gguf_files import check_model_files
 from ..llamacpp_build import build_advice
+from ..probabilities import LlamaCppProbabilityReader
 from .adapters import tokenizer_source
 from .base import Backend, BackendError, CallResult, ChatRequest, Completion, ResultCallback
 from .engine import Engine, grammar_option
@@ -122,7 +123,6 @@ class LlamaCppBackend(Backend):
 
     def read_probabilities(self, request: ChatRequest, evaluation: Any) -> Any:
         """The model's `ReplyProbabilities` along `evaluation` to `request`, encoded as `generate` encodes it."""
-        from ..probabilities import LlamaCppProbabilityReader
 
         if self._reader is None:
             self._reader = LlamaCppProbabilityReader(

@@ -60,6 +60,7 @@ from functools import partial
 from typing import Any, cast
 
 from ..chat import encode_chat, turn_end_ids
+from ..probabilities import ProbabilityReader
 from .adapters import adapter_config, tokenizer_source
 from .base import (
     Backend,
@@ -393,7 +394,6 @@ class TransformersBackend(Backend):
     def read_probabilities(self, request: ChatRequest, evaluation: Any) -> Any:
         """The model's `probabilities.ReplyProbabilities` along `evaluation` (a parsed reply) to
         `request`, whose prompt is encoded exactly as `generate` encodes it."""
-        from ..probabilities import ProbabilityReader
 
         if self._reader is None:
             self._reader = ProbabilityReader(self.model, self.tokenizer, self._end_ids, reuse_prefix=self.reuse_prefix)

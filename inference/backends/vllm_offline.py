@@ -38,6 +38,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..chat import encode_chat, judge_end_ids
+from ..probabilities import VLLMCachedProbabilityReader, VLLMProbabilityReader
 from .adapters import lora_adapter
 from .base import Backend, BackendError, CallFailure, CallResult, ChatRequest, Completion, ResultCallback
 from .engine import Engine, grammar_option
@@ -101,7 +103,6 @@ class VLLMBackend(Backend):
 
     def _prompt_ids(self, request: ChatRequest) -> list[int]:
         """The request's chat as token ids; no message's text becomes a control token (`chat.encode_chat`)."""
-        from ..chat import encode_chat
 
         return encode_chat(self._llm.get_tokenizer(), [message.model_dump() for message in request.messages])
 
@@ -133,8 +134,6 @@ class VLLMBackend(Backend):
 
     def read_probabilities(self, request: ChatRequest, evaluation: Any) -> Any:
         """The model's `probabilities.ReplyProbabilities` along `evaluation` (a parsed reply) to `request`."""
-        from ..chat import judge_end_ids
-        from ..probabilities import VLLMCachedProbabilityReader, VLLMProbabilityReader
 
         tokenizer = self._llm.get_tokenizer()
         if self._reader is None:

@@ -10,9 +10,16 @@ from typing import Any
 
 import typer
 
+from spanjudge.core.errors import InputError
+from spanjudge.core.fileio import atomic_write_text, check_overwritable
 from spanjudge.core.options import option, settings_command
 
-from .stage import ScoreSettings
+from ..backends.adapters import check_safetensors_adapter
+from ..export import adapter_to_gguf, check_gguf_target, check_merge_target, merge_adapter
+from ..hf_models import local_folder, resolve_model_source
+from ..judge import recorded_base
+from ..score_data import read_results
+from .stage import ScoreSettings, score_file, summary_lines
 
 score = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 render = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -39,8 +46,6 @@ def score_command(settings: ScoreSettings) -> None:
     """
     from rich.console import Console
 
-    from .stage import score_file
-
     console = Console(stderr=True, soft_wrap=True)  # log lines stay whole (greppable)
     run = score_file(settings, console)
     _summary(console, run.rows, run.failed)
@@ -55,7 +60,6 @@ settings_command(score, ScoreSettings, score_command)
 
 
 def _summary(console: Any, rows: list[dict[str, Any]], failed: int) -> None:
-    from .stage import summary_lines
 
     for line in summary_lines(rows, failed):
         console.print(line)
@@ -95,10 +99,6 @@ def render_command(settings: RenderSettings) -> None:
     """Render score results: as one self-contained HTML page (spans highlighted by severity,
     explanations on hover or focus), as xCOMET-style `error_spans` (severity 1-2 minor, 3-4 major,
     5 critical) or as a factgenie annotation campaign (one span category per severity)."""
-    from spanjudge.core.errors import InputError
-    from spanjudge.core.fileio import atomic_write_text, check_overwritable
-
-    from ..score_data import read_results
 
     results, out, to = settings.results, settings.out, settings.to
     if to not in RENDER_FORMATS:
@@ -145,12 +145,6 @@ def export_command(settings: ExportSettings) -> None:
     the same base: `llama-server -m base.gguf --lora judge.gguf`. vLLM and Ollama can also
     serve the adapter folder itself (docs: Score with the judge, "Serving the judge").
     """
-    from spanjudge.core.errors import InputError
-
-    from ..backends.adapters import check_safetensors_adapter
-    from ..export import adapter_to_gguf, check_gguf_target, check_merge_target, merge_adapter
-    from ..hf_models import local_folder, resolve_model_source
-    from ..judge import recorded_base
 
     model, out, merge, base = settings.model, settings.out, settings.merge, settings.base
     if merge == settings.gguf_lora:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from spanjudge.core.errors import InputError
+from spanjudge.core.fileio import atomic_write_text, first_line
 
 XCOMET_SEVERITY = {1: "minor", 2: "minor", 3: "major", 4: "major", 5: "critical"}
 SEVERITY_COLOURS = ("#fff3b0", "#ffe08a", "#ffc078", "#ff9a76", "#ff6b6b")  # as scores.html draws them
@@ -46,7 +47,6 @@ XCOMET_FIELDS = frozenset({"mt", "error_spans", "unlocated_errors"})  # what mar
 
 def is_xcomet_file(path: Path) -> bool:
     """Whether the file at `path` is one `render --to xcomet` wrote (its first row has our fields)."""
-    from spanjudge.core.fileio import first_line
 
     row = json.loads(first_line(path))
     return isinstance(row, dict) and row.keys() >= XCOMET_FIELDS
@@ -242,7 +242,6 @@ def write_factgenie_campaign(
     out: Path, metadata: Mapping[str, Any], records: Sequence[Mapping[str, Any]], file_name: str
 ) -> None:
     """The campaign folder: refuses a folder that already holds a campaign or anything else."""
-    from spanjudge.core.fileio import atomic_write_text
 
     if out.exists() and any(out.iterdir()):
         raise InputError(f"{out} is not empty: a campaign is written to a new or empty folder")

@@ -15,11 +15,34 @@ from typing import Any
 
 from rich.console import Console
 
+from spanjudge.core.catalog import load_catalog
+from spanjudge.core.digests import file_sha256
+from spanjudge.core.errors import InputError
+from spanjudge.core.fileio import atomic_write_jsonl
 from spanjudge.core.keyvalue import parse_texts
 from spanjudge.core.options import option
-from spanjudge.core.sharding import SHARD_HELP
+from spanjudge.core.progress import tracker_bars
+from spanjudge.core.run_info import run_info
+from spanjudge.core.sharding import SHARD_HELP, parse_shard
 
+from ..backends import engine, parse_engine_args
+from ..backends.registry import engines_that
+from ..judge import Judge, resolve_prompt_template
 from ..judge_options import JudgeOptions
+from ..judge_setup import judge_engine
+from ..score_data import (
+    FieldMapping,
+    ScoreRow,
+    ScoreStore,
+    check_results_file,
+    read_requests,
+    read_results,
+    resume_key,
+    run_info_path,
+    score_source,
+    shard_requests,
+    write_run_info,
+)
 
 CHUNK = 32  # items handed to the judge at a time (each result is written as soon as it is final)
 FORMATS = ("jsonl", "html")
@@ -97,7 +120,6 @@ class ScoreRun:
 
 def result_row(request: Any, evaluation: Any, key: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One line of the results file (a `score_data.ScoreRow`); `key` is its resume key (`score_data.resume_key`)."""
-    from ..score_data import ScoreRow
 
     return ScoreRow.of(request, evaluation, key).line()
 
@@ -109,7 +131,6 @@ def page_path(results: Path) -> Path:
 
 def check_page_path(results: Path, page: Path, option: str) -> None:
     """The results file and its page are never one file (the page would overwrite the rows)."""
-    from spanjudge.core.errors import InputError
 
     if page.resolve() == results.resolve():
         raise InputError(
@@ -125,7 +146,6 @@ def model_identity(
     judge from another working directory), with the base and the served name when given, and each
     file an engine option names by its content (llama.cpp's gguf= and lora=: the same adapter folder
     run on the bare GGUF and with its LoRA are two judges, and their rows never share a file)."""
-    from spanjudge.core.digests import file_sha256
 
     local = Path(model).expanduser()
     name = str(local.resolve()) if local.exists() else model
@@ -141,9 +161,6 @@ def model_identity(
 
 
 def _served(name: str) -> bool:
-    from spanjudge.core.errors import InputError
-
-    from ..backends import engine
 
     try:
         return engine(name).serve is not None
@@ -153,12 +170,6 @@ def _served(name: str) -> bool:
 
 def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
     """One-line errors before anything is read; returns the shard (or None) and the engine options."""
-    from spanjudge.core.errors import InputError
-    from spanjudge.core.sharding import parse_shard
-
-    from ..backends import parse_engine_args
-    from ..backends.registry import engines_that
-    from ..judge_setup import judge_engine
 
     part = parse_shard(settings.shard)  # a bad K/N is one line before anything is read
     if settings.output_format not in FORMATS:
@@ -179,10 +190,6 @@ def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
 
 def _requests(settings: ScoreSettings, part: Any, catalog: Any) -> tuple[str, list[Any], Any]:
     """(data name, the requests of this run, the prompt template) from the settings' data."""
-    from spanjudge.core.errors import InputError
-
-    from ..judge import resolve_prompt_template
-    from ..score_data import FieldMapping, read_requests, score_source, shard_requests
 
     s, out = settings, settings.out
     inputs = parse_texts(s.input_field or [], "--input", '"Article=source"', "HEADER=FIELD")
@@ -205,9 +212,6 @@ def _requests(settings: ScoreSettings, part: Any, catalog: Any) -> tuple[str, li
 def _drop_to_score_again(out: Path, done: dict[str, Any], wanted: set[str], unscored: bool) -> dict[str, Any]:
     """Remove from the results file the wanted rows whose model call failed (always) or that are
     unscored (`unscored`: --refresh-unscored), so that they are scored again."""
-    from spanjudge.core.fileio import atomic_write_jsonl
-
-    from ..score_data import read_results
 
     again = {
         i
@@ -224,7 +228,6 @@ def _in_data_order(out: Path, rows: list[dict[str, Any]], requests: Sequence[Any
     Rows are appended as they finish, in the order the judge sends them (by prompt, so outputs of one input
     share its prefix); a finished run reads like its input. A killed run keeps the order it had, and the next
     run sorts it."""
-    from spanjudge.core.fileio import atomic_write_jsonl
 
     position = {str(request.id): i for i, request in enumerate(requests)}
     ordered = sorted(rows, key=lambda row: position.get(str(row["id"]), len(position)))  # others keep their order
@@ -247,10 +250,6 @@ def _judge_todo(
     """Score `todo`, appending each final result to the run's `ScoreStore`; returns the number of
     failed model calls. `started()` is called once the judge is loaded, before the first item."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-    from spanjudge.core.progress import tracker_bars
-
-    from ..judge import Judge
 
     s, failed = settings, 0
     judge = Judge.from_pretrained(s.model, s, catalog=catalog, engine_options=engine_options, prompt_template=template)
@@ -281,10 +280,6 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
     """Score the settings' rows into `settings.out` (resuming), and return what it holds for them.
 
     `console` receives the progress (default: standard error)."""
-    from spanjudge.core.catalog import load_catalog
-    from spanjudge.core.run_info import run_info
-
-    from ..score_data import ScoreStore, check_results_file, read_results, resume_key, run_info_path, write_run_info
 
     s, out = settings, settings.out
     part, engine_options = _check(s)

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.configio import read_yaml
 from spanjudge.core.errors import InputError
 from spanjudge.core.keyvalue import split_item, yaml_value
 
@@ -134,7 +135,6 @@ def parse_weights(values: Sequence[str]) -> dict[str, dict[str, float]]:
 
 
 def _weights_file(path: Path) -> dict[str, dict[str, float]]:
-    from spanjudge.core.configio import read_yaml
 
     if not path.is_file():
         raise InputError(f"--dhp-weight: weights file not found: {path}")
