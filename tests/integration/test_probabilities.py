@@ -18,19 +18,13 @@ import pytest
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.inference.backends.base import ChatRequest
+from spanjudge.inference.backends.transformers_local import ProbabilityReader
+from spanjudge.inference.backends.vllm_offline import VLLMCachedProbabilityReader, VLLMProbabilityReader
 from spanjudge.inference.contract import Evaluation, parse_judge
 from spanjudge.inference.contract.render import render_judge
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.llamacpp import smollm2_gguf
-from spanjudge.inference.probabilities import (
-    SCORES,
-    SEVERITIES,
-    ProbabilityReader,
-    VLLMCachedProbabilityReader,
-    VLLMProbabilityReader,
-    _choices,
-    expected_count,
-)
+from spanjudge.inference.probabilities import SCORES, SEVERITIES, _choices, expected_count
 
 TWO_ERRORS = (
     "Error 1:\nLocation: on a hat\nExplanation: The article says mat.\nSeverity: 3\n\n"
@@ -255,7 +249,7 @@ def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, 
     alternative a pass reads the very same probabilities as sixteen."""
     import torch
 
-    from spanjudge.inference.probabilities import _cache_bytes, alternatives_per_pass
+    from spanjudge.inference.backends.transformers_local import _cache_bytes, alternatives_per_pass
 
     assert alternatives_per_pass(0.5e9, 2 * 1024**3) == 4  # an 8B model's 4k-token prompt: 0.5 GB a copy
     assert alternatives_per_pass(10.0, 2 * 1024**3) == 16 and alternatives_per_pass(5e9, 2 * 1024**3) == 1
@@ -281,7 +275,7 @@ def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, 
 def test_the_cache_budget_is_2_gib_or_a_quarter_of_a_gpus_free_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from spanjudge.inference.probabilities import CACHE_BUDGET_BYTES, cache_budget
+    from spanjudge.inference.backends.transformers_local import CACHE_BUDGET_BYTES, cache_budget
 
     assert cache_budget(torch.device("cpu")) == CACHE_BUDGET_BYTES == 2 * 1024**3
     free = {"bytes": 60 * 1024**3}  # what torch.cuda.mem_get_info says is free (the stand-in for a GPU here)
@@ -330,7 +324,7 @@ def test_transformers_and_llama_cpp_read_the_same_probabilities() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from spanjudge.inference.probabilities import LlamaCppProbabilityReader
+    from spanjudge.inference.backends.llamacpp_local import LlamaCppProbabilityReader
 
     gguf = smollm2_gguf()
     folder = convert_gguf(gguf)
@@ -410,8 +404,8 @@ def test_the_in_process_llama_cpp_engine_reads_what_a_fresh_reader_reads() -> No
     and reads the probabilities along them on a second context of the same GGUF, into which the prompt the
     generating model has just read is copied; each reading equals one made on a fresh context (which reads
     the prompt itself) up to llama.cpp's batch rounding."""
+    from spanjudge.inference.backends.llamacpp_local import LlamaCppProbabilityReader
     from spanjudge.inference.judge import Judge
-    from spanjudge.inference.probabilities import LlamaCppProbabilityReader
 
     gguf = smollm2_gguf()
     judge = Judge.from_pretrained(
