@@ -33,9 +33,10 @@ from spanjudge.data_gen.annotate import run_with_retries  # noqa: E402
 from spanjudge.data_gen.config import ParseRetry  # noqa: E402
 from spanjudge.inference.backends import BackendSpec, CachedBackend, LLMCache, make_backend  # noqa: E402
 from spanjudge.inference.backends.base import ChatRequest, Completion, SamplingParams  # noqa: E402
+from spanjudge.inference.backends.llamacpp import LlamaCppServer  # noqa: E402
 from spanjudge.inference.contract import parse_annotator  # noqa: E402
-from spanjudge.inference.llamacpp import LlamaCppServer, smollm2_gguf  # noqa: E402
 from spanjudge.inference.prompts import render_annotator_prompt  # noqa: E402
+from spanjudge.inference.shipped_models import smollm2_gguf  # noqa: E402
 
 PARAMS = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=160, seed=0)
 

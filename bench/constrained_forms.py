@@ -117,7 +117,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from spanjudge.eval.spans.judging import judge_span_documents, quintd_tables
-    from spanjudge.inference.llamacpp import LlamaCppServer, smollm2_gguf
+    from spanjudge.inference.backends.llamacpp import LlamaCppServer
+    from spanjudge.inference.shipped_models import smollm2_gguf
 
     adapter, lora = args.run / "student" / "adapter", args.run / "student-lora.gguf"
     for needed in (adapter, lora):

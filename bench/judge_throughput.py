@@ -55,7 +55,7 @@ from spanjudge.inference.export import adapter_to_gguf  # noqa: E402
 from spanjudge.inference.hf_models import local_folder, resolve_model_source  # noqa: E402
 from spanjudge.inference.judge import Judge, JudgeRequest, recorded_base  # noqa: E402
 from spanjudge.inference.judge_conversation import judge_prompt_ids  # noqa: E402
-from spanjudge.inference.llamacpp import smollm2_gguf  # noqa: E402
+from spanjudge.inference.shipped_models import smollm2_gguf  # noqa: E402
 
 MAX_NEW_TOKENS = 128
 BATCH = 8

@@ -28,7 +28,7 @@ from score_throughput import measure  # noqa: E402
 from spanjudge.core.paths import data_dir  # noqa: E402
 from spanjudge.inference.hf_models import convert_gguf  # noqa: E402
 from spanjudge.inference.judge import Judge  # noqa: E402
-from spanjudge.inference.llamacpp import smollm2_gguf  # noqa: E402
+from spanjudge.inference.shipped_models import smollm2_gguf  # noqa: E402
 from tests.support.judge_records import qags_xsum_records  # noqa: E402
 
 MAX_NEW_TOKENS = 160

@@ -32,7 +32,7 @@ from report_files import machine, write_report  # noqa: E402
 
 from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK, quintd_tables  # noqa: E402
 from spanjudge.inference.judge import Judge  # noqa: E402
-from spanjudge.inference.llamacpp import smollm2_gguf  # noqa: E402
+from spanjudge.inference.shipped_models import smollm2_gguf  # noqa: E402
 
 REPO = BENCH.parent
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.fileio import atomic_directory
 
-from .llamacpp import gemma3_gguf, model_cache_dir, smollm2_gguf
+from .shipped_models import gemma3_gguf, model_cache_dir, smollm2_gguf
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -22,7 +22,7 @@ engine shares (the choices, `ChoiceReader`, the assembly of `ReplyProbabilities`
 reads probabilities holds its own reader beside its backend, which gives each alternative's
 log-probability: `backends.transformers_local.ProbabilityReader` (one teacher-forced pass over prompt +
 reply keeps its KV cache; each choice's alternatives run as one batch on a copy of it cut back to where
-they branch), `backends.llamacpp_local.LlamaCppProbabilityReader`, and vLLM's two readers in
+they branch), `backends.llamacpp.LlamaCppProbabilityReader`, and vLLM's two readers in
 `backends.vllm_offline`.
 """
 

@@ -21,7 +21,8 @@ from support.training_runs import TrainedRun, launch, smoke_args
 
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.paths import data_dir
-from spanjudge.inference.llamacpp import LlamaCppServer, gemma3_gguf, smollm2_gguf
+from spanjudge.inference.backends.llamacpp import LlamaCppServer
+from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

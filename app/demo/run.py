@@ -27,7 +27,8 @@ from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.core.jsonl import read_jsonl
 from spanjudge.core.paths import data_dir as find_data_dir
-from spanjudge.inference.llamacpp import LlamaCppServer, gemma3_gguf, smollm2_gguf
+from spanjudge.inference.backends.llamacpp import LlamaCppServer
+from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 
 from .config import ServerSpec, load_demo_config
 from .report import DemoLayout, StepRecord, render_report

@@ -31,10 +31,11 @@ from spanjudge.eval.spans.judging import (
     quintd_tables,
 )
 from spanjudge.eval.spans.metrics import mark_numbers
+from spanjudge.inference.backends.llamacpp import LlamaCppProbabilities, LlamaCppServer
 from spanjudge.inference.export import adapter_to_gguf
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.judge import Judge
-from spanjudge.inference.llamacpp import LlamaCppProbabilities, LlamaCppServer, gemma3_gguf, smollm2_gguf
+from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 
 from .report import domain_rows
 from .study import STUDENTS, StudySettings, checkout_free, held_out_tables, judging_key, recipe_settings

@@ -25,7 +25,7 @@ ENGINES: Registry[Engine] = Registry(
         "openai": "spanjudge.inference.backends.openai_compat:ENGINE",
         "ollama": "spanjudge.inference.backends.ollama_native:ENGINE",
         "vllm": "spanjudge.inference.backends.vllm_offline:ENGINE",
-        "llamacpp": "spanjudge.inference.backends.llamacpp_local:ENGINE",
+        "llamacpp": "spanjudge.inference.backends.llamacpp:ENGINE",
         "transformers": "spanjudge.inference.backends.transformers_local:ENGINE",
     },
     Engine,

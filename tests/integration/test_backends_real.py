@@ -22,7 +22,8 @@ from spanjudge.inference.backends import (
     SamplingParams,
     make_backend,
 )
-from spanjudge.inference.llamacpp import LlamaCppServer, free_port
+from spanjudge.inference.backends.llamacpp import LlamaCppServer
+from spanjudge.inference.shipped_models import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -194,7 +195,7 @@ def test_a_server_dies_with_the_process_that_started_it(smollm2_path: Path) -> N
 
     script = (
         "import sys, time\n"
-        "from spanjudge.inference.llamacpp import LlamaCppServer\n"
+        "from spanjudge.inference.backends.llamacpp import LlamaCppServer\n"
         "server = LlamaCppServer(sys.argv[1], alias='orphan', n_ctx=512, n_threads=1).start()\n"
         "print(server.process.pid, flush=True)\n"
         "time.sleep(600)\n"

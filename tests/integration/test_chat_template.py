@@ -17,7 +17,7 @@ from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import ConfigError
 from spanjudge.inference.contract import Evaluation
 from spanjudge.inference.judge_conversation import judge_training_texts, request_from_record
-from spanjudge.inference.llamacpp import gemma3_gguf
+from spanjudge.inference.shipped_models import gemma3_gguf
 from spanjudge.training.config import load_chat_template, load_train_config
 
 RECORD = {
@@ -103,7 +103,7 @@ def test_a_reply_ends_at_the_turn_end_the_template_writes(gemma_tokenizer: Any) 
 
     from spanjudge.inference.backends.transformers_local import turn_end_ids
     from spanjudge.inference.hf_models import convert_gguf
-    from spanjudge.inference.llamacpp import smollm2_gguf
+    from spanjudge.inference.shipped_models import smollm2_gguf
 
     assert turn_end_ids(gemma_tokenizer) == {gemma_tokenizer.convert_tokens_to_ids("<end_of_turn>")}
     assert gemma_tokenizer.eos_token != "<end_of_turn>"

@@ -45,7 +45,7 @@ from spanjudge.inference.contract.grammar import (
 )
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
-from spanjudge.inference.llamacpp import smollm2_gguf
+from spanjudge.inference.shipped_models import smollm2_gguf
 
 GRAMMAR = judge_grammar()
 

@@ -15,7 +15,7 @@ from support.training_cli import run_cli, write_config
 
 from spanjudge.core.catalog import load_catalog
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
-from spanjudge.inference.llamacpp import smollm2_gguf
+from spanjudge.inference.shipped_models import smollm2_gguf
 from spanjudge.training.data import IGNORE_INDEX, tokenize_split
 from spanjudge.training.decision import decision_weighted_trainer, first_completion_tokens
 

@@ -52,7 +52,7 @@ from spanjudge.inference.backends.server import RETRY_AFTER_CAP_S, retry_after_s
 from spanjudge.inference.contract import Evaluation, render_judge
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
-from spanjudge.inference.llamacpp import smollm2_gguf
+from spanjudge.inference.shipped_models import smollm2_gguf
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -26,8 +26,8 @@ from spanjudge.core.run_info import LIBRARIES
 from spanjudge.inference.contract import Evaluation
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge_conversation import TEMPLATE_FILE, judge_training_texts, request_from_record
-from spanjudge.inference.llamacpp import smollm2_gguf
 from spanjudge.inference.prompts import PromptTemplate
+from spanjudge.inference.shipped_models import smollm2_gguf
 from spanjudge.training.config import load_train_config
 
 REPO = Path(__file__).resolve().parents[2]

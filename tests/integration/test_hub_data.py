@@ -117,7 +117,7 @@ def test_training_tokenizes_hub_records_as_it_does_local_ones(
     published: dict[str, Path], cache: Path, tmp_path: Path
 ) -> None:
     from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
-    from spanjudge.inference.llamacpp import smollm2_gguf
+    from spanjudge.inference.shipped_models import smollm2_gguf
     from spanjudge.training.data import tokenize_split
 
     tokenizer = load_tokenizer(str(convert_gguf(smollm2_gguf())))

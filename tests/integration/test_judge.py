@@ -22,7 +22,7 @@ from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.judge_conversation import judge_chat_prompt
 from spanjudge.inference.judge_options import RETRIES
-from spanjudge.inference.llamacpp import smollm2_gguf
+from spanjudge.inference.shipped_models import smollm2_gguf
 
 TASK, ASPECT = "qags_xsum", "factual consistency"
 ITEMS = 6  # QAGS-XSum articles the CLI tests score (each engine reads every article)

@@ -16,7 +16,7 @@ from spanjudge.inference.backends.prefix import MIN_TOKENS, prefix_batches, pref
 from spanjudge.inference.chat import shared_length
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
-from spanjudge.inference.llamacpp import smollm2_gguf
+from spanjudge.inference.shipped_models import smollm2_gguf
 
 ARTICLES = {
     "a": "The council met on Tuesday to discuss the new budget for schools, roads and the harbour. " * 3,

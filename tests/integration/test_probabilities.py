@@ -23,8 +23,8 @@ from spanjudge.inference.backends.vllm_offline import VLLMCachedProbabilityReade
 from spanjudge.inference.contract import Evaluation, parse_judge
 from spanjudge.inference.contract.render import render_judge
 from spanjudge.inference.hf_models import convert_gguf
-from spanjudge.inference.llamacpp import smollm2_gguf
 from spanjudge.inference.probabilities import SCORES, SEVERITIES, _choices, expected_count
+from spanjudge.inference.shipped_models import smollm2_gguf
 
 TWO_ERRORS = (
     "Error 1:\nLocation: on a hat\nExplanation: The article says mat.\nSeverity: 3\n\n"
@@ -324,7 +324,7 @@ def test_transformers_and_llama_cpp_read_the_same_probabilities() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from spanjudge.inference.backends.llamacpp_local import LlamaCppProbabilityReader
+    from spanjudge.inference.backends.llamacpp import LlamaCppProbabilityReader
 
     gguf = smollm2_gguf()
     folder = convert_gguf(gguf)
@@ -404,7 +404,7 @@ def test_the_in_process_llama_cpp_engine_reads_what_a_fresh_reader_reads() -> No
     and reads the probabilities along them on a second context of the same GGUF, into which the prompt the
     generating model has just read is copied; each reading equals one made on a fresh context (which reads
     the prompt itself) up to llama.cpp's batch rounding."""
-    from spanjudge.inference.backends.llamacpp_local import LlamaCppProbabilityReader
+    from spanjudge.inference.backends.llamacpp import LlamaCppProbabilityReader
     from spanjudge.inference.judge import Judge
 
     gguf = smollm2_gguf()

@@ -33,7 +33,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from spanjudge.inference.hf_models import convert_gguf
-    from spanjudge.inference.llamacpp import smollm2_gguf
+    from spanjudge.inference.shipped_models import smollm2_gguf
 
     root = tmp_path_factory.mktemp("publish")
     tokenizer = AutoTokenizer.from_pretrained(str(convert_gguf(smollm2_gguf())))

@@ -192,7 +192,7 @@ def test_train_reads_an_openlgauge_array(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
     from spanjudge.inference.hf_models import convert_gguf
-    from spanjudge.inference.llamacpp import smollm2_gguf
+    from spanjudge.inference.shipped_models import smollm2_gguf
     from spanjudge.training.data import tokenize_split
 
     path = tmp_path / "train.json"

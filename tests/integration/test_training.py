@@ -20,7 +20,7 @@ from spanjudge.core.catalog import load_catalog
 from spanjudge.inference.contract import Evaluation, render_judge
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.judge_conversation import judge_chat_prompt, request_from_record
-from spanjudge.inference.llamacpp import smollm2_gguf
+from spanjudge.inference.shipped_models import smollm2_gguf
 from spanjudge.training.config import load_train_config
 from spanjudge.training.data import IGNORE_INDEX, describe, tokenize_split
 from spanjudge.training.run import OutputDirBusy, TrainingRun

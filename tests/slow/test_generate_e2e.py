@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spanjudge.inference.llamacpp import LlamaCppServer
+from spanjudge.inference.backends.llamacpp import LlamaCppServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

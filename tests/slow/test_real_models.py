@@ -13,6 +13,7 @@ from openai import OpenAI
 
 from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import SpanjudgeError
+from spanjudge.inference.backends.llamacpp import LlamaCppServer
 from spanjudge.inference.contract import (
     AnnotatorEvaluation,
     ParseFailure,
@@ -20,8 +21,8 @@ from spanjudge.inference.contract import (
     parse_annotator,
     parse_judge,
 )
-from spanjudge.inference.llamacpp import LlamaCppServer, smollm2_gguf
 from spanjudge.inference.prompts import render_annotator_prompt, render_judge_prompt
+from spanjudge.inference.shipped_models import smollm2_gguf
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from spanjudge.inference.hf_models import convert_gguf
-from spanjudge.inference.llamacpp import smollm2_gguf
+from spanjudge.inference.shipped_models import smollm2_gguf
 
 REPO = Path(__file__).resolve().parents[2]
 CODE_FOLDERS = ("inference", "data_gen", "training", "eval")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from spanjudge.inference.hf_models import convert_gguf
-from spanjudge.inference.llamacpp import smollm2_gguf
+from spanjudge.inference.shipped_models import smollm2_gguf
 
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 2, "max_position_embeddings": 4096}  # fmt: skip

@@ -37,7 +37,7 @@ from spanjudge.inference.backends import (
 )
 from spanjudge.inference.backends.ollama_native import OllamaBackend
 from spanjudge.inference.backends.openai_compat import OpenAIBackend, flatten_messages
-from spanjudge.inference.llamacpp import free_port
+from spanjudge.inference.shipped_models import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
