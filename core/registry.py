@@ -27,18 +27,24 @@ T = TypeVar("T")
 
 
 @cache
-def entry_points(group: str) -> dict[str, EntryPoint]:
-    """Name → entry point of `group`, over every installed distribution's metadata.
+def installed_entry_points() -> dict[str, dict[str, EntryPoint]]:
+    """Group → name → entry point, over every installed distribution's metadata, read once for every
+    registry (`installed_entry_points.cache_clear()` after installing a package in this process).
 
     Every copy of every distribution's metadata on sys.path is read, the first one first: unlike
     `importlib.metadata.entry_points()`, which keeps one copy per distribution name, this skips
     past a stale spanjudge.egg-info left in the working directory by a build (seen first by
     `python -m`)."""
-    found: dict[str, EntryPoint] = {}
+    found: dict[str, dict[str, EntryPoint]] = {}
     for distribution in distributions():
-        for entry in distribution.entry_points.select(group=group):
-            found.setdefault(entry.name, entry)
+        for entry in distribution.entry_points:
+            found.setdefault(entry.group, {}).setdefault(entry.name, entry)
     return found
+
+
+def entry_points(group: str) -> dict[str, EntryPoint]:
+    """Name → entry point of `group` (see `installed_entry_points`)."""
+    return dict(installed_entry_points().get(group, {}))
 
 
 def one_of(names: tuple[str, ...] | list[str]) -> str:

@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-IMPORT_CONFIG_NAME = "configs/import/quintd1_gpt4_wikidata.yaml"
+from .study import IMPORT_CONFIG, checkout_free
+
+IMPORT_CONFIG_NAME = checkout_free(IMPORT_CONFIG)  # as runs record it: from `configs/` on
 
 
 def domain_rows(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from spanjudge.core.errors import InputError
-from spanjudge.core.registry import Registry, entry_points
+from spanjudge.core.registry import Registry, installed_entry_points
 
 
 @pytest.fixture
@@ -23,9 +23,9 @@ def plugin_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toyplugin\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[spanjudge.toys]\nextra = toyplugin:EXTRA\ndhp = toyplugin:SHADOW\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    entry_points.cache_clear()
+    installed_entry_points.cache_clear()
     yield tmp_path
-    entry_points.cache_clear()
+    installed_entry_points.cache_clear()
     sys.modules.pop("toyplugin", None)
 
 
