@@ -75,7 +75,7 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def validated(model: type[ModelT], data: Any, path: Path) -> ModelT:
+def validated(model: type[ModelT], data: object, path: Path) -> ModelT:
     """`model` from `data`, or one InputError naming the file and the field."""
     try:
         return model.model_validate(data)
@@ -96,7 +96,7 @@ def read_adapter_metadata(folder: Path) -> AdapterMetadata | None:
 # Meta-evaluation result rows
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     """A finite number from a number or a numeric string; None for anything else."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
@@ -107,7 +107,7 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     if value is None or isinstance(value, dict | list):
         return None
     text = str(value).strip()
@@ -135,7 +135,7 @@ class ResultRow(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _canonical(cls, data: Any) -> Any:
+    def _canonical(cls, data: object) -> object:
         if not isinstance(data, dict):
             return data
         n = _number(data.get("n"))
@@ -153,7 +153,7 @@ class ResultRow(BaseModel):
         }
 
     @classmethod
-    def parse(cls, data: Any) -> ResultRow | None:
+    def parse(cls, data: object) -> ResultRow | None:
         """The row, or None when `data` does not fit (the caller counts it as skipped)."""
         try:
             return cls.model_validate(data)
@@ -161,7 +161,7 @@ class ResultRow(BaseModel):
             return None
 
     @staticmethod
-    def judge_of(data: Any) -> str | None:
+    def judge_of(data: object) -> str | None:
         """The judge a raw row names, if any (rows are chosen by judge before they are validated)."""
         return _text(data.get("judge")) if isinstance(data, dict) else None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -26,7 +26,7 @@ def configs_dir() -> Path:
     return Path(next(iter(package.__path__)))
 
 
-def read_yaml(path: Path) -> Any:
+def read_yaml(path: Path) -> object:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -50,7 +50,7 @@ def field_path(location: tuple[int | str, ...]) -> str:
     return out
 
 
-def _submodel(annotation: Any) -> type[BaseModel] | None:
+def _submodel(annotation: object) -> type[BaseModel] | None:
     """The model a field holds: itself, or inside Optional / tuple / list / dict / Annotated."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
@@ -96,7 +96,7 @@ def validation_to_config_error(
     return ConfigError(path, field_path(location), message)
 
 
-def validate(model: type[ModelT], data: Any, path: Path | None = None) -> ModelT:
+def validate(model: type[ModelT], data: object, path: Path | None = None) -> ModelT:
     try:
         return model.model_validate(data)
     except ValidationError as exc:

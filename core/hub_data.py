@@ -24,11 +24,14 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
 from .fileio import atomic_write_jsonl
 from .tabular import Located
+
+if TYPE_CHECKING:
+    from datasets import Dataset, DatasetDict
 
 _DATASET_ID = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*)(?::([A-Za-z0-9][A-Za-z0-9_.-]*))?$")
 # endings of local data files: such a name is a path (maybe mistyped), not a Hub repository
@@ -72,7 +75,7 @@ def to_hub_row(record: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _is_pairs(value: Any) -> bool:
+def _is_pairs(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(p, Mapping) and set(p) == {"header", "text"} for p in value)
 
 
@@ -112,7 +115,7 @@ def _load_failure(dataset_id: HubDatasetId, exc: Exception, what: str) -> InputE
     return InputError(f"{prefix} the Hub dataset did not load ({exc.__class__.__name__}: {detail})")
 
 
-def load_splits(dataset_id: HubDatasetId, what: str) -> Any:
+def load_splits(dataset_id: HubDatasetId, what: str) -> DatasetDict:
     """The dataset's splits (a `datasets.DatasetDict`), from the Hub or its cache."""
     import datasets
 
@@ -126,7 +129,7 @@ def load_splits(dataset_id: HubDatasetId, what: str) -> Any:
     return loaded
 
 
-def pick_split(splits: Any, dataset_id: HubDatasetId, split: str, what: str, option: str) -> Any:
+def pick_split(splits: DatasetDict, dataset_id: HubDatasetId, split: str, what: str, option: str) -> Dataset:
     if split not in splits:
         have = ", ".join(splits) or "none"
         raise InputError(

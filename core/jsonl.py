@@ -26,10 +26,13 @@ import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, Generic, TypeVar
+from typing import Any, BinaryIO, Generic, TypeAlias, TypeVar
 
 from .errors import InputError
 from .locks import hold, unhold
+
+# a value as JSON holds it (what `json.loads` returns); for annotations only: at run time it is a string
+JSONValue: TypeAlias = "bool | int | float | str | list[JSONValue] | dict[str, JSONValue] | None"
 
 Located = tuple[str, dict[str, Any]]  # (where: "file:line", row)
 
@@ -46,7 +49,7 @@ def decode_line(raw: bytes, path: Path, number: int) -> str:
         raise not_utf8(path, number, exc.start + 1, raw[exc.start]) from None
 
 
-def json_object(value: Any, where: str) -> dict[str, Any]:
+def json_object(value: object, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(value).__name__}")
     return value

@@ -39,7 +39,7 @@ def split_item(item: str, option: str, example: str, form: str = "KEY=VALUE", te
     return key.strip(), value
 
 
-def yaml_value(raw: str, option: str, item: str) -> Any:
+def yaml_value(raw: str, option: str, item: str) -> object:
     """A setting's value, typed as YAML (plus exponent floats, see _EXPONENT_FLOAT)."""
     if _EXPONENT_FLOAT.fullmatch(raw.strip()):
         return float(raw)

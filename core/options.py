@@ -29,7 +29,7 @@ _REQUIRED = dataclasses.MISSING
 
 
 def option(
-    default: Any = _REQUIRED,
+    default: object = _REQUIRED,
     *,
     help: str,
     flag: str | None = None,
@@ -96,7 +96,7 @@ def settings_command(
             )
         )
 
-    def command(**values: Any) -> None:
+    def command(**values: object) -> None:
         run(settings(**values))
 
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]

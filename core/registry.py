@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.metadata import EntryPoint, distributions
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from .errors import InputError
 
@@ -90,14 +90,14 @@ class Registry(Generic[T]):
             if target is None:
                 self.check(name)
             module_name, _, attribute = str(target).partition(":")
-            loaded: Any = importlib.import_module(module_name)
+            loaded: object = importlib.import_module(module_name)
             for part in attribute.split("."):
                 loaded = getattr(loaded, part)
             if self.interface is not None and not isinstance(loaded, self.interface):
                 raise TypeError(
                     f"{self.what} {name!r} ({target}) is a {type(loaded).__name__}, not a {self.interface.__name__}"
                 )
-            self._loaded[name] = loaded
+            self._loaded[name] = cast(T, loaded)  # an instance of `interface`, where one is declared
         return self._loaded[name]
 
     def load_all(self) -> dict[str, T]:

@@ -15,6 +15,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from .jsonl import JSONValue
+
 # distribution names; vllm and llama-cpp-python are optional engines (null when not installed)
 LIBRARIES = {
     "torch": "torch",
@@ -62,7 +64,7 @@ def git_hash(root: Path = PACKAGE_ROOT) -> str | None:
     return lines[1]
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: object) -> JSONValue:
     """Options as JSON: paths as strings, tuples as lists, anything else unknown by its str()."""
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}

@@ -17,7 +17,6 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from .errors import InputError
 from .jsonl import Located, iter_jsonl, json_object, not_utf8  # the JSONL reader (also imported from here)
@@ -82,7 +81,7 @@ def iter_lm_eval_samples(path: Path) -> Iterator[Located]:
         yield where, {**sample, "id": item, "output": output}
 
 
-def only_value(value: Any) -> Any:
+def only_value(value: object) -> object:
     """A value with single-item lists unwrapped (lm-eval logs a response as [[text]])."""
     while isinstance(value, list) and len(value) == 1:
         value = value[0]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.console import Console
@@ -16,7 +15,7 @@ from spanjudge.core.sharding import SHARD_HELP
 
 from .config import parse_endpoint_options
 from .merge import merge_shards
-from .stage import annotate_outputs, generate_outputs, import_records, model_progress
+from .stage import StageRun, annotate_outputs, generate_outputs, import_records, model_progress
 
 annotate = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 import_annotations = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -225,12 +224,12 @@ def _warn(console: Console, line: str) -> None:
     console.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
 
 
-def _print_decontamination(console: Console, run: Any) -> None:
+def _print_decontamination(console: Console, run: StageRun) -> None:
     for line in run.decontamination.lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
-def _print_skipped(console: Console, run: Any) -> None:
+def _print_skipped(console: Console, run: StageRun) -> None:
     skipped = run.summary.skipped
     for line in skipped[:10]:
         console.print(f"skipped {line}")

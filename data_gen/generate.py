@@ -27,7 +27,15 @@ from spanjudge.core.errors import ConfigError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.core.progress import Tracker
 from spanjudge.core.sharding import Shard, input_key
-from spanjudge.inference.backends import CachedBackend, CallFailure, CallResult, ChatRequest, LLMCache, make_backend
+from spanjudge.inference.backends import (
+    CachedBackend,
+    CallFailure,
+    CallResult,
+    ChatRequest,
+    Completion,
+    LLMCache,
+    make_backend,
+)
 
 from .annotate import prompt_hash
 from .config import SourcesConfig, SourceSpec, resolve_source_path
@@ -151,7 +159,7 @@ def _template_file(template: Template) -> str:
         return str(template.path)
 
 
-def _provenance(config: GenerateConfig, job: GenJob, result: Any, steps: Sequence[str]) -> dict[str, Any]:
+def _provenance(config: GenerateConfig, job: GenJob, result: Completion, steps: Sequence[str]) -> dict[str, Any]:
     system = config.systems[job.system_index]
     return {
         "generator": "spanjudge generate",

@@ -113,7 +113,7 @@ def _place(text: str, start: int, output: str, where: str, policy: Mismatch) -> 
     return None
 
 
-def _span_fields(annotation: Any, where: str) -> tuple[int, str, str, str | None]:
+def _span_fields(annotation: object, where: str) -> tuple[int, str, str, str | None]:
     if not isinstance(annotation, dict):
         raise InputError(f"{where}: an annotation is not an object")
     start, text, kind = annotation.get("start"), annotation.get("text"), annotation.get("type")

@@ -100,8 +100,8 @@ def _hf(spec: SourceSpec, path: Path) -> Iterator[Row]:
         yield Row(data, f"{path}[{spec.split}][{index}]")
 
 
-def _get(row: Row, dotted: str) -> Any:
-    value: Any = row.data
+def _get(row: Row, dotted: str) -> object:
+    value: object = row.data
     for part in dotted.split("."):
         if not isinstance(value, Mapping) or part not in value:
             raise InputError(f"{row.where}: missing field '{dotted}'")
@@ -118,7 +118,7 @@ def _text(row: Row, dotted: str) -> str:
     return str(value)
 
 
-def spec_is_sentence_list(value: Any) -> bool:
+def spec_is_sentence_list(value: object) -> bool:
     """QAGS mturk summaries are lists of {"sentence": ...}."""
     return isinstance(value, list) and bool(value) and all(isinstance(s, dict) and "sentence" in s for s in value)
 

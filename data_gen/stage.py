@@ -12,7 +12,6 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
@@ -20,14 +19,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from spanjudge.core.catalog import load_catalog
 from spanjudge.core.paths import optional_data_dir
 from spanjudge.core.progress import Tracker, tracker_bars
-from spanjudge.core.sharding import parse_shard, shard_path
+from spanjudge.core.sharding import Shard, parse_shard, shard_path
 
 from .config import load_ensemble, load_sources
-from .decontaminate import prepare
-from .generate import run_generate
+from .decontaminate import Decontamination, prepare
+from .generate import GenerateSummary, run_generate
 from .generate_config import load_generate_config
-from .pipeline import run_pipeline
-from .teacher import import_annotations, load_import_config
+from .pipeline import RunSummary, run_pipeline
+from .teacher import ImportSummary, import_annotations, load_import_config
 
 Say = Callable[[str], None]
 
@@ -37,9 +36,9 @@ class StageRun:
     """A finished (or incomplete) run: its summary, the decontamination it applied, its shard."""
 
     out: Path
-    summary: Any  # pipeline.RunSummary, generate.GenerateSummary or teacher.ImportSummary
-    decontamination: Any = None  # decontaminate.Decontamination, for annotate and import
-    shard: Any = None  # sharding.Shard with --shard K/N
+    summary: RunSummary | GenerateSummary | ImportSummary
+    decontamination: Decontamination | None = None  # for annotate and import
+    shard: Shard | None = None  # with --shard K/N
 
 
 def annotate_outputs(

@@ -29,12 +29,15 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import first_line
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 MAJOR_SEVERITY = 4  # MQM's major and critical errors (severity 4-5 of the contract's 1-5)
 # what a results row records about how it was judged, with the flag or name that sets it
@@ -161,7 +164,7 @@ def _bad_row(row: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _number_within(value: Any, low: float, high: float) -> bool:
+def _number_within(value: object, low: float, high: float) -> bool:
     """A finite int or float (not a bool) within [low, high]."""
     return (
         not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and low <= value <= high
@@ -182,7 +185,7 @@ def check_rows(systems: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
                 raise InputError(f"system '{name}', id '{item}' (row {number}): {problem}")
 
 
-def _setting(value: Any) -> str:
+def _setting(value: object) -> str:
     return json.dumps(value, sort_keys=True) if isinstance(value, Mapping | list) else str(value)
 
 
@@ -325,7 +328,7 @@ PLOT_PANELS = 8  # measures drawn at most: the score, the error counts, then the
 PLOT_MARK = "spanjudge compare"  # the PNG's Software text: marks a plot as ours (only ours is overwritten)
 
 
-def plot(result: Comparison, path: Any) -> Any:
+def plot(result: Comparison, path: Path) -> Path:
     """One panel per measure (at most `PLOT_PANELS`: the table has them all): each system's mean with its
     interval (a PNG at `path`)."""
     import matplotlib
@@ -355,17 +358,17 @@ def plot(result: Comparison, path: Any) -> Any:
     return path
 
 
-def is_our_plot(path: Any) -> bool:
+def is_our_plot(path: Path) -> bool:
     with open(path, "rb") as handle:
         return PLOT_MARK.encode() in handle.read(4096)
 
 
-def is_our_table(path: Any) -> bool:
+def is_our_table(path: Path) -> bool:
 
     return bool(re.match(r"(\*\*Mixed settings|\d+ items (scored|annotated) by every system)", first_line(path)))
 
 
-def is_our_comparison(path: Any) -> bool:
+def is_our_comparison(path: Path) -> bool:
     with open(path, encoding="utf-8") as handle:
         data = json.load(handle)
     return isinstance(data, dict) and {"systems", "means", "pairs", "results"} <= data.keys()

@@ -14,7 +14,6 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from spanjudge.core.catalog import Catalog, Task, load_catalog
 from spanjudge.core.errors import ConfigError, InputError
@@ -59,7 +58,7 @@ def human_value(row: Row, path: str) -> float | None:
     """The human score at `path` in a row (None when missing or empty)."""
     if path == QAGS_MAJORITY:
         return summary_score(row.data.get("summary_sentences"), row.where)
-    value: Any = row.data
+    value: object = row.data
     for part in path.split("."):
         if not isinstance(value, Mapping) or part not in value:
             return None
@@ -78,7 +77,7 @@ def human_value(row: Row, path: str) -> float | None:
 
 def rater_scores(row: Row, path: str) -> tuple[float, ...]:
     """Each rater's score when the value at `path` is a list of numbers (else empty)."""
-    value: Any = row.data
+    value: object = row.data
     for part in path.split("."):
         if not isinstance(value, Mapping) or part not in value:
             return ()

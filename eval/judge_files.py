@@ -42,6 +42,9 @@ from .judgment import Judgment
 from .suite import AspectSpec
 
 if TYPE_CHECKING:
+    from spanjudge.inference.contract import Evaluation
+    from spanjudge.inference.judge import JudgedEvaluation
+
     from .judges import JudgeContext
 
 
@@ -57,7 +60,7 @@ def _score_of(row: Mapping[str, Any], where: str) -> float | None:
     return float(value)
 
 
-def _file_spans(evaluation: Any) -> dict[str, Any] | None:
+def _file_spans(evaluation: object) -> dict[str, Any] | None:
     """Anchored spans of a scores-file evaluation (as `spanjudge score` writes them), if any."""
     errors = evaluation.get("errors") if isinstance(evaluation, Mapping) else None
     if not isinstance(errors, list):
@@ -148,7 +151,7 @@ def model_fingerprint(location: str) -> str:
     return "|".join(parts)
 
 
-def error_spans(evaluation: Any) -> list[list[int]]:
+def error_spans(evaluation: Evaluation) -> list[list[int]]:
     """The anchored error spans of an evaluation ([start, end] character offsets), for span metrics."""
     return _anchored(evaluation.errors)
 
@@ -157,7 +160,7 @@ def _anchored(errors: Iterable[Any]) -> list[list[int]]:
     return [[e.start, e.end] for e in errors if e.start is not None and e.end is not None]
 
 
-def _expected_detail(evaluation: Any) -> dict[str, Any]:
+def _expected_detail(evaluation: JudgedEvaluation) -> dict[str, Any]:
     """The span metrics' view of an evaluation read with its probabilities: the spans it writes with
     probability at least SPAN_KEPT_AT along its reply, and its expected number of errors (what the
     count correlation uses), as bench/distill_quintd.py's `+expected` rows read them."""

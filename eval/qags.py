@@ -20,7 +20,7 @@ def sentence_vote(responses: Sequence[Mapping[str, Any]], where: str) -> float:
     return 1.0 if 2 * yes > len(answers) else 0.0
 
 
-def summary_score(sentences: Any, where: str) -> float:
+def summary_score(sentences: object, where: str) -> float:
     """Mean over the summary's sentences of the majority vote."""
     if not isinstance(sentences, list) or not sentences:
         raise InputError(f"{where}: 'summary_sentences' must be a non-empty list")

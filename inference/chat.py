@@ -39,7 +39,7 @@ GENERIC_CONTROL = re.compile(
 _CONTROL_PATTERNS: weakref.WeakKeyDictionary[Any, re.Pattern[str] | None] = weakref.WeakKeyDictionary()
 
 
-def _apply(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+def _apply(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
     """The tokenizer's chat template applied (in transformers' Jinja sandbox); a template that breaks out of
     the sandbox or does not render is one SpanjudgeError naming the tokenizer."""
     from jinja2.exceptions import SecurityError, TemplateError
@@ -102,7 +102,7 @@ def render_chat(
     return "".join(text for text, _ in chat_pieces(tokenizer, messages, add_generation_prompt=add_generation_prompt))
 
 
-def control_pattern(tokenizer: Any) -> re.Pattern[str] | None:
+def control_pattern(tokenizer: PreTrainedTokenizerBase) -> re.Pattern[str] | None:
     """A pattern of the spellings of the tokenizer's control (special) tokens, longest first; None if it
     has none. Kept per tokenizer: Gemma 3 has over 6,000."""
     try:
@@ -195,7 +195,7 @@ def served_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[st
     return "".join(defuse(text, pattern) if content else text for text, content in chat_pieces(tokenizer, messages))
 
 
-def turn_end_ids(tokenizer: Any) -> set[int]:
+def turn_end_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
     """The special token the chat template closes an assistant turn with, when it is one (Gemma's
     `<end_of_turn>`, which its GGUF does not name as eos): a trained judge ends its reply there."""
     marker = "\u00a7reply\u00a7"
@@ -210,7 +210,7 @@ def turn_end_ids(tokenizer: Any) -> set[int]:
     return {ids[0]} if ids and ids[0] in special else set()
 
 
-def judge_end_ids(tokenizer: Any) -> set[int]:
+def judge_end_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
     """The tokens that end a judge's reply: the tokenizer's eos and the chat template's turn end."""
     return {tokenizer.eos_token_id, *turn_end_ids(tokenizer)} - {None}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,7 +27,8 @@ from spanjudge.core.fileio import atomic_directory
 from .shipped_models import gemma3_gguf, model_cache_dir, smollm2_gguf
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    import torch
+    from transformers import BitsAndBytesConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 BUILTIN_GGUF = {"@smollm2": smollm2_gguf, "@gemma3": gemma3_gguf}
 Quantization = Literal["none", "4bit", "8bit"]
@@ -97,7 +99,7 @@ def strip_gguf_quantizer(model: PreTrainedModel) -> PreTrainedModel:
     return model
 
 
-def convert_gguf(gguf: Path, progress: Any = print) -> Path:
+def convert_gguf(gguf: Path, progress: Callable[[str], object] = print) -> Path:
     """The transformers folder for a GGUF file, converted on first use (safe across processes)."""
     from filelock import FileLock
 
@@ -120,7 +122,7 @@ def convert_gguf(gguf: Path, progress: Any = print) -> Path:
     return target
 
 
-def local_folder(source: ModelSource, progress: Any = print) -> str:
+def local_folder(source: ModelSource, progress: Callable[[str], object] = print) -> str:
     """What to hand to `from_pretrained`: a hub id, a folder, or the converted GGUF folder."""
     return str(convert_gguf(Path(source.location), progress)) if source.kind == "gguf" else source.location
 
@@ -144,7 +146,7 @@ def load_tokenizer(folder: str, *, trust_remote_code: bool = False) -> PreTraine
     return tokenizer
 
 
-def torch_dtype(name: str) -> Any:
+def torch_dtype(name: str) -> torch.dtype | Literal["auto"]:
     import torch
 
     if name == "auto":
@@ -152,7 +154,7 @@ def torch_dtype(name: str) -> Any:
     return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
 
 
-def quantization_config(quantization: Quantization, compute_dtype: str) -> Any:
+def quantization_config(quantization: Quantization, compute_dtype: str) -> BitsAndBytesConfig | None:
     """bitsandbytes settings: QLoRA's 4-bit NF4 with double quantisation, or 8-bit."""
     if quantization == "none":
         return None
@@ -180,7 +182,7 @@ def load_causal_lm(
     quantization: Quantization = "none",
     attn_implementation: str | None = None,
     trust_remote_code: bool = False,
-    device_map: Any = None,
+    device_map: str | dict[str, int | str] | None = None,
 ) -> PreTrainedModel:
     from transformers import AutoModelForCausalLM
 

@@ -28,7 +28,7 @@ ErrorLimit = Callable[[list[ErrorAnnotation], str], list[ErrorAnnotation]]
 OPENLGAUGE_FIELDS = ("inputs", "outputs", "aspect_name", "task_name", "evaluation")
 
 
-def _headed(value: Any, where: str, name: str) -> dict[str, str]:
+def _headed(value: object, where: str, name: str) -> dict[str, str]:
     """{header: text}, or [{header, text}, ...] as Arrow stores it."""
     if isinstance(value, Mapping):
         return {str(k): str(v) for k, v in value.items()}
@@ -76,7 +76,7 @@ def _structured_evaluation(value: Mapping[str, Any], where: str) -> Evaluation:
         raise InputError(f"{where}: evaluation.score: {exc.errors()[0]['msg']}") from None
 
 
-def openlgauge_evaluation(value: Any, where: str) -> Evaluation:
+def openlgauge_evaluation(value: object, where: str) -> Evaluation:
     """Structured `{errors, score}` or the judge's text format; a missing score is an error."""
     if isinstance(value, str):
         parsed = parse_judge(value)

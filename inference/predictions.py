@@ -28,6 +28,8 @@ from .judge_conversation import JudgeRequest
 from .score_data import FieldMapping, header_fields, read_requests
 
 if TYPE_CHECKING:
+    import pandas
+
     from .judge import Judge, JudgedEvaluation
 
 FIRST_INPUT, REFERENCE = "input", "reference"  # an item's short names for the task's inputs
@@ -102,7 +104,7 @@ class Predictions(Sequence[Prediction]):
             ensure_ascii=False,
         )
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> pandas.DataFrame:
         """A pandas DataFrame, one row per item (`errors` a list of dicts)."""
         try:
             import pandas

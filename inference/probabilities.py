@@ -32,7 +32,7 @@ import math
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
@@ -46,6 +46,9 @@ from .contract.render import (
     SEVERITY_FIELD,
     render_judge,
 )
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 SEVERITIES = tuple(range(1, 6))  # the contract's severity values (`ErrorAnnotation.severity`)
 SCORES = tuple(range(0, 101))  # the contract's score values (`Evaluation.score`)
@@ -160,7 +163,7 @@ class ChoiceReader:
     written reply (in the judge's tokenization) and the assembly of `ReplyProbabilities`; an engine gives
     `_choice_log_probs`, each alternative's log-probability."""
 
-    def __init__(self, tokenizer: Any, end_ids: Collection[int], max_errors: int = 8) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, end_ids: Collection[int], max_errors: int = 8) -> None:
         self.tokenizer = tokenizer
         self.end_ids = sorted(end_ids)
         self.max_errors = max_errors

@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
@@ -42,6 +42,11 @@ from spanjudge.core.tabular import (
 
 from .judge_conversation import JudgeRequest
 from .prompts import PromptTemplate, template_sha256
+
+if TYPE_CHECKING:
+    from .judge import JudgedEvaluation
+    from .judge_conversation import JudgeRequest
+    from .probabilities import ReplyProbabilities
 
 
 @dataclass(frozen=True)
@@ -84,11 +89,11 @@ def header_fields(header: str) -> list[str]:
 _ABSENT = object()
 
 
-def _lookup(row: Mapping[str, Any], name: str) -> Any:
+def _lookup(row: Mapping[str, Any], name: str) -> object:
     """row[name], else the value at a dotted path ("doc.document", "resps.0"), else _ABSENT."""
     if name in row:
         return row[name]
-    node: Any = row
+    node: object = row
     for part in name.split("."):
         if isinstance(node, Mapping) and part in node:
             node = node[part]
@@ -273,17 +278,17 @@ class ScoreEvaluation(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     errors: list[dict[str, Any]] = []
-    score: Any  # a number or None; an int stays an int, so a row reads back as it was written
+    score: int | float | None  # an int stays an int, so a row reads back as it was written
 
-    @field_validator("score")
+    @field_validator("score", mode="before")
     @classmethod
-    def _a_number(cls, value: Any) -> Any:
+    def _a_number(cls, value: object) -> object:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise ValueError(f"the score must be a number or null, not {value!r}")
         return value
 
 
-def error_problem(error: Any, output: str | None, *, complete: bool = False) -> str | None:
+def error_problem(error: object, output: str | None, *, complete: bool = False) -> str | None:
     """What makes one error of a results row impossible, or None (see `ScoreRow`). An explanation and a
     severity may be absent (human span annotations carry neither) unless `complete`; given, they must be
     text and an integer 1-5."""
@@ -335,7 +340,7 @@ class ScoreRow(BaseModel):
 
     @field_validator("id", mode="before")
     @classmethod
-    def _id_as_text(cls, value: Any) -> Any:
+    def _id_as_text(cls, value: object) -> object:
         return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
     @model_validator(mode="after")
@@ -349,7 +354,7 @@ class ScoreRow(BaseModel):
         return self
 
     @classmethod
-    def of(cls, request: Any, evaluation: Any, key: Mapping[str, Any] | None = None) -> ScoreRow:
+    def of(cls, request: JudgeRequest, evaluation: JudgedEvaluation, key: Mapping[str, Any] | None = None) -> ScoreRow:
         """The row of a JudgeRequest and its JudgedEvaluation; `key` is its resume key (`resume_key`)."""
         fields = {"id": str(request.id), "task": request.task.id, "aspect": request.aspect.name, **(key or {})}
         read = getattr(evaluation, "probabilities", None)
@@ -375,7 +380,7 @@ class ScoreRow(BaseModel):
         return self.model_dump(mode="json", exclude_unset=True)
 
 
-def probability_fields(read: Any) -> dict[str, Any]:
+def probability_fields(read: ReplyProbabilities) -> dict[str, Any]:
     """A results row's `probabilities`: the expected values, labelled, beside the written
     `evaluation` (its score, its errors' count); the score distribution over the contract's values."""
     return {

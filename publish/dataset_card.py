@@ -30,7 +30,7 @@ class DatasetCardOptions:
     source_licenses: Mapping[str, str] = field(default_factory=dict)
 
 
-def _licenses_in(data: Any) -> dict[str, str]:
+def _licenses_in(data: object) -> dict[str, str]:
     """Licences that run.json records: {"licenses": {name: id}}, or a `license` beside a
     source's `name`/`dataset` anywhere in it."""
     found: dict[str, str] = {}
@@ -76,7 +76,7 @@ class Models:
     ensembles: set[str] = field(default_factory=set)
 
 
-def _note(found: dict[str, str | None], entry: Any) -> None:
+def _note(found: dict[str, str | None], entry: object) -> None:
     if isinstance(entry, Mapping) and entry.get("name"):
         name = str(entry["name"])
         found[name] = found.get(name) or (str(entry["model_id"]) if entry.get("model_id") else None)

@@ -16,7 +16,7 @@ import jinja2
 from spanjudge.core.configio import configs_dir
 
 
-def cell(value: Any) -> str:
+def cell(value: object) -> str:
     """A table cell: – for a missing value, 4 significant digits for a float, no pipe or newline."""
     if value is None:
         return "–"

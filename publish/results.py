@@ -76,7 +76,7 @@ def _read_meta_eval(path: Path, results: MetaEvalFile, judge_name: str | None) -
     return EvalResults(source=path.name, rows=rows, skipped=len(cells) - len(rows), judge=judge)
 
 
-def _candidate_rows(data: Any) -> list[Any]:
+def _candidate_rows(data: object) -> list[Any]:
     if isinstance(data, list):
         return data
     if isinstance(data, dict):
@@ -89,7 +89,7 @@ def _candidate_rows(data: Any) -> list[Any]:
     return []
 
 
-def _read_rows(path: Path, data: Any, judge_name: str | None) -> EvalResults:
+def _read_rows(path: Path, data: object, judge_name: str | None) -> EvalResults:
     """A hand-written (or `spanjudge demo`) list of rows; rows that do not validate are counted."""
     candidates = [item for item in _candidate_rows(data) if isinstance(item, dict)]
     if not candidates:

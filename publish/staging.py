@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import yaml
 
@@ -23,6 +23,7 @@ from spanjudge.core.artifacts import ADAPTER_METADATA
 from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.inference.judge_conversation import TEMPLATE_FILE
 
+JSONT = TypeVar("JSONT")  # a JSON value: strip_local_paths returns one of the same shape
 ADAPTER_FILES = frozenset({"adapter_model.safetensors", "adapter_config.json"})
 TOKENIZER_FILES = frozenset(
     {
@@ -138,18 +139,18 @@ def local_name(value: str) -> str:
     return re.split(r"[\\/]", value.rstrip("/\\"))[-1] or "."
 
 
-def strip_local_paths(data: Any) -> Any:
+def strip_local_paths(data: JSONT) -> JSONT:
     """`data` with every string that is a machine-local path replaced by its last component."""
     if isinstance(data, dict):
-        return {key: strip_local_paths(value) for key, value in data.items()}
+        return cast(JSONT, {key: strip_local_paths(value) for key, value in data.items()})
     if isinstance(data, list):
-        return [strip_local_paths(value) for value in data]
+        return cast(JSONT, [strip_local_paths(value) for value in data])
     if isinstance(data, str) and _LOCAL_PATH.match(data):
-        return local_name(data)
+        return cast(JSONT, local_name(data))
     return data
 
 
-def _local_paths(data: Any) -> set[str]:
+def _local_paths(data: object) -> set[str]:
     if isinstance(data, dict):
         return set().union(*(_local_paths(value) for value in data.values()))
     if isinstance(data, list):

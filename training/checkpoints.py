@@ -16,9 +16,12 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from transformers import TrainerCallback
+
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 TRAINER_STATE = "trainer_state.json"  # written last into a checkpoint: its presence marks a complete one
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -54,13 +57,17 @@ class TimedSaves(TrainerCallback):  # type: ignore[misc]
         self.clock = clock
         self.last = clock()
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> TrainerControl:
         due = self.clock() - self.last >= self.seconds
         if _agreed(due):
             control.should_save = True
         return control
 
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> TrainerControl:
         self.last = self.clock()
         return control
 

@@ -138,7 +138,7 @@ class TrainingSection(_Strict):
 
     @field_validator("mixed_precision", mode="before")
     @classmethod
-    def _yaml_no(cls, value: Any) -> Any:
+    def _yaml_no(cls, value: object) -> object:
         """YAML reads an unquoted `no` as false: `mixed_precision: no` (or `--set ...=no`) means "no"."""
         return "no" if value is False else value
 
@@ -187,7 +187,7 @@ class TrainConfig(_Strict):
         return self
 
 
-def _set_dotted(data: dict[str, Any], dotted: str, value: Any, path: Path) -> None:
+def _set_dotted(data: dict[str, Any], dotted: str, value: object, path: Path) -> None:
     node = data
     *parents, leaf = dotted.split(".")
     for part in parents:

@@ -27,7 +27,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 # TRL's tiles for its torch fallback (trl/kernels/chunked_logprob.py: TOKEN_CHUNK_SIZE; trl/trainer/utils.py:
 # _CHUNKED_LOGPROB_CHUNK_SIZE), read by TRL at every call
@@ -50,7 +54,7 @@ def set_loss_tiles(tokens: int, vocabulary: int) -> tuple[int, int] | None:
 
 
 @functools.cache
-def _malloc_trim() -> Any:
+def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's malloc_trim, or None (musl, macOS: nothing to trim this way)."""
     name = ctypes.util.find_library("c")
     try:
@@ -62,7 +66,7 @@ def _malloc_trim() -> Any:
     return trim
 
 
-def decoder_layers(model: Any) -> list[Any]:
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's repeated blocks: the modules whose class the model names as never split across devices."""
     names: set[str] = set()
     for module in model.modules():
@@ -70,14 +74,14 @@ def decoder_layers(model: Any) -> list[Any]:
     return [module for module in model.modules() if type(module).__name__ in names]
 
 
-def release_freed_memory_per_layer(model: Any) -> int:
+def release_freed_memory_per_layer(model: torch.nn.Module) -> int:
     """After each decoder layer's forward, and before its backward, give the heap's free pages back to the
     system; the layers hooked."""
     trim = _malloc_trim()
     if trim is None:
         return 0
 
-    def release(*_: Any) -> None:
+    def release(*_: object) -> None:
         trim(0)  # returns None: the layer's output and gradients are kept as they are
 
     layers = decoder_layers(model)

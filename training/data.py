@@ -28,6 +28,7 @@ from spanjudge.inference.judge_conversation import judge_training_ids, request_f
 from spanjudge.inference.prompts import PromptTemplate
 
 if TYPE_CHECKING:
+    import datasets
     from transformers import PreTrainedTokenizerBase
 
 IGNORE_INDEX = -100  # the label PyTorch's cross-entropy skips
@@ -52,7 +53,7 @@ class TokenizedSplit:
     def completion_tokens(self) -> int:
         return sum(sum(1 for label in labels if label != IGNORE_INDEX) for labels in self.labels)
 
-    def to_dataset(self) -> Any:
+    def to_dataset(self) -> datasets.Dataset:
         import datasets
 
         return datasets.Dataset.from_dict({"input_ids": self.input_ids, "labels": self.labels})

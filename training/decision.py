@@ -18,15 +18,18 @@ log-probabilities it already computed, so no logits are built and no second forw
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
-def first_completion_tokens(label_mask: Any) -> Any:
+def first_completion_tokens(label_mask: torch.Tensor) -> torch.Tensor:
     """Of each row's completion positions (True in `label_mask`, shape batch × positions), the first one."""
     return label_mask & (label_mask.long().cumsum(dim=1) == 1)
 
 
-def decision_term(log_probs: Any, label_mask: Any, num_tokens: Any) -> Any:
+def decision_term(log_probs: torch.Tensor, label_mask: torch.Tensor, num_tokens: torch.Tensor | int) -> torch.Tensor:
     """Σ over rows of the first completion token's cross-entropy, divided by `num_tokens`."""
     first = first_completion_tokens(label_mask)
     return -(log_probs * first).sum() / num_tokens
@@ -40,8 +43,12 @@ def decision_weighted_trainer(weight: float) -> type:
         decision_weight = weight
 
         def compute_loss(
-            self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
-        ) -> Any:
+            self,
+            model: torch.nn.Module,
+            inputs: dict[str, Any],
+            return_outputs: bool = False,
+            num_items_in_batch: torch.Tensor | int | None = None,
+        ) -> torch.Tensor | tuple[torch.Tensor, Any]:
             if not self.model.training:  # evaluation: the plain loss, comparable across runs
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             captured: list[Any] = []

@@ -38,13 +38,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.inference.hf_models import resolve_model_source
 
 from .config import TrainConfig
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 GIB = 1024**3
 OVERHEAD_FIXED = 1 * GIB
@@ -122,7 +125,7 @@ class ModelShape:
     lora_params: int
 
 
-def model_config(base: str, trust_remote_code: bool = False) -> Any:
+def model_config(base: str, trust_remote_code: bool = False) -> PretrainedConfig:
     """The base model's config, offline: a local folder, a GGUF, or a hub id the project ships."""
     from transformers import AutoConfig
 
@@ -141,7 +144,9 @@ def model_config(base: str, trust_remote_code: bool = False) -> Any:
         ) from None
 
 
-def model_shape(config: Any, lora_r: int, targets: tuple[str, ...], trust_remote_code: bool = False) -> ModelShape:
+def model_shape(
+    config: PretrainedConfig, lora_r: int, targets: tuple[str, ...], trust_remote_code: bool = False
+) -> ModelShape:
     import torch
     from transformers import AutoModelForCausalLM
 

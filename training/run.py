@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -63,6 +64,12 @@ from .data import TokenizedSplit, describe, tokenize_split
 from .decision import decision_weighted_trainer
 from .step_times import StepTimes, steady_speed
 from .world import World, gradient_accumulation
+
+if TYPE_CHECKING:
+    import torch
+    from peft import PeftModel
+    from transformers import PreTrainedModel
+    from trl import SFTTrainer
 
 ADAPTER_DIR = "adapter"
 WARMUP_STEPS = 3  # steps left out of metrics.json's steady speed (CUDA context, autotuning, compilation)
@@ -99,7 +106,7 @@ def _check_same_run(config: TrainConfig, output_dir: Path) -> None:
                 )
 
 
-def _default(config: TrainConfig, section: str, key: str) -> Any:
+def _default(config: TrainConfig, section: str, key: str) -> object:
     """A config field's default, as `model_dump(mode="json")` writes it."""
     from pydantic_core import to_jsonable_python
 
@@ -363,7 +370,7 @@ class TrainingRun:
                     None, f"lora.target_modules[{index}]", f"the base model has no module '{target}'; {hint}"
                 )
 
-    def _trainer(self) -> Any:
+    def _trainer(self) -> SFTTrainer:
         from trl import SFTConfig, SFTTrainer
 
         config = self.config
@@ -389,7 +396,7 @@ class TrainingRun:
         """Whether this run trains on CPU (the Trainer's own choice: training.use_cpu, or no GPU)."""
         return self.config.training.use_cpu or not _accelerator_present()
 
-    def _fit_cpu_memory(self, model: Any) -> None:
+    def _fit_cpu_memory(self, model: PreTrainedModel) -> None:
         """The CPU's memory fixes (training/cpu_memory.py): the loss in small tiles, freed pages returned."""
 
         tiled = set_loss_tiles(CPU_TILE_TOKENS, CPU_TILE_VOCABULARY) is not None
@@ -431,7 +438,7 @@ class TrainingRun:
         )
         return model, peft_config
 
-    def _save(self, trainer: Any, metrics: dict[str, Any]) -> None:
+    def _save(self, trainer: SFTTrainer, metrics: dict[str, Any]) -> None:
         trainer.save_model(str(self.adapter_dir))  # the adapter only, as safetensors
         (self.adapter_dir / "training_args.bin").unlink(missing_ok=True)  # a pickle; the YAML config says it all
         self.tokenizer.save_pretrained(str(self.adapter_dir))
@@ -497,7 +504,7 @@ def _module_names(folder: str, trust_remote_code: bool) -> list[str] | None:
     return [name for name, _ in model.named_modules() if name]
 
 
-def _count_quantized(model: Any) -> int:
+def _count_quantized(model: torch.nn.Module) -> int:
     """bitsandbytes layers in the model: proves a QLoRA run really trained on a 4-bit base."""
     return sum(1 for module in model.modules() if type(module).__module__.startswith("bitsandbytes"))
 
@@ -530,7 +537,7 @@ def _check_liger(on_cpu: bool) -> None:
         )
 
 
-def _import_unsloth() -> Any:
+def _import_unsloth() -> ModuleType:
     try:
         import unsloth
     except ImportError:
@@ -541,7 +548,7 @@ def _import_unsloth() -> Any:
     return unsloth
 
 
-def _unsloth_model(folder: str, config: TrainConfig) -> Any:
+def _unsloth_model(folder: str, config: TrainConfig) -> PeftModel:
     """Unsloth's fast path: its own loader and LoRA wrapper (same LoRA settings)."""
     from unsloth import FastLanguageModel
 

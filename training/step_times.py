@@ -13,9 +13,12 @@ import itertools
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
+
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 
 def _synchronize() -> None:
@@ -34,12 +37,16 @@ class StepTimes(TrainerCallback):  # type: ignore[misc]
         self.steps: list[dict[str, float | int]] = []
         self._started: float | None = None
 
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> TrainerControl:
         _synchronize()
         self._started = self.clock()
         return control
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> TrainerControl:
         if self._started is not None:
             _synchronize()
             self.steps.append(

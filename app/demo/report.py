@@ -126,7 +126,7 @@ class StepRecord:
 # Small HTML pieces
 
 
-def _e(value: Any) -> str:
+def _e(value: object) -> str:
     return html.escape(str(value))
 
 

@@ -194,7 +194,7 @@ def _cell(row: dict[str, Any], key: str) -> str:
     return text
 
 
-def _round(value: Any) -> str:
+def _round(value: object) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
@@ -238,7 +238,7 @@ def _reference(runs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | N
     return default, teacher
 
 
-def _bold_if_half(text: str, value: Any, teacher: dict[str, Any] | None, key: str) -> str:
+def _bold_if_half(text: str, value: object, teacher: dict[str, Any] | None, key: str) -> str:
     """`text` in bold when `value` is at least half of the teacher's `key`."""
     half = None if teacher is None or teacher.get(key) is None else teacher[key] / 2
     return f"**{text}**" if value is not None and half is not None and value >= half else text

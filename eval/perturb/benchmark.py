@@ -170,7 +170,7 @@ def _need(row: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where
     return value
 
 
-def _spans(value: Any, output: str, where: str) -> tuple[tuple[int, int], ...]:
+def _spans(value: object, output: str, where: str) -> tuple[tuple[int, int], ...]:
     spans = []
     for span in value:
         if (
@@ -184,7 +184,7 @@ def _spans(value: Any, output: str, where: str) -> tuple[tuple[int, int], ...]:
     return tuple(spans)
 
 
-def parse_item(row: Any, where: str, task: Task) -> BenchItem:
+def parse_item(row: object, where: str, task: Task) -> BenchItem:
     if not isinstance(row, Mapping):
         raise InputError(f"{where}: each line must be a JSON object")
     inputs = _need(row, "inputs", dict, where)

@@ -16,7 +16,7 @@ from .published import PublishedRow, load_published, rows_for
 from .registry import get_kind
 
 
-def fmt(value: Any) -> str:
+def fmt(value: object) -> str:
     return "–" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
 
 

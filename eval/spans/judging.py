@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json
@@ -25,6 +25,9 @@ from spanjudge.inference.probabilities import SPAN_KEPT_AT
 
 from .documents import SpanDocument
 from .quintd import load_quintd1
+
+if TYPE_CHECKING:
+    from spanjudge.inference.judge import Judge, JudgedEvaluation
 
 QUINTD_TASK = "quintd1"  # configs/tasks/data_to_text.yaml: quintd-1's own task and aspect
 QUINTD_ASPECT = "accuracy"
@@ -45,7 +48,7 @@ def partial_path(path: Path) -> Path:
     return path.with_name(f"{path.stem}.partial.jsonl")
 
 
-def _judgment_row(result: Any) -> dict[str, Any]:
+def _judgment_row(result: JudgedEvaluation) -> dict[str, Any]:
     scored = result.scored
     row = {
         "spans": [[e.start, e.end] for e in result.errors if e.start is not None] if scored else None,
@@ -77,7 +80,7 @@ def _judgment_row(result: Any) -> dict[str, Any]:
     return row
 
 
-def _parser(judge_name: str) -> Any:
+def _parser(judge_name: str) -> Callable[[str, dict[str, Any]], tuple[str, dict[str, Any]]]:
     def parse(where: str, row: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         if row.get("judge") != judge_name:  # another judge's judgments are never mixed in
             raise InputError(
@@ -91,7 +94,7 @@ def _parser(judge_name: str) -> Any:
 
 
 def judge_span_documents(
-    judge: Any, docs: Sequence[SpanDocument], path: Path, progress: Advance | None = None
+    judge: Judge, docs: Sequence[SpanDocument], path: Path, progress: Advance | None = None
 ) -> dict[str, Any]:
     """The judge's spans per document (None when unscored), with its speed; cached in `path`.
 
@@ -112,7 +115,7 @@ def judge_span_documents(
 
 
 def _judge_rest(
-    judge: Any,
+    judge: Judge,
     docs: Sequence[SpanDocument],
     path: Path,
     store: JsonlStore[str, dict[str, Any]],
@@ -129,7 +132,7 @@ def _judge_rest(
     ]
     session, started = uuid.uuid4().hex, time.perf_counter()
 
-    def keep(index: int, result: Any) -> None:
+    def keep(index: int, result: JudgedEvaluation) -> None:
         if result.call_failure is None:
             wall = round(time.perf_counter() - started, 3)
             store.append([{"id": todo[index].id, "judge": judge.name, "session": session, "wall_s": wall,

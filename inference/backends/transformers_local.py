@@ -58,10 +58,11 @@ import inspect
 import time
 from collections.abc import Callable, Collection, Sequence
 from functools import partial
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..chat import encode_chat, shared_length, turn_end_ids
-from ..probabilities import ChoiceReader
+from ..contract import Evaluation
+from ..probabilities import ChoiceReader, ReplyProbabilities
 from .adapters import adapter_config, tokenizer_source
 from .base import (
     Backend,
@@ -77,6 +78,11 @@ from .engine import Engine, grammar_option
 from .prefix import PrefixBatch, prefix_batches
 from .server import short
 from .spec import BackendSpec
+
+if TYPE_CHECKING:
+    import torch
+    import xgrammar
+    from transformers import BatchEncoding, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 DEFAULT_BATCH_SIZE = 8
 GRAMMAR_INSTALL_HINT = "option 'grammar' needs xgrammar: pip install 'spanjudge[constrained]'"
@@ -141,10 +147,10 @@ class TransformersBackend(Backend):
         self._end_ids = _end_token_ids(
             self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id, *turn_end_ids(self.tokenizer)
         )
-        self._grammar: Any = self._compile_grammar(grammar) if grammar else None
-        self._reader: Any = None  # the probability reader, made on first use
+        self._grammar: xgrammar.CompiledGrammar | None = self._compile_grammar(grammar) if grammar else None
+        self._reader: ProbabilityReader | None = None  # the probability reader, made on first use
 
-    def _compile_grammar(self, grammar: str) -> Any:
+    def _compile_grammar(self, grammar: str) -> xgrammar.CompiledGrammar:
         """The grammar compiled for this tokenizer and the model's full vocabulary (xgrammar)."""
         try:
             import xgrammar
@@ -169,7 +175,7 @@ class TransformersBackend(Backend):
             if self.continuous_batching and _continuous(requests[group[0]].params):
                 self._generate_continuously(requests, group, results, on_result)
                 continue
-            held: Any = None  # the last batch's prefix cache, for a batch that reads the same prefixes
+            held: DynamicCache | None = None  # the last batch's prefix cache, for a batch that reads the same prefixes
             for batch, plan, prompts in self._plan(requests, group):
                 calls = [requests[i] for i in batch]
                 if plan is None:
@@ -258,8 +264,8 @@ class TransformersBackend(Backend):
         ]
 
     def _run_after_prefixes(
-        self, batch: list[ChatRequest], prompts: list[list[int]], plan: PrefixBatch, held: Any
-    ) -> tuple[list[CallResult], Any]:
+        self, batch: list[ChatRequest], prompts: list[list[int]], plan: PrefixBatch, held: DynamicCache | None
+    ) -> tuple[list[CallResult], DynamicCache | None]:
         """The batch (its prompt ids `prompts`) generated after its prefixes' KV cache (`held` when the
         batch before read the same prefixes, else read now), and that cache for the next batch."""
         if held is None:
@@ -300,7 +306,7 @@ class TransformersBackend(Backend):
         encoded = self.tokenizer.pad(ids, padding=True, return_tensors="pt", return_attention_mask=True)
         return self._generate(batch[0].params, encoded.to(self.model.device), None)
 
-    def _read_prefixes(self, prompts: list[list[int]], plan: PrefixBatch) -> Any:
+    def _read_prefixes(self, prompts: list[list[int]], plan: PrefixBatch) -> DynamicCache:
         """The KV cache of the batch's prefixes, one row each, read in one left-padded forward pass
         (positions from the attention mask, as `generate` counts them)."""
         from transformers import DynamicCache
@@ -319,7 +325,7 @@ class TransformersBackend(Backend):
         return cache
 
     def _generate_after_prefixes(
-        self, params: SamplingParams, prompts: list[list[int]], plan: PrefixBatch, held: Any
+        self, params: SamplingParams, prompts: list[list[int]], plan: PrefixBatch, held: DynamicCache
     ) -> tuple[list[list[int]], list[int]]:
         """As `_generate_tokens`, reading each member's prefix from `held` (a row per prefix, repeated to
         the members): each row is its prefix (left-padded to the longest), padding, then its own tokens."""
@@ -342,7 +348,9 @@ class TransformersBackend(Backend):
         }
         return self._generate(params, encoded, cache)
 
-    def _generate(self, params: SamplingParams, encoded: Any, cache: Any) -> tuple[list[list[int]], list[int]]:
+    def _generate(
+        self, params: SamplingParams, encoded: BatchEncoding, cache: DynamicCache | None
+    ) -> tuple[list[list[int]], list[int]]:
         """`model.generate` on encoded rows (after `cache`, when given): each row's new token ids
         (padding included) and each prompt's length."""
         if params.seed is not None:
@@ -392,7 +400,7 @@ class TransformersBackend(Backend):
             seconds=seconds,
         )
 
-    def read_probabilities(self, request: ChatRequest, evaluation: Any) -> Any:
+    def read_probabilities(self, request: ChatRequest, evaluation: Evaluation) -> ReplyProbabilities:
         """The model's `probabilities.ReplyProbabilities` along `evaluation` (a parsed reply) to
         `request`, whose prompt is encoded exactly as `generate` encodes it."""
 
@@ -459,7 +467,7 @@ _BATCH = 16
 CACHE_BUDGET_BYTES = 2 * 1024**3
 
 
-def cache_budget(device: Any) -> int:
+def cache_budget(device: torch.device) -> int:
     """The memory the copies of a prompt's cache may take in one pass on `device` (a torch device):
     `CACHE_BUDGET_BYTES`, or on a CUDA device a quarter of its free memory when that is more."""
     if getattr(device, "type", None) != "cuda":
@@ -475,7 +483,7 @@ def alternatives_per_pass(row_bytes: float, budget_bytes: int) -> int:
     return max(1, min(_BATCH, int(budget_bytes // max(1.0, row_bytes))))
 
 
-def _cache_bytes(cache: Any) -> int:
+def _cache_bytes(cache: object) -> int:
     """The memory a KV cache's tensors hold (transformers 5's layered caches and 4.x's lists)."""
     layers = getattr(cache, "layers", None)
     if layers is not None:
@@ -497,8 +505,8 @@ class ProbabilityReader(ChoiceReader):
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
         end_ids: Collection[int],
         max_errors: int = 8,
         cache_budget_bytes: int | None = None,
@@ -567,7 +575,7 @@ class ProbabilityReader(ChoiceReader):
         start: int,
         tails: list[list[int]],
         first: dict[int, Any],
-        cache: Any,
+        cache: DynamicCache,
         end: bool,
     ) -> list[float]:
         """log P(tail | prompt + reply[:start]) for each tail (and, with `end`, of the turn's end after it)."""

@@ -36,16 +36,24 @@ from __future__ import annotations
 import gc
 import math
 import time
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..chat import encode_chat, judge_end_ids
-from ..probabilities import ChoiceReader, log_sum_exp
+from ..contract import Evaluation
+from ..probabilities import ChoiceReader, ReplyProbabilities, log_sum_exp
 from .adapters import lora_adapter
 from .base import Backend, BackendError, CallFailure, CallResult, ChatRequest, Completion, ResultCallback
 from .engine import Engine, grammar_option
 from .server import short
 from .spec import BackendSpec
+
+if TYPE_CHECKING:
+    import vllm
+    from transformers import PreTrainedTokenizerBase
+    from vllm.logprobs import Logprob
+    from vllm.lora.request import LoRARequest
+    from vllm.sampling_params import StructuredOutputsParams
 
 INSTALL_HINT = "vLLM is not installed: pip install 'spanjudge[vllm]' (needs a CUDA GPU)"
 STRUCTURED_OUTPUTS_HINT = "option 'grammar' needs vLLM's StructuredOutputsParams (vLLM >= 0.11): pip install -U vllm"
@@ -73,15 +81,15 @@ class VLLMBackend(Backend):
         self._top_logprobs = int(options.get("max_logprobs", 20))  # vLLM's own default and cap
         if self._grammar:
             _structured_outputs(self._grammar)  # fail now, not at the first batch, on an old vLLM
-        self._lora: Any = None
+        self._lora: LoRARequest | None = None
         if adapter:
             from vllm.lora.request import LoRARequest
 
             folder, rank = lora_adapter(str(adapter))
             options.update(enable_lora=True, max_lora_rank=max(rank, options.get("max_lora_rank", 16)))
             self._lora = LoRARequest("judge", 1, folder)
-        self._llm: Any = vllm.LLM(model=spec.model, **options)
-        self._reader: Any = None  # the probability reader, made on first use
+        self._llm: vllm.LLM = vllm.LLM(model=spec.model, **options)
+        self._reader: ChoiceReader | None = None  # the probability reader, made on first use
 
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
         if not requests:
@@ -107,7 +115,7 @@ class VLLMBackend(Backend):
 
         return encode_chat(self._llm.get_tokenizer(), [message.model_dump() for message in request.messages])
 
-    def _sampling_params(self, request: ChatRequest) -> Any:
+    def _sampling_params(self, request: ChatRequest) -> vllm.SamplingParams:
         params = request.params
         extra: dict[str, Any] = {}
         if self._grammar:  # a fresh one per request: vLLM annotates it while validating
@@ -121,7 +129,7 @@ class VLLMBackend(Backend):
             **extra,
         )
 
-    def _completion(self, output: Any, seconds: float) -> Completion:
+    def _completion(self, output: vllm.RequestOutput, seconds: float) -> Completion:
         """A `vllm.RequestOutput` (one sample) as a Completion."""
         sample = output.outputs[0]
         return Completion(
@@ -133,7 +141,7 @@ class VLLMBackend(Backend):
             seconds=seconds,
         )
 
-    def read_probabilities(self, request: ChatRequest, evaluation: Any) -> Any:
+    def read_probabilities(self, request: ChatRequest, evaluation: Evaluation) -> ReplyProbabilities:
         """The model's `probabilities.ReplyProbabilities` along `evaluation` (a parsed reply) to `request`."""
 
         tokenizer = self._llm.get_tokenizer()
@@ -153,7 +161,7 @@ class VLLMBackend(Backend):
         gc.collect()
 
 
-def _structured_outputs(grammar: str) -> Any:
+def _structured_outputs(grammar: str) -> StructuredOutputsParams:
     """vLLM's `StructuredOutputsParams` holding replies to `grammar`."""
     try:
         from vllm.sampling_params import StructuredOutputsParams
@@ -174,7 +182,12 @@ class VLLMProbabilityReader(ChoiceReader):
     written on (tested on a stand-in with `LLM.generate`'s interface, against the brute-force computation)."""
 
     def __init__(
-        self, llm: Any, tokenizer: Any, end_ids: Collection[int], max_errors: int = 8, lora_request: Any = None
+        self,
+        llm: vllm.LLM,
+        tokenizer: PreTrainedTokenizerBase,
+        end_ids: Collection[int],
+        max_errors: int = 8,
+        lora_request: LoRARequest | None = None,
     ) -> None:
         super().__init__(tokenizer, end_ids, max_errors)
         self.llm = llm
@@ -230,11 +243,11 @@ class VLLMCachedProbabilityReader(ChoiceReader):
 
     def __init__(
         self,
-        llm: Any,
-        tokenizer: Any,
+        llm: vllm.LLM,
+        tokenizer: PreTrainedTokenizerBase,
         end_ids: Collection[int],
         max_errors: int = 8,
-        lora_request: Any = None,
+        lora_request: LoRARequest | None = None,
         top_logprobs: int = 20,
     ) -> None:
         super().__init__(tokenizer, end_ids, max_errors)
@@ -288,7 +301,7 @@ class VLLMCachedProbabilityReader(ChoiceReader):
         return _outside_top_bound(top)
 
 
-def _top_logprobs(output: Any) -> dict[int, float]:
+def _top_logprobs(output: vllm.RequestOutput) -> dict[int, float]:
     """{token: log-probability} of a one-token generation's top K (vLLM: `outputs[0].logprobs[0]`)."""
     top = output.outputs[0].logprobs[0]
     return {int(token): float(getattr(value, "logprob", value)) for token, value in top.items()}
@@ -301,7 +314,7 @@ def _outside_top_bound(top: dict[int, float]) -> float:
     return min(kth, math.log(left)) if left > 0 else kth
 
 
-def _logprob(position: Any, token: int) -> float:
+def _logprob(position: Mapping[int, Logprob | float], token: int) -> float:
     """The log-probability vLLM reports for `token` at one prompt position (a `Logprob`, or a bare float)."""
     value = position[token]
     return float(getattr(value, "logprob", value))

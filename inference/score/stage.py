@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
-from spanjudge.core.catalog import load_catalog
+from spanjudge.core.catalog import Catalog, load_catalog
 from spanjudge.core.digests import file_sha256
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_jsonl
@@ -23,13 +23,15 @@ from spanjudge.core.keyvalue import parse_texts
 from spanjudge.core.options import option
 from spanjudge.core.progress import tracker_bars
 from spanjudge.core.run_info import run_info
-from spanjudge.core.sharding import SHARD_HELP, parse_shard
+from spanjudge.core.sharding import SHARD_HELP, Shard, parse_shard
 
 from ..backends import engine, parse_engine_args
 from ..backends.registry import engines_that
-from ..judge import Judge, resolve_prompt_template
+from ..judge import Judge, JudgedEvaluation, resolve_prompt_template
+from ..judge_conversation import JudgeRequest
 from ..judge_options import JudgeOptions
 from ..judge_setup import judge_engine
+from ..prompts import PromptTemplate
 from ..score_data import (
     FieldMapping,
     ScoreRow,
@@ -118,7 +120,9 @@ class ScoreRun:
         self.scored = sum(1 for row in self.rows if row["evaluation"]["score"] is not None)
 
 
-def result_row(request: Any, evaluation: Any, key: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def result_row(
+    request: JudgeRequest, evaluation: JudgedEvaluation, key: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """One line of the results file (a `score_data.ScoreRow`); `key` is its resume key (`score_data.resume_key`)."""
 
     return ScoreRow.of(request, evaluation, key).line()
@@ -168,7 +172,7 @@ def _served(name: str) -> bool:
         return False
 
 
-def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
+def _check(settings: ScoreSettings) -> tuple[Shard | None, dict[str, Any]]:
     """One-line errors before anything is read; returns the shard (or None) and the engine options."""
 
     part = parse_shard(settings.shard)  # a bad K/N is one line before anything is read
@@ -188,7 +192,9 @@ def _check(settings: ScoreSettings) -> tuple[Any, dict[str, Any]]:
     return part, engine_options
 
 
-def _requests(settings: ScoreSettings, part: Any, catalog: Any) -> tuple[str, list[Any], Any]:
+def _requests(
+    settings: ScoreSettings, part: Shard | None, catalog: Catalog
+) -> tuple[str, list[JudgeRequest], PromptTemplate | None]:
     """(data name, the requests of this run, the prompt template) from the settings' data."""
 
     s, out = settings, settings.out
@@ -238,11 +244,11 @@ def _in_data_order(out: Path, rows: list[dict[str, Any]], requests: Sequence[Any
 
 def _judge_todo(
     settings: ScoreSettings,
-    store: Any,
-    todo: list[Any],
+    store: ScoreStore,
+    todo: list[JudgeRequest],
     keys: Mapping[str, Any],
-    catalog: Any,
-    template: Any,
+    catalog: Catalog,
+    template: PromptTemplate | None,
     engine_options: dict[str, Any],
     console: Console,
     started: Callable[[], None],
@@ -261,7 +267,7 @@ def _judge_todo(
             for start in range(0, len(todo), CHUNK):
                 chunk = todo[start : start + CHUNK]
 
-                def write(index: int, evaluation: Any, chunk: list[Any] = chunk) -> None:
+                def write(index: int, evaluation: JudgedEvaluation, chunk: list[JudgeRequest] = chunk) -> None:
                     # each result is on disk as soon as it is final: a kill loses only those in flight;
                     # a model call that failed is written as an unscored row with its `call_failure`,
                     # which the next run scores again (the store serialises appends from a backend's
