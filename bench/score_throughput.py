@@ -30,7 +30,7 @@ from report_files import machine, write_report  # noqa: E402
 
 from spanjudge.core.paths import data_dir  # noqa: E402
 from spanjudge.inference.backends.llamacpp import LlamaCppServer  # noqa: E402
-from spanjudge.inference.export import adapter_to_gguf  # noqa: E402
+from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf  # noqa: E402
 from spanjudge.inference.hf_models import local_folder, resolve_model_source  # noqa: E402
 from spanjudge.inference.judge import Judge, recorded_base  # noqa: E402
 from spanjudge.inference.shipped_models import smollm2_gguf  # noqa: E402

@@ -32,7 +32,7 @@ from spanjudge.eval.spans.judging import (
 )
 from spanjudge.eval.spans.metrics import mark_numbers
 from spanjudge.inference.backends.llamacpp import LlamaCppProbabilities, LlamaCppServer
-from spanjudge.inference.export import adapter_to_gguf
+from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -15,11 +15,15 @@ from spanjudge.core.fileio import atomic_write_text, check_overwritable
 from spanjudge.core.options import option, settings_command
 
 from ..backends.adapters import check_safetensors_adapter
-from ..export import adapter_to_gguf, check_gguf_target, check_merge_target, merge_adapter
+from ..backends.llamacpp.lora_export import adapter_to_gguf, check_gguf_target
+from ..export import check_merge_target, merge_adapter
 from ..hf_models import local_folder, resolve_model_source
 from ..judge import recorded_base
 from ..score_data import read_results
 from .stage import ScoreSettings, score_file, summary_lines
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 score = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 render = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -59,7 +63,7 @@ def score_command(settings: ScoreSettings) -> None:
 settings_command(score, ScoreSettings, score_command)
 
 
-def _summary(console: Any, rows: list[dict[str, Any]], failed: int) -> None:
+def _summary(console: Console, rows: list[dict[str, Any]], failed: int) -> None:
 
     for line in summary_lines(rows, failed):
         console.print(line)

@@ -120,7 +120,7 @@ def test_gguf_lora_uses_llamacpp_row_order_for_query_and_key() -> None:
     import numpy as np
     from safetensors.numpy import load_file
 
-    from spanjudge.inference.export import _permute
+    from spanjudge.inference.backends.llamacpp.lora_export import _permute
 
     folder = convert_gguf(smollm2_gguf())
     config = json.loads((folder / "config.json").read_text())

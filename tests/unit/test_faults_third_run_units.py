@@ -27,7 +27,7 @@ from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_directory, atomic_write_text
 from spanjudge.eval.compare import compare_systems, markdown
 from spanjudge.eval.spans import metrics
-from spanjudge.inference import llamacpp_build
+from spanjudge.inference.backends.llamacpp import build as llamacpp_build
 from spanjudge.inference.contract.parse import parse_annotator
 from spanjudge.inference.score.interchange import read_factgenie_campaign
 
@@ -72,7 +72,7 @@ def test_the_installed_llamacpp_runs_on_this_cpu() -> None:
     """What `make install` built (or took from pip's cache) carries no AMX code path and no instruction
     set this host lacks; a native build on an AMX host fails here."""
     assert llamacpp_build.installed_problems() == []
-    assert subprocess.run([sys.executable, str(REPO / "inference/llamacpp_build.py"), "check"]).returncode == 0
+    assert subprocess.run([sys.executable, str(REPO / "inference/backends/llamacpp/build.py"), "check"]).returncode == 0
 
 
 def test_a_crashed_child_is_said_as_a_crash() -> None:

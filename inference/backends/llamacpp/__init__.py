@@ -45,21 +45,28 @@ from collections.abc import Collection, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from spanjudge.core.crash import crashed, describe_exit, log_tail
 from spanjudge.core.errors import InputError, SpanjudgeError
 
-from ..chat import encode_chat, encode_templated, judge_end_ids, shared_length
-from ..gguf_files import check_model_files
-from ..llamacpp_build import build_advice
-from ..probabilities import ChoiceReader
-from ..shipped_models import free_port
-from .adapters import tokenizer_source
-from .base import Backend, BackendError, CallResult, ChatRequest, Completion, ResultCallback
-from .engine import Engine, grammar_option
-from .server import forget_endpoint, watch_endpoint
-from .spec import BackendSpec
+from ...chat import encode_chat, encode_templated, judge_end_ids, shared_length
+from ...contract import Evaluation
+from ...probabilities import ChoiceReader, ReplyProbabilities
+from ...shipped_models import free_port
+from ..adapters import tokenizer_source
+from ..base import Backend, BackendError, CallResult, ChatRequest, Completion, ResultCallback
+from ..engine import Engine, grammar_option
+from ..server import forget_endpoint, watch_endpoint
+from ..spec import BackendSpec
+from .build import build_advice
+from .gguf_files import check_model_files
+
+if TYPE_CHECKING:
+    import llama_cpp
+    import numpy as np
+    from numpy.typing import NDArray
+    from transformers import PreTrainedTokenizerBase
 
 PROBE_TIMEOUT_S = 600
 # what the child process runs: load the model (and LoRA), compute one token
@@ -104,7 +111,7 @@ class LlamaCppBackend(Backend):
         self._model_files = {"gguf": gguf, "lora": lora, "n_ctx": n_ctx, "n_threads": n_threads}
         self._grammar = LlamaGrammar.from_string(grammar, verbose=False) if grammar else None
         self._end_ids = judge_end_ids(self.tokenizer)
-        self._reader: Any = None
+        self._reader: LlamaCppProbabilityReader | None = None
 
     def _prompt_ids(self, request: ChatRequest) -> list[int]:
         """The request's chat as token ids; no message's text becomes a control token (`chat.encode_chat`)."""
@@ -135,7 +142,7 @@ class LlamaCppBackend(Backend):
                 on_result(index, result)
         return cast("list[CallResult]", results)  # every index was run
 
-    def read_probabilities(self, request: ChatRequest, evaluation: Any) -> Any:
+    def read_probabilities(self, request: ChatRequest, evaluation: Evaluation) -> ReplyProbabilities:
         """The model's `ReplyProbabilities` along `evaluation` to `request`, encoded as `generate` encodes it."""
 
         if self._reader is None:
@@ -151,7 +158,7 @@ class LlamaCppBackend(Backend):
         self.llm.close()
 
 
-def checked_files(gguf: Path, lora: Path | None, tokenizer: Any, where: str) -> None:
+def checked_files(gguf: Path, lora: Path | None, tokenizer: PreTrainedTokenizerBase, where: str) -> None:
     """BackendError, one line, unless llama.cpp can load `gguf` (and `lora`) for `tokenizer` and compute with
     them here: the files checked (`gguf_files.check_model_files`), then loaded in a child process (`probe`)."""
     try:
@@ -221,14 +228,14 @@ class LlamaCppProbabilityReader(ChoiceReader):
     def __init__(
         self,
         gguf: str | Path,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         end_ids: Collection[int],
         *,
         lora: str | Path | None = None,
         n_ctx: int = 4096,
         n_threads: int | None = None,
         max_errors: int = 8,
-        source: Any = None,
+        source: llama_cpp.Llama | None = None,
     ) -> None:
         import logging
 
@@ -275,7 +282,7 @@ class LlamaCppProbabilityReader(ChoiceReader):
     def close(self) -> None:
         self._stack.close()
 
-    def _decode(self, tokens: list[tuple[int, int, Sequence[int], bool]]) -> Any:
+    def _decode(self, tokens: list[tuple[int, int, Sequence[int], bool]]) -> NDArray[np.float64]:
         """One pass over `tokens` (token, position, its sequences, whether its row is read): the log-softmax
         rows read, in order."""
         import numpy as np
@@ -316,7 +323,7 @@ class LlamaCppProbabilityReader(ChoiceReader):
             self.tokens_read += len(positions)
         return rows
 
-    def _copy_sequence(self, ctx: Any, tokens: list[int]) -> None:
+    def _copy_sequence(self, ctx: llama_cpp.llama_context_p, tokens: list[int]) -> None:
         """Sequence 0 becomes a copy of sequence 0 of another context of the same model (`ctx`, holding
         `tokens`): a memory copy of its KV cells, far cheaper than reading a long prompt again."""
         llama_cpp = self._llama
@@ -557,7 +564,7 @@ class LlamaCppProbabilities:
     def __init__(
         self,
         gguf: Path | str,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         lora: Path | str | None = None,
         n_ctx: int = 4096,
         n_threads: int | None = None,
@@ -571,7 +578,7 @@ class LlamaCppProbabilities:
             gguf, tokenizer, judge_end_ids(tokenizer), lora=lora, n_ctx=n_ctx, n_threads=n_threads
         )
 
-    def read_probabilities(self, request: Any, evaluation: Any) -> Any:
+    def read_probabilities(self, request: ChatRequest, evaluation: Evaluation) -> ReplyProbabilities:
         """`ReplyProbabilities` along `evaluation` after the request's (templated) prompt."""
 
         # the text the server read, encoded as it reads it: its contents were defused (`chat.served_prompt`)

@@ -12,9 +12,9 @@ never (`cmake_args`), and checks the result (`problems`): every instruction set 
 must be one the host reports, and AMX is refused. Stdlib only, and runnable before spanjudge is
 installed (the Makefile runs this file):
 
-    CMAKE_ARGS="$(python inference/llamacpp_build.py cmake-args)" pip install llama-cpp-python
-    python inference/llamacpp_build.py check    # one line per problem, exit 1 if any
-    python inference/llamacpp_build.py ensure   # check; rebuild once without pip's cached wheel if needed
+    CMAKE_ARGS="$(python inference/backends/llamacpp/build.py cmake-args)" pip install llama-cpp-python
+    python inference/backends/llamacpp/build.py check    # one line per problem, exit 1 if any
+    python inference/backends/llamacpp/build.py ensure   # check; rebuild once without pip's cached wheel if needed
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def main(argv: list[str]) -> int:
         return _check()
     if command == "ensure":
         return _ensure()
-    print("usage: llamacpp_build.py cmake-args | check | ensure", file=sys.stderr)
+    print("usage: build.py cmake-args | check | ensure", file=sys.stderr)
     return 2
 
 

@@ -17,9 +17,12 @@ import mmap
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spanjudge.core.errors import InputError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 MAGIC = b"GGUF"
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -56,13 +59,17 @@ class GGUFHeader:
 
 
 class _Cursor:
-    def __init__(self, data: Any) -> None:
+    def __init__(self, data: mmap.mmap | bytes) -> None:
         self.data, self.at = data, 0
 
-    def take(self, form: str) -> Any:
-        value = struct.unpack_from("<" + form, self.data, self.at)[0]
+    def number(self, form: str) -> int | float:
+        value: int | float = struct.unpack_from("<" + form, self.data, self.at)[0]
         self.at += struct.calcsize(form)
         return value
+
+    def take(self, form: str) -> int:
+        """An integer field: a count, a length, a type."""
+        return int(self.number(form))
 
     def string(self) -> str:
         length = self.take("Q")
@@ -74,11 +81,11 @@ class _Cursor:
         length = self.take("Q")  # read before `self.at +=` reads the position
         self.at += length
 
-    def value(self, kind: int) -> Any:
+    def value(self, kind: int) -> str | int | float:
         if kind == _STRING:
             return self.string()
         if kind in _SCALARS:
-            return self.take(_SCALARS[kind])
+            return self.number(_SCALARS[kind])
         raise ValueError(f"unknown value type {kind}")
 
     def sample_strings(self, count: int, wanted: set[int]) -> dict[int, str]:
@@ -123,7 +130,7 @@ def read_header(path: Path, option: str) -> GGUFHeader:
             raise InputError(f"{option}{path}: a damaged or cut-short GGUF file ({error})") from None
 
 
-def _parse(path: Path, data: Any) -> GGUFHeader:
+def _parse(path: Path, data: mmap.mmap | bytes) -> GGUFHeader:
     cursor = _Cursor(data)
     cursor.at = 4
     version = cursor.take("I")
@@ -176,7 +183,9 @@ def lora_misfits(model: GGUFHeader, lora: GGUFHeader) -> list[str]:
     return problems
 
 
-def check_model_files(gguf: Path, lora: Path | None, tokenizer: Any | None, where: str) -> GGUFHeader:
+def check_model_files(
+    gguf: Path, lora: Path | None, tokenizer: PreTrainedTokenizerBase | None, where: str
+) -> GGUFHeader:
     """One InputError line before llama.cpp loads anything: `gguf` a model GGUF, `lora` (if any) a GGUF
     LoRA that fits it, `tokenizer` (if any) of the model's vocabulary. `where` names the engine
     ("llamacpp model X"); the options are named as the engine takes them (gguf=, lora=)."""
@@ -199,7 +208,7 @@ def check_model_files(gguf: Path, lora: Path | None, tokenizer: Any | None, wher
     return header
 
 
-def vocabulary_mismatch(header: GGUFHeader, tokenizer: Any) -> str | None:
+def vocabulary_mismatch(header: GGUFHeader, tokenizer: PreTrainedTokenizerBase) -> str | None:
     """Why the GGUF's vocabulary is not the tokenizer's, or None: the judge encodes its prompts with the
     tokenizer and hands the ids to llama.cpp, so an id past the GGUF's vocabulary would crash it and
     another model's ids would be read as other words. The GGUF may pad its vocabulary (more entries)."""
