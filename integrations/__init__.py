@@ -1,13 +1,17 @@
 """spanjudge inside the tools researchers already run: an inspect_ai scorer
-(`spanjudge.integrations.inspect`) and an lm-evaluation-harness `process_results`
-(`spanjudge.integrations.lm_eval`). Each module imports its tool only when it is imported."""
+(`spanjudge.integrations.inspect`), an lm-evaluation-harness `process_results`
+(`spanjudge.integrations.lm_eval`) and a TRL GRPO reward function (`spanjudge.integrations.trl`).
+Each module imports its tool only when it is imported."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from spanjudge.inference.judge import Judge
 
 
-def check_task_aspect(judge: Any, task: str, aspect: str, aspect_definition: str | None) -> None:
+def check_task_aspect(judge: Judge, task: str, aspect: str, aspect_definition: str | None) -> None:
     """The task and aspect exist (a custom aspect needs only its definition): InputError otherwise. Checked
     when the judge loads, so that an InputError while judging one sample is about that sample's texts,
     which leaves that sample unscored rather than ending the whole evaluation."""
