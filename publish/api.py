@@ -20,6 +20,7 @@ from .card import CardOptions
 from .dataset import read_dataset_folder
 from .dataset_card import DatasetCardOptions
 from .dataset_staging import stage_dataset
+from .eval_results import FOLDER, eval_result_files, hub_datasets
 from .hub import check_repo_id, hub_token, upload
 from .model_staging import stage
 from .results import read_eval_results
@@ -55,6 +56,13 @@ class PublishOptions:
     eval_results: Path | None = option(
         None, help="Results JSON of `spanjudge meta-eval`: the card's table and model-index."
     )
+    hub_datasets: list[str] = option(
+        [],
+        flag="--hub-dataset",
+        help="NAME=OWNER/DATASET[:TASK_ID]: the Hub benchmark dataset of the meta-eval set NAME of --eval-results, "
+        "for the Hub's evaluation results (.eval_results/*.yaml; task id 'default' when not given; repeatable). "
+        "Sets without one stay in the card's table and model-index only.",
+    )
     judge_name: str | None = option(
         None,
         help="The meta-eval judge whose rows go into the card (e.g. distilled:adapter); needed when --eval-results "
@@ -84,13 +92,15 @@ def _check_options(options: PublishOptions) -> None:
         )
     if options.dataset_dir is not None:
         given = {"--merged": options.merged, "--base-model": options.base_model, "--dataset": options.datasets,
-                 "--eval-results": options.eval_results, "--judge-name": options.judge_name}  # fmt: skip
+                 "--eval-results": options.eval_results, "--judge-name": options.judge_name,
+                 "--hub-dataset": options.hub_datasets}  # fmt: skip
         if stray := [name for name, value in given.items() if value]:
             raise InputError(f"{stray[0]} describes a judge; it does not go with --dataset-dir")
     elif options.source_licenses:
         raise InputError("--source-license describes a dataset's sources; it goes with --dataset-dir")
-    if options.judge_name is not None and options.eval_results is None:
-        raise InputError("--judge-name selects rows of --eval-results; give --eval-results FILE too")
+    for flag, value in (("--judge-name", options.judge_name), ("--hub-dataset", options.hub_datasets)):
+        if value and options.eval_results is None:
+            raise InputError(f"{flag} describes rows of --eval-results; give --eval-results FILE too")
 
 
 def _token(options: PublishOptions) -> str | None:
@@ -124,16 +134,24 @@ def source_licenses(values: Sequence[str]) -> dict[str, str]:
 def _judge_stager(options: PublishOptions, license_: str, say: Say) -> Stager:
     assert options.model is not None
     run = read_run(options.model)
+    results = read_eval_results(options.eval_results, options.judge_name) if options.eval_results else None
     card = CardOptions(
         repo_id=options.repo_id,
         base_model=card_base_model(run.recorded_base, options.base_model),
         merged=options.merged,
         license=license_,
         datasets=tuple(options.datasets),
-        eval_results=read_eval_results(options.eval_results, options.judge_name) if options.eval_results else None,
+        eval_results=results,
     )
+    listed = eval_result_files(results, hub_datasets(options.hub_datasets)) if results else None
+    if listed is not None and listed.unmapped:
+        say(
+            f"{FOLDER}/: no --hub-dataset for {', '.join(listed.unmapped)}; their rows are in the card's table and "
+            "model-index only"
+        )
+    files = listed.files if listed is not None else {}
     sources = [run.adapter, *([run.run_dir] if run.run_dir is not None else [])]
-    return (lambda out, token: stage(run, out, card, say=say, token=token)), sources
+    return (lambda out, token: stage(run, out, card, files, say=say, token=token)), sources
 
 
 def _dataset_stager(options: PublishOptions, license_: str) -> Stager:

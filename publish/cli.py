@@ -31,7 +31,9 @@ def publish_command(options: PublishOptions) -> None:
     --merged), tokenizer files, spanjudge.json, the training config and the card — never
     checkpoints, optimizer or RNG states, pickles or tokens. Symbolic links and files outside
     the run folder are refused, safetensors are verified, and machine-local paths are cut to
-    their names. The card's meta-evaluation rows are those of one judge. The token comes from $HF_TOKEN
+    their names. The card's meta-evaluation rows are those of one judge; with --hub-dataset they are also
+    written as the Hub's evaluation results (.eval_results/*.yaml), which the model page and the benchmark's
+    leaderboard list. The token comes from $HF_TOKEN
     or `hf auth login`; it is needed unless --dry-run is given, and checked before any work.
 
     With --dataset-dir only train.jsonl, validation.jsonl, hf_dataset/ (rebuilt from them),

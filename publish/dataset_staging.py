@@ -21,6 +21,7 @@ from .staging import (
     local_path_pattern,
     refuse_secrets,
     refuse_strays,
+    staged_names,
 )
 
 
@@ -70,7 +71,7 @@ def stage_dataset(
         if data.stats_md is not None:
             (scratch / "stats.md").write_text(data.stats_md, encoding="utf-8")
         (scratch / CARD_FILE).write_text(render_dataset_card(data, options), encoding="utf-8")
-        names = sorted(p.relative_to(scratch).as_posix() for p in scratch.rglob("*") if not p.is_dir())
+        names = staged_names(scratch)
         refuse_strays(names, staged_name, scratch)
         refuse_secrets([name for name in names if holds_secret_file(scratch / name, token)])
         check_dataset_local_paths(scratch, data)

@@ -3,7 +3,8 @@
 - the adapter (`adapter_model.safetensors`, `adapter_config.json`) or, with `--merged`, the
   weights merged into the base (`model*.safetensors`, `config.json`, `generation_config.json`);
 - the tokenizer files, `spanjudge.json` (what scoring needs) and the run's `train_config.yaml`;
-- `README.md`: the model card (card.py).
+- `README.md`: the model card (card.py);
+- `.eval_results/*.yaml`: the Hub's evaluation results, for the sets given a `--hub-dataset` (eval_results.py).
 
 Nothing else is copied: no checkpoint folder, optimizer, scheduler or RNG state, no pickle
 (`training_args.bin`, `*.pt`, `*.bin`), no logs. The checks every file passes are staging.py's.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from spanjudge.core.artifacts import ADAPTER_METADATA, AdapterMetadata
@@ -41,6 +42,7 @@ from .staging import (
     refuse_strays,
     regular,
     staged_config_text,
+    staged_names,
     strip_local_paths,
 )
 
@@ -70,9 +72,16 @@ def _copy_source(source: Path, root: Path, target: Path) -> None:
 
 
 def stage(
-    run: RunFolder, out: Path, options: CardOptions, *, say: Callable[[str], None] = print, token: str | None = None
+    run: RunFolder,
+    out: Path,
+    options: CardOptions,
+    eval_results: Mapping[str, str] | None = None,
+    *,
+    say: Callable[[str], None] = print,
+    token: str | None = None,
 ) -> list[str]:
-    """Write exactly what will be uploaded into `out` (replaced as a whole); returns the file names."""
+    """Write exactly what will be uploaded into `out` (replaced as a whole); returns the file paths in it.
+    `eval_results`: the Hub's `.eval_results/*.yaml` files (path -> text, `eval_results.eval_result_files`)."""
     with atomic_directory(out, DRY_RUN_MODEL, "--dry-run") as scratch:
         if options.merged:
             _stage_merged(run, scratch, say)
@@ -91,7 +100,10 @@ def stage(
         if run.config_text is not None:
             (scratch / CONFIG_FILE).write_text(staged_config_text(run.config_text), encoding="utf-8")
         (scratch / CARD_FILE).write_text(render_card(run, options), encoding="utf-8")
-        names = sorted(p.name for p in scratch.iterdir())
+        for name, text in (eval_results or {}).items():
+            (scratch / name).parent.mkdir(exist_ok=True)
+            (scratch / name).write_text(text, encoding="utf-8")
+        names = staged_names(scratch)
         refuse_strays(names, lambda name: allowed(name, options.merged), scratch)
         check_formats(scratch)
         check_no_secrets(scratch, token)

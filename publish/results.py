@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ class EvalResults:
     rows: list[ResultRow] = field(default_factory=list)
     skipped: int = 0
     judge: str | None = None  # the meta-eval judge the rows are of, when the file names judges
+    date: str | None = None  # when the meta-evaluation ran (results.json's `run.created`), when it says
 
 
 def select_judge(judges: Sequence[str], requested: str | None, source: Path) -> str:
@@ -63,7 +64,10 @@ def read_eval_results(path: Path, judge_name: str | None = None) -> EvalResults:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: cannot read JSON ({exc.__class__.__name__}: {exc})") from None
     if isinstance(data, dict) and "cells" in data and "judges" in data:
-        return _read_meta_eval(path, validated(MetaEvalFile, data, path), judge_name)
+        run = data.get("run")
+        created = run.get("created") if isinstance(run, dict) else None
+        results = _read_meta_eval(path, validated(MetaEvalFile, data, path), judge_name)
+        return replace(results, date=created) if isinstance(created, str) else results
     return _read_rows(path, data, judge_name)
 
 

@@ -42,6 +42,7 @@ MERGED_FILES = frozenset({"config.json", "generation_config.json", "model.safete
 _SHARD = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
 TEMPLATE_FILES = frozenset({TEMPLATE_FILE})  # the judge's own prompt template, when training used one
 CONFIG_FILE = "train_config.yaml"
+EVAL_RESULT_FILE = re.compile(r"^\.eval_results/[a-z0-9][a-z0-9_-]*\.yaml$")  # the Hub's evaluation results
 CARD_FILE = "README.md"
 _TOKEN_LIKE = re.compile(r"\bhf_[A-Za-z0-9]{20,}")
 _SCAN_LIMIT = 64 << 20  # text files larger than this are not scanned (weights are binary anyway)
@@ -59,7 +60,22 @@ def is_shard(name: str) -> bool:
 def allowed(name: str, merged: bool) -> bool:
     """Whether a staged file name is on the model repo's allow-list (the only files ever uploaded)."""
     weights = (name in MERGED_FILES or is_shard(name)) if merged else name in ADAPTER_FILES
-    return weights or name in TOKENIZER_FILES | TEMPLATE_FILES or name in (ADAPTER_METADATA, CONFIG_FILE, CARD_FILE)
+    return (
+        weights
+        or name in TOKENIZER_FILES | TEMPLATE_FILES
+        or name in (ADAPTER_METADATA, CONFIG_FILE, CARD_FILE)
+        or bool(EVAL_RESULT_FILE.match(name))
+    )
+
+
+def staged_files(folder: Path) -> list[Path]:
+    """Every staged file, in subfolders too (`.eval_results/`), by path: what the checks below read."""
+    return sorted(path for path in folder.rglob("*") if not path.is_dir())
+
+
+def staged_names(folder: Path) -> list[str]:
+    """The staged files' paths relative to `folder` (`README.md`, `.eval_results/x.yaml`): the allow-list's names."""
+    return [path.relative_to(folder).as_posix() for path in staged_files(folder)]
 
 
 def regular(path: Path) -> bool:
@@ -93,7 +109,7 @@ _TEXT_SUFFIXES = (".json", ".jinja", ".txt", ".md", ".yaml")
 def check_formats(folder: Path) -> None:
     """Every staged file is what its name says: JSON parses, safetensors opens, text is UTF-8
     (a token file or a binary staged as `tokenizer.json` is refused before it leaves)."""
-    for path in sorted(folder.iterdir()):
+    for path in staged_files(folder):
         if path.suffix == ".safetensors":
             safetensors_header(path)
         elif path.suffix in _TEXT_SUFFIXES:
@@ -101,10 +117,14 @@ def check_formats(folder: Path) -> None:
                 text = path.read_bytes().decode("utf-8")
                 if path.suffix == ".json":
                     json.loads(text)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                what = "UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "valid JSON"
+                elif path.suffix == ".yaml":
+                    yaml.safe_load(text)
+            except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
+                what = {UnicodeDecodeError: "UTF-8 text", json.JSONDecodeError: "valid JSON"}.get(
+                    type(exc), "valid YAML"
+                )
                 raise InputError(
-                    f"{path.name}: not {what}; publish stages only files that are what their name says"
+                    f"{path.relative_to(folder)}: not {what}; publish stages only files that are what their name says"
                 ) from None
 
 
@@ -194,8 +214,8 @@ def check_no_local_paths(folder: Path, source: Path) -> None:
     not searched: pieces like "/home" are ordinary tokens there."""
     pattern = local_path_pattern(source)
     holding = [
-        path.name
-        for path in sorted(folder.iterdir())
+        path.relative_to(folder).as_posix()
+        for path in staged_files(folder)
         if path.suffix != ".safetensors"
         and path.name not in TOKENIZER_FILES
         and path.stat().st_size <= _SCAN_LIMIT
@@ -238,7 +258,7 @@ def check_no_secrets(folder: Path, token: str | None = None) -> None:
     a Hugging Face token; the file is named, the token never shown. Also refuses a staged
     `.safetensors` that does not open as one."""
     holding = []
-    for path in sorted(folder.iterdir()):
+    for path in staged_files(folder):
         if path.suffix == ".safetensors":
             # the parsed header, dumped again: a JSON escape (\\u0068f_...) must not hide a token
             text = json.dumps(safetensors_header(path), ensure_ascii=False)
@@ -247,7 +267,7 @@ def check_no_secrets(folder: Path, token: str | None = None) -> None:
         else:
             text = path.read_bytes().decode("utf-8", errors="replace")
         if holds_secret(text, token):
-            holding.append(path.name)
+            holding.append(path.relative_to(folder).as_posix())
     refuse_secrets(holding)
 
 

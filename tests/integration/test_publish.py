@@ -283,3 +283,85 @@ def test_a_judge_trained_with_its_own_prompt_template_ships_it(runs: dict[str, P
     names = {p.name for p in out.iterdir()}
     assert "prompt_template.jinja" in names and "notes.jinja" not in names
     assert (out / "prompt_template.jinja").read_text() == (run / "adapter" / "prompt_template.jinja").read_text()
+
+
+def test_hub_evaluation_results_are_staged_for_the_sets_given_a_hub_dataset(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--hub-dataset NAME=OWNER/DATASET[:TASK]: one `.eval_results/*.yaml` per row of that set of a meta-eval
+    results.json, in the Hub's documented format (read back by huggingface_hub's own parser), dated by the
+    meta-evaluation; the other sets stay in the card only, and say so."""
+    from huggingface_hub import parse_eval_result_entries
+
+    from spanjudge.publish.eval_results import schema_problems
+
+    results = tmp_path / "results.json"
+    cell = {"judge": "distilled:adapter", "level": "summary"}
+    results.write_text(json.dumps({
+        "judges": ["distilled:adapter", "metric:rouge1"],
+        "cells": [
+            {**cell, "dataset": "summeval", "aspect": "coherence", "coefficient": "kendall", "value": 0.41234,
+             "low": 0.37, "high": 0.45, "scored": 1600},
+            {**cell, "dataset": "summeval", "aspect": "fluency", "coefficient": "kendall", "value": 0.2,
+             "scored": 1600},
+            {**cell, "dataset": "qags_xsum", "aspect": "factual consistency", "coefficient": "spearman", "value": 0.3},
+            {**cell, "judge": "metric:rouge1", "dataset": "summeval", "aspect": "coherence", "coefficient": "kendall",
+             "value": 0.15},
+        ],
+        "run": {"created": "2026-11-27T10:00:00+00:00"},
+    }))  # fmt: skip
+    out = tmp_path / "staged"
+    code = _publish("--model", str(runs["run"]), "--dry-run", str(out), "--eval-results", str(results),
+                    "--hub-dataset", "summeval=someone/summeval-benchmark:coherence")  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    staged = sorted(p.name for p in (out / ".eval_results").iterdir())
+    assert staged == ["summeval-coherence-summary-kendall.yaml", "summeval-fluency-summary-kendall.yaml"]
+    assert ".eval_results/summeval-coherence-summary-kendall.yaml" in printed.out  # listed as uploaded
+    assert "no --hub-dataset for qags_xsum" in printed.err
+    data = yaml.safe_load((out / ".eval_results" / staged[0]).read_text())
+    assert schema_problems(data) == []
+    [entry] = parse_eval_result_entries(data)
+    assert (entry.dataset_id, entry.task_id, entry.value) == ("someone/summeval-benchmark", "coherence", 0.4123)
+    assert entry.date == "2026-11-27T10:00:00+00:00"
+    assert entry.notes == (
+        "coherence, summary-level kendall correlation with human judgments, n=1600, bootstrap interval [0.3700, 0.4500]"
+    )
+    assert "0.15" not in (out / ".eval_results" / staged[0]).read_text()  # the baseline's row is not the judge's
+
+    # a set the results do not have, an id that is not one, and the option without results: one line each
+    for args, message in (
+        (["--eval-results", str(results), "--hub-dataset", "summevl=someone/x"], "no such set in --eval-results"),
+        (["--eval-results", str(results), "--hub-dataset", "summeval=summeval"], "is not a Hub dataset id"),
+        (["--hub-dataset", "summeval=someone/x"], "give --eval-results FILE too"),
+    ):
+        assert _publish("--model", str(runs["run"]), "--dry-run", str(tmp_path / "other"), *args) != 0
+        assert message in capsys.readouterr().err
+
+
+def test_the_eval_results_schema_check_names_what_the_hub_would_refuse() -> None:
+    from spanjudge.publish.eval_results import schema_problems
+
+    documented = yaml.safe_load(  # the Hub documentation's own examples (docs/hub/eval-results.md)
+        """
+- dataset: {id: cais/hle, task_id: default, revision: 5503434ddd753f426f4b38109466949a1217c2bb}
+  value: 20.90
+  date: "2025-01-15"
+  source: {url: "https://huggingface.co/spaces/SaylorTwift/smollm3-mmlu-pro", name: Eval traces, user: SaylorTwift}
+  notes: "no-tools"
+- dataset: {id: Idavidrein/gpqa, task_id: gpqa_diamond}
+  value: 0.412
+"""
+    )
+    assert schema_problems(documented) == []
+    assert schema_problems([]) == ["the file must hold a non-empty list of results"]
+    broken = [
+        {"dataset": {"id": "hle"}, "value": True, "source": {"name": "x"}, "score": 1},
+    ]
+    assert schema_problems(broken) == [
+        "result 1: unknown key 'score'",
+        "result 1: dataset.id must be a Hub dataset id (owner/name)",
+        "result 1: dataset.task_id is required",
+        "result 1: `value` (a number) is required",
+        "result 1: a `source` needs its `url`",
+    ]
