@@ -52,12 +52,17 @@ from .backends import make_backend
 from .backends.adapters import check_safetensors_adapter
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
 from .backends.registry import engines_that
-from .chat import encode_text
 from .consensus import Consensus, consensus
 from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
 from .contract.json_form import json_reply_to_text
 from .hf_models import local_folder, resolve_model_source
-from .judge_conversation import JudgeRequest, judge_chat_prompt, judge_messages, judge_prompt_ids, stored_template
+from .judge_conversation import (
+    JudgeRequest,
+    fit_inputs,
+    judge_chat_prompt,
+    judge_messages,
+    stored_template,
+)
 from .judge_options import MAX_NEW_TOKENS, JudgeOptions, judge_options
 from .judge_setup import JudgeSetup, ProbabilitySource, judge_engine, wire
 from .predictions import Predictions, predict
@@ -70,7 +75,6 @@ if TYPE_CHECKING:
 RETRY_SAMPLING = SamplingParams(temperature=0.1, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
 # self-consistency's replies: diverse enough to disagree where the judge is unsure (Wang et al. 2023 sample at 0.7)
 CONSENSUS_SAMPLING = SamplingParams(temperature=0.7, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
-TRUNCATION_MARK = " [...]"
 
 
 class JudgedEvaluation(Evaluation):
@@ -411,37 +415,18 @@ class Judge:
             return _Prepared(fitted, judge_chat_prompt(self.tokenizer, fitted), truncated)
         return _Prepared(fitted, judge_messages(fitted)[0]["content"], truncated)
 
-    def _prompt_tokens(self, request: JudgeRequest) -> int:
-        assert self.tokenizer is not None
-        return len(judge_prompt_ids(self.tokenizer, request))
-
     def _fit_context(self, request: JudgeRequest) -> tuple[JudgeRequest | None, str | None]:
-        """The request cut to fit the context (inputs only, longest first), and a note of the cut."""
+        """The request cut to fit the context (inputs only, longest first: `fit_inputs`), and a note of the cut."""
         if self.tokenizer is None or self.max_context is None:
             return request, None
         budget = self.max_context - self.max_new_tokens
-        excess = self._prompt_tokens(request) - budget
-        if excess <= 0:
-            return request, None
-        inputs = dict(request.inputs)
-        before = {header: len(encode_text(self.tokenizer, text)) for header, text in inputs.items()}
-        lengths = dict(before)
-        while excess > 0:
-            header = max(lengths, key=lambda h: lengths[h])
-            keep = lengths[header] - excess - len(encode_text(self.tokenizer, TRUNCATION_MARK))
-            if keep < 1:
-                unscored = (
-                    f"the prompt needs {budget + excess} tokens but the context leaves {budget} "
-                    f"({self.max_context} minus {self.max_new_tokens} for the reply) even with the inputs cut"
-                )
-                return None, unscored
-            ids = encode_text(self.tokenizer, inputs[header])[:keep]
-            inputs[header] = self.tokenizer.decode(ids) + TRUNCATION_MARK
-            request = replace(request, inputs=inputs)
-            lengths[header] = len(encode_text(self.tokenizer, inputs[header]))
-            excess = self._prompt_tokens(request) - budget
-        cut = ", ".join(f"{h} {before[h]}→{lengths[h]} tokens" for h in before if lengths[h] != before[h])
-        return request, f"inputs cut to fit the context ({cut})"
+        fitted = fit_inputs(self.tokenizer, request, budget)
+        if fitted.request is None:
+            return None, (
+                f"the prompt needs {fitted.needed} tokens but the context leaves {budget} "
+                f"({self.max_context} minus {self.max_new_tokens} for the reply) even with the inputs cut"
+            )
+        return fitted.request, fitted.cut and f"inputs cut to fit the context ({fitted.cut})"
 
     def close(self) -> None:
         self.backend.close()

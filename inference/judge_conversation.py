@@ -15,7 +15,7 @@ picks up (`stored_template`), so both sides render the same file.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,12 +23,15 @@ from spanjudge.core.artifacts import ADAPTER_METADATA, read_adapter_metadata
 from spanjudge.core.catalog import Aspect, Catalog, Task, validate_inputs
 from spanjudge.core.errors import InputError, SpanjudgeError
 
-from .chat import Piece, chat_pieces, encode_chat, encode_pieces, served_prompt
+from .chat import Piece, chat_pieces, encode_chat, encode_pieces, encode_text, served_prompt
 from .contract import Evaluation, render_judge
 from .prompts import PromptTemplate, render_judge_prompt
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+
+TRUNCATION_MARK = " [...]"  # where an input was cut to fit (judging and training cut alike)
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,40 @@ def judge_prompt_ids(tokenizer: PreTrainedTokenizerBase, request: JudgeRequest) 
     text (inputs, output, aspect definition) never becomes a control token (`chat.encode_chat`)."""
     _require_template(tokenizer)
     return encode_chat(tokenizer, judge_messages(request))
+
+
+@dataclass(frozen=True)
+class FittedRequest:
+    """A request whose prompt fits a token budget (`fit_inputs`)."""
+
+    request: JudgeRequest | None  # None: it cannot fit, even with its inputs cut
+    cut: str | None = None  # what was cut ("Article 5000→3000 tokens"), None when nothing was
+    needed: int = 0  # the tokens the prompt still needs when it cannot fit
+
+
+def fit_inputs(tokenizer: PreTrainedTokenizerBase, request: JudgeRequest, budget: int) -> FittedRequest:
+    """The request with its inputs cut so that its prompt (`judge_prompt_ids`) takes at most `budget`
+    tokens: the longest input first, each cut one ending in `TRUNCATION_MARK`; the output and the
+    aspect are never cut. Judging (the context less the reply's tokens) and training (data.max_length
+    less the completion) cut the same way."""
+    excess = len(judge_prompt_ids(tokenizer, request)) - budget
+    if excess <= 0:
+        return FittedRequest(request)
+    inputs = dict(request.inputs)
+    before = {header: len(encode_text(tokenizer, text)) for header, text in inputs.items()}
+    lengths = dict(before)
+    mark = len(encode_text(tokenizer, TRUNCATION_MARK))
+    while excess > 0:
+        header = max(lengths, key=lambda h: lengths[h])
+        keep = lengths[header] - excess - mark
+        if keep < 1:
+            return FittedRequest(None, needed=budget + excess)
+        inputs[header] = tokenizer.decode(encode_text(tokenizer, inputs[header])[:keep]) + TRUNCATION_MARK
+        request = replace(request, inputs=dict(inputs))
+        lengths[header] = len(encode_text(tokenizer, inputs[header]))
+        excess = len(judge_prompt_ids(tokenizer, request)) - budget
+    cut = ", ".join(f"{h} {before[h]}→{lengths[h]} tokens" for h in before if lengths[h] != before[h])
+    return FittedRequest(request, cut)
 
 
 def judge_training_ids(

@@ -70,8 +70,11 @@ class DataSection(_Strict):
         "renders the same prompt. Default: the built-in prompt (configs/prompts/judge.jinja)",
     )
     max_length: int = Field(default=4096, gt=0, description="tokens of prompt + completion")
-    too_long: Literal["error", "skip"] = Field(
-        default="error", description="what to do with an example longer than max_length (skipped ones are counted)"
+    too_long: Literal["cut", "error", "skip"] = Field(
+        default="cut",
+        description="an example longer than max_length: cut its inputs to fit, as judging cuts them to fit its "
+        "context (the longest input first, never the output judged nor the evaluation learnt; cut ones are "
+        "counted), refuse it (error), or leave it out (skip, counted)",
     )
     limit: int | None = Field(default=None, gt=0, description="use only the first N training records")
     repeat_no_error: int = Field(

@@ -24,7 +24,7 @@ from spanjudge.core.errors import InputError
 from spanjudge.core.jsonl import Located, iter_jsonl
 from spanjudge.core.overlap import input_digest
 from spanjudge.inference.contract import Evaluation
-from spanjudge.inference.judge_conversation import judge_training_ids, request_from_record
+from spanjudge.inference.judge_conversation import fit_inputs, judge_training_ids, request_from_record
 from spanjudge.inference.prompts import PromptTemplate
 
 if TYPE_CHECKING:
@@ -41,7 +41,8 @@ class TokenizedSplit:
     path: Path
     input_ids: list[list[int]] = field(default_factory=list)
     labels: list[list[int]] = field(default_factory=list)
-    too_long: list[str] = field(default_factory=list)  # "file:line (N tokens)"
+    too_long: list[str] = field(default_factory=list)  # left out: "file:line (N tokens)"
+    cut: list[str] = field(default_factory=list)  # inputs cut to fit: "file:line (Article 3000→1800 tokens)"
     repeated: int = 0  # extra copies of 'No Error' records (data.repeat_no_error)
     input_digests: set[str] = field(default_factory=set)  # inputs trained on (spanjudge.core.overlap)
 
@@ -95,7 +96,7 @@ def tokenize_split(
     catalog: Catalog,
     *,
     max_length: int,
-    too_long: str = "error",
+    too_long: str = "cut",
     limit: int | None = None,
     repeat_no_error: int = 1,
     template: PromptTemplate | None = None,
@@ -103,7 +104,9 @@ def tokenize_split(
     """Every record of `path` as (input_ids, labels); checks lengths before any model loads.
 
     Records whose evaluation has no error appear `repeat_no_error` times (counted in `repeated`).
-    The prompt is rendered with `template` (data.prompt_template; None: the built-in prompt).
+    The prompt is rendered with `template` (data.prompt_template; None: the built-in prompt). An example
+    longer than `max_length` is, by `too_long`: cut to fit (its inputs, as judging cuts them:
+    `judge_conversation.fit_inputs`; listed in `cut`), refused (error), or left out (skip; in `too_long`).
     """
     split = TokenizedSplit(path)
     for count, (where, record) in enumerate(iter_records(path, catalog)):
@@ -111,14 +114,26 @@ def tokenize_split(
             break
         request = request_from_record(record, catalog, where, template)
         evaluation = record_evaluation(record, where)
-        input_ids, labels = example_labels(*judge_training_ids(tokenizer, request, evaluation))
+        prompt_ids, completion_ids = judge_training_ids(tokenizer, request, evaluation)
+        if too_long == "cut" and len(prompt_ids) + len(completion_ids) > max_length:
+            fitted = fit_inputs(tokenizer, request, max_length - len(completion_ids))
+            if fitted.request is None:
+                raise InputError(
+                    f"{where}: the example cannot fit data.max_length {max_length} even with its inputs cut (the "
+                    f"output and the evaluation take {fitted.needed + len(completion_ids) - max_length} tokens too "
+                    "many); raise data.max_length or set data.too_long: skip"
+                )
+            request = fitted.request
+            prompt_ids, completion_ids = judge_training_ids(tokenizer, request, evaluation)
+            split.cut.append(f"{where} ({fitted.cut})")
+        input_ids, labels = example_labels(prompt_ids, completion_ids)
         if len(input_ids) > max_length:
             prompt_length = labels.count(IGNORE_INDEX)
             detail = f"{len(input_ids)} tokens (prompt {prompt_length}) > data.max_length {max_length}"
             if too_long == "error":
                 raise InputError(
-                    f"{where}: example is {detail}; raise data.max_length or set data.too_long: skip "
-                    "(truncating would cut the evaluation the model must learn to finish)"
+                    f"{where}: example is {detail}; raise data.max_length, or set data.too_long: cut (its inputs "
+                    "cut as judging cuts them) or skip; the evaluation the model must learn to finish is never cut"
                 )
             split.too_long.append(f"{where} ({len(input_ids)} tokens)")
             continue
@@ -143,6 +158,8 @@ def describe(splits: Sequence[TokenizedSplit]) -> list[str]:
         )
         if split.repeated:
             line += f" (incl. {split.repeated} repeats of 'No Error' records)"
+        if split.cut:
+            line += f"; {len(split.cut)} with their inputs cut to fit data.max_length"
         if split.too_long:
             line += f"; {len(split.too_long)} skipped as too long"
         lines.append(line)

@@ -276,6 +276,7 @@ class TrainingRun:
                 "peak_gpu_memory_mib": _peak_gpu_memory_mib(),
                 "train_examples": len(self.train_split.input_ids),
                 "skipped_too_long": len(self.train_split.too_long),
+                "inputs_cut_to_fit": len(self.train_split.cut),
                 "quantized_linear_layers": _count_quantized(trainer.model),
             }
         )
@@ -303,7 +304,7 @@ class TrainingRun:
             bf16=training.mixed_precision == "bf16",
             fp16=training.mixed_precision == "fp16",
             # TRL 1.16 refuses max_length with padding_free but no packing (it could not enforce it);
-            # tokenize_split has already enforced data.max_length (too_long: error | skip) by then
+            # tokenize_split has already enforced data.max_length (too_long: cut | error | skip) by then
             max_length=None if training.padding_free and not training.packing else config.data.max_length,
             packing=training.packing,
             padding_free=training.padding_free,

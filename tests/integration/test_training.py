@@ -17,6 +17,7 @@ from support.training_cli import run_cli, write_config
 from support.training_runs import BIN, ENV, REPO, SMOKE, TrainedRun, launch, smoke_args
 
 from spanjudge.core.catalog import load_catalog
+from spanjudge.core.errors import InputError
 from spanjudge.inference.contract import Evaluation, render_judge
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.judge_conversation import judge_chat_prompt, request_from_record
@@ -131,6 +132,39 @@ def test_prompt_tokens_are_masked_and_the_completion_is_the_rendered_evaluation(
         assert tokenizer.decode(ids[:prompt_length]) == judge_chat_prompt(tokenizer, request)
         expected = render_judge(Evaluation.model_validate(row["evaluation"])) + "<|im_end|>\n"
         assert tokenizer.decode(ids[prompt_length:]) == expected
+
+
+def test_a_long_example_has_its_inputs_cut_as_judging_cuts_them_never_its_evaluation(
+    tmp_path: Path, records: Path, tokenizer
+) -> None:
+    """data.too_long: cut (the default): an example over data.max_length keeps its output and its whole
+    evaluation, and its input is cut as the judge cuts one to fit its context (`fit_inputs`); it is
+    counted; one whose output and evaluation alone do not fit is refused, naming its line."""
+    catalog = load_catalog()
+    original = tokenize_split(records / "train.jsonl", tokenizer, catalog, max_length=4096)
+    limit = max(len(ids) for ids in original.input_ids) + 10  # every record as it is fits
+    rows = [json.loads(line) for line in (records / "train.jsonl").read_text().splitlines()]
+    header = next(iter(rows[1]["inputs"]))
+    rows[1]["inputs"][header] = " ".join([rows[1]["inputs"][header]] * 12)  # now far longer than the limit
+    path = tmp_path / "long" / "train.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    whole = tokenize_split(path, tokenizer, catalog, max_length=20000)
+    assert len(whole.input_ids[1]) > limit
+    split = tokenize_split(path, tokenizer, catalog, max_length=limit)
+    assert len(split.input_ids) == len(rows) and not split.too_long  # no record left out
+    [note] = split.cut
+    assert note.startswith(f"{path}:2 ({header} ") and "→" in note
+    assert "1 with their inputs cut to fit data.max_length" in describe([split])[0]
+    assert split.input_ids[0] == whole.input_ids[0] and split.input_ids[2:] == whole.input_ids[2:]
+    ids, labels = split.input_ids[1], split.labels[1]
+    assert len(ids) <= limit
+    completion = [label for label in labels if label != IGNORE_INDEX]
+    assert completion == [label for label in whole.labels[1] if label != IGNORE_INDEX]  # the evaluation: never cut
+    prompt = tokenizer.decode(ids[: labels.count(IGNORE_INDEX)])
+    assert " [...]" in prompt and next(iter(rows[1]["outputs"].values())) in prompt  # the output: never cut
+    with pytest.raises(InputError, match=r"train\.jsonl:1: the example cannot fit data\.max_length 64 even with"):
+        tokenize_split(path, tokenizer, catalog, max_length=64)
 
 
 def test_repeat_no_error_repeats_only_clean_records(tmp_path: Path, records: Path, tokenizer) -> None:
