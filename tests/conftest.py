@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from support.judge_records import write_qags_records
+from support.release import Release, build_release, install_wheel
 from support.standin import Reply, StandIn, start_stand_in, stop_stand_in
 from support.training_runs import TrainedRun, launch, smoke_args
 
@@ -129,3 +130,15 @@ def trained_judge(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -
     if process.returncode != 0:
         pytest.fail(f"training the smoke judge failed:\n{log[-4000:]}")
     return TrainedRun(records=records, out=root / "run", log=log, args=args)
+
+
+@pytest.fixture(scope="session")
+def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
+    """The sdist and the wheel `python -m build` makes of this checkout (tests/support/release.py)."""
+    return build_release(tmp_path_factory.mktemp("release"))
+
+
+@pytest.fixture(scope="session")
+def installed(release: Release, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The `bin/` folder of a fresh venv with the release's wheel installed, not editable."""
+    return install_wheel(release.wheel, tmp_path_factory.mktemp("venv"))

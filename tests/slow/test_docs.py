@@ -46,13 +46,20 @@ def test_the_site_builds_offline_with_warnings_as_errors(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-def test_the_quick_starts_and_every_runnable_example_run_as_written(tmp_path: Path, shared_data: Path) -> None:
+def test_the_quick_starts_and_every_runnable_example_run_as_written(
+    tmp_path: Path, shared_data: Path, installed: Path
+) -> None:
+    """From the release's wheel installed in a fresh venv (`installed`, tests/support/release.py), as a user
+    who ran `pip install spanjudge` would: the `spanjudge` command and the Python of that venv."""
     work = tmp_path / "checkout"
     work.mkdir()
     (work / "configs").symlink_to(REPO / "configs")
-    env = reader_env(shared_data)
-    for page in pages_in_reading_order():
-        run_page(page, work, env)
+    env = reader_env(shared_data, installed)
+    python = str(installed / "python")
+    printed = {
+        page.relative_to(REPO).as_posix(): run_page(page, work, env, interpreter=python)
+        for page in pages_in_reading_order()
+    }
 
     quickstart = work / "runs" / "quickstart"
     # train: GPT-4's spans imported, a LoRA adapter trained on them
@@ -73,3 +80,9 @@ def test_the_quick_starts_and_every_runnable_example_run_as_written(tmp_path: Pa
     # the docs' own examples: the publish dry runs staged what they promise, nothing more
     assert (quickstart / "staged" / "adapter_model.safetensors").is_file()
     assert (quickstart / "staged-data" / "README.md").is_file()
+    # the judge as TRL's reward: 2 GRPO steps, each with its completions' rewards and errors in the log
+    steps = [line for line in printed["docs/howto/trl.md"][-1].splitlines() if line.startswith("step ")]
+    assert [line.split(":")[0] for line in steps] == ["step 1", "step 2"], printed["docs/howto/trl.md"][-1][-2000:]
+    spreads = [line.split("± ")[1].split(",")[0] for line in steps]
+    assert any(spread not in ("n/a", "0.000") for spread in spreads)  # a step's two completions: different rewards
+    assert any("errors n/a" not in line for line in steps)  # the judge's errors reached the log

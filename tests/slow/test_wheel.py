@@ -1,59 +1,31 @@
-"""The built wheel, installed non-editable into a fresh venv, runs real commands.
+"""The release: `python -m build` makes an sdist and a wheel that `twine check` passes, the wheel holds
+every package and the configs, and, installed non-editable into a fresh venv, it runs real commands.
 
-`make` installs the project editable, which would hide a package missing from the wheel (one
-once shipped without `spanjudge.inference.backends` and could not score). Here the wheel is
-built from a copy of the source tree, installed with `--no-deps` into a new venv, and every
-command below runs from that install. The venv borrows the already-installed dependencies
-(torch, transformers, …) from the test environment through a plain path entry — not its
-`.pth` files, so the editable `spanjudge` is never on the path — to stay offline and cheap.
+`make` installs the project editable, which would hide a package missing from the wheel (one once
+shipped without `spanjudge.inference.backends` and could not score). The build and the venv are
+tests/support/release.py's (session fixtures `release` and `installed`); tests/slow/test_docs.py runs the
+README's quick starts and every docs example from the same install.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 import subprocess
 import sys
-import sysconfig
-import venv
+import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
-
-from spanjudge.inference.hf_models import convert_gguf
-from spanjudge.inference.shipped_models import smollm2_gguf
+import yaml
+from support.release import Release
 
 REPO = Path(__file__).resolve().parents[2]
 CODE_FOLDERS = ("inference", "data_gen", "training", "eval")
-NOT_SOURCE = shutil.ignore_patterns(".venv", ".git", "runs", "build", "dist", "*.egg-info", "__pycache__", "outputs")
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("wheel")
-    source = root / "source"
-    shutil.copytree(REPO, source, ignore=NOT_SOURCE)
-    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(root), "."]
-    subprocess.run(build, cwd=source, check=True, capture_output=True, timeout=300)
-    return next(root.glob("spanjudge-*.whl"))
-
-
-@pytest.fixture(scope="module")
-def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The `bin/` folder of a fresh venv with the wheel installed."""
-    env_dir = tmp_path_factory.mktemp("venv")
-    venv.create(env_dir, with_pip=True)
-    python = env_dir / "bin" / "python"
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300)
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], capture_output=True, text=True
-    ).stdout.strip()
-    (Path(site) / "borrowed_dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    return env_dir / "bin"
 
 
 def _run(bin_dir: Path, cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -63,8 +35,29 @@ def _run(bin_dir: Path, cwd: Path, *args: str, stdin: str | None = None) -> subp
     )
 
 
-def test_the_wheel_holds_every_package_and_the_configs(wheel: Path) -> None:
-    names = zipfile.ZipFile(wheel).namelist()
+def test_the_release_builds_passes_twine_check_and_says_its_version(release: Release) -> None:
+    """`python -m build`: spanjudge-VERSION.tar.gz and a pure-Python wheel, both accepted by `twine check
+    --strict` (the README renders on PyPI); the version is pyproject's, and the changelog and the citation
+    file say the same version (the sdist ships both, and the license)."""
+    [version] = re.findall(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.M)
+    assert release.sdist.name == f"spanjudge-{version}.tar.gz"
+    assert release.wheel.name == f"spanjudge-{version}-py3-none-any.whl"
+    check = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", str(release.sdist), str(release.wheel)],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert check.returncode == 0 and check.stdout.count("PASSED") == 2, check.stdout + check.stderr
+    with tarfile.open(release.sdist) as sdist:
+        shipped = {Path(name).relative_to(f"spanjudge-{version}").as_posix() for name in sdist.getnames()}
+    assert {"README.md", "LICENSE", "CHANGELOG.md", "CITATION.cff", "pyproject.toml", "setup.py"} <= shipped
+    assert (REPO / "CHANGELOG.md").read_text().count(f"\n## {version} ") == 1
+    citation = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert citation["version"] == version and citation["cff-version"] == "1.2.0"
+    assert {"title", "message", "authors", "license"} <= set(citation)
+    [thesis] = [r for r in citation["references"] if r["type"] == "thesis"]
+    assert thesis["title"] == "Explainable LLM-based evaluation for NLG using error analysis"
+
+
+def test_the_wheel_holds_every_package_and_the_configs(release: Release) -> None:
+    names = zipfile.ZipFile(release.wheel).namelist()
     for folder in CODE_FOLDERS:
         for init in (REPO / folder).rglob("__init__.py"):
             assert f"spanjudge/{init.relative_to(REPO).as_posix()}" in names
@@ -75,6 +68,9 @@ def test_the_wheel_holds_every_package_and_the_configs(wheel: Path) -> None:
 
 
 def test_commands_run_from_the_installed_wheel(installed: Path, tmp_path: Path, shared_data: Path) -> None:
+    """The package, its configs and its commands come from the venv (the README's quick starts and every docs
+    example also run from it: tests/slow/test_docs.py)."""
+
     def python(code: str) -> str:
         return subprocess.run([installed / "python", "-c", code], cwd=tmp_path, capture_output=True, text=True,
                               check=True).stdout.strip()  # fmt: skip
@@ -93,17 +89,6 @@ def test_commands_run_from_the_installed_wheel(installed: Path, tmp_path: Path, 
     reply = "Error 1:\nLocation: a draw\nExplanation: Vague.\nSeverity: 2\n\nOverall score: 70"
     parsed = _run(installed, tmp_path, "parse", "-", "--kind", "judge", stdin=reply)
     assert parsed.returncode == 0 and json.loads(parsed.stdout)["score"] == 70
-
-    # a real model on the transformers engine: every item comes back scored or with its reason
-    data = tmp_path / "items.jsonl"
-    data.write_text(json.dumps({"id": "a", "article": "The cat sat on the mat.", "summary": "A dog sat."}) + "\n")
-    out = tmp_path / "scores.jsonl"
-    score = _run(installed, tmp_path, "score", "--model", str(convert_gguf(smollm2_gguf())), "--data", str(data),
-                 "--task", "qags_xsum", "--aspect", "factual consistency", "--input", "Article=article",
-                 "--output-field", "summary", "--max-new-tokens", "24", "--out", str(out))  # fmt: skip
-    assert score.returncode == 0, score.stderr
-    row = json.loads(out.read_text())
-    assert row["id"] == "a" and (row["evaluation"]["score"] is None) == bool(row["unscored_reason"])
 
     # the suite and the metric judge come from the installed package
     meta = _run(installed, tmp_path, "meta-eval", "--suite", suite, "--data-dir", str(shared_data),

@@ -73,9 +73,11 @@ def pages_in_reading_order() -> list[Path]:
     return [REPO / "README.md", *(page for page in pages if page.exists())]  # not reference/cli.md: generated
 
 
-def run_page(page: Path, work: Path, env: dict[str, str], timeout: float = 900) -> list[str]:
+def run_page(
+    page: Path, work: Path, env: dict[str, str], timeout: float = 900, interpreter: str = sys.executable
+) -> list[str]:
     """Runs the page's runnable examples in `work`, in the page's order (consecutive Python blocks
-    in one interpreter); returns what each run printed. A failing example fails with its place,
+    in one `interpreter`); returns what each run printed. A failing example fails with its place,
     its code and its output."""
     outputs: list[str] = []
     python: list[Example] = []
@@ -84,7 +86,7 @@ def run_page(page: Path, work: Path, env: dict[str, str], timeout: float = 900) 
         if python:
             script = "\n".join(f"# --- {e.where} ---\n{e.code}" for e in python)
             where = ", ".join(e.where for e in python)
-            outputs.append(_run([sys.executable, "-c", script], where, work, env, timeout))
+            outputs.append(_run([interpreter, "-c", script], where, work, env, timeout))
             python.clear()
 
     for example in examples(page):
@@ -109,9 +111,8 @@ def _run(command: list[str], where: str, work: Path, env: dict[str, str], timeou
     return result.stdout
 
 
-def reader_env(shared_data: Path) -> dict[str, str]:
-    """A reader's shell: the project's commands on PATH, the shared data, no network."""
-    bin_dir = str(Path(sys.executable).parent)
+def reader_env(shared_data: Path, bin_dir: Path = Path(sys.executable).parent) -> dict[str, str]:
+    """A reader's shell: the project's commands (those in `bin_dir`) on PATH, the shared data, no network."""
     return {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
