@@ -62,6 +62,7 @@ from .config import (
 from .cpu_memory import CPU_TILE_TOKENS, CPU_TILE_VOCABULARY, release_freed_memory_per_layer, set_loss_tiles
 from .data import TokenizedSplit, describe, tokenize_split
 from .decision import decision_weighted_trainer
+from .eval_loss import token_weighted_eval
 from .step_times import StepTimes, steady_speed
 from .world import World, gradient_accumulation
 
@@ -382,7 +383,8 @@ class TrainingRun:
             self._fit_cpu_memory(model)
         args = SFTConfig(**self.trainer_arguments(self.validation_split is not None))
         weight = config.training.decision_weight
-        trainer_class = SFTTrainer if weight == 1.0 else decision_weighted_trainer(weight)
+        # the validation loss counts every completion token once, whatever the batch (eval_loss.py)
+        trainer_class = token_weighted_eval(SFTTrainer if weight == 1.0 else decision_weighted_trainer(weight))
         return trainer_class(
             model=model,
             args=args,

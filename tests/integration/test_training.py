@@ -242,14 +242,15 @@ def test_two_cpu_processes_train_save_and_reload(trained_judge: TrainedRun, smol
     tuned = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(smollm2_hf)), str(adapter))
 
     def mean_loss(model: torch.nn.Module) -> float:
-        """Each example's per-token completion loss, averaged over the examples: as the trainer's
-        evaluation counts it with one example per process and batch (the fixture's batch size)."""
+        """The completion loss over every validation token, each counted once: as the trainer's
+        evaluation counts it (training/eval_loss.py), whatever its batches."""
         with torch.no_grad():
-            losses = [
-                model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels])).loss.item()
+            sums = [
+                (model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels])).loss.item() * tokens, tokens)
                 for ids, labels in zip(split.input_ids, split.labels, strict=True)
+                if (tokens := sum(label != IGNORE_INDEX for label in labels[1:]))
             ]
-        return sum(losses) / len(losses)
+        return sum(s for s, _ in sums) / sum(t for _, t in sums)
 
     tuned_loss, base_loss = mean_loss(tuned), mean_loss(base)
     assert tuned_loss < base_loss

@@ -1,4 +1,5 @@
-"""`training.padding_free`: a flattened batch gives each example the loss it has alone.
+"""`training.padding_free`: a flattened batch gives each example the loss it has alone; and the validation
+loss counts every completion token once, whatever the batch (`training/eval_loss.py`).
 
 TRL's padding-free collator (the one SFTTrainer uses) concatenates a batch into one row with
 position ids restarting at 0 per example; transformers turns those position ids into a
@@ -90,3 +91,41 @@ def test_without_restarting_positions_the_examples_would_see_each_other() -> Non
     leaked = per_example_losses(model, leaking, flattened=True)
     assert leaked[0] == pytest.approx(alone[0], rel=1e-5)  # the first example sees nothing before it
     assert all(abs(a - b) > 1e-3 * b for a, b in zip(leaked[1:], alone[1:], strict=True))
+
+
+def test_the_validation_loss_is_weighted_by_tokens_whatever_the_batch_size(tmp_path) -> None:
+    """The trainer's eval loss is Σ cross-entropy over every completion token of the validation set / their
+    count (training/eval_loss.py), the same at eval batch 1 and 3; transformers' own loop (a mean of
+    per-batch means) moves with the batch (#49: 0.5594 at batch 4, 0.6163 at batch 2)."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from spanjudge.inference.hf_models import convert_gguf
+    from spanjudge.inference.shipped_models import smollm2_gguf
+    from spanjudge.training.eval_loss import token_weighted_eval
+
+    rows = examples()
+    completion = [sum(label != -100 for label in row["labels"][1:]) for row in rows]
+    model = tiny_model("sdpa")
+    collate = DataCollatorForLanguageModeling(pad_token_id=0)
+    alone = [per_example_losses(model, collate([row]))[0] for row in rows]
+    expected = sum(alone) / sum(completion)  # every completion token counted once
+
+    def evaluated(trainer_class: type, batch: int) -> float:
+        args = SFTConfig(
+            output_dir=str(tmp_path / f"{trainer_class.__name__}-{batch}"), per_device_eval_batch_size=batch,
+            report_to=[], use_cpu=True, bf16=False, pad_token="<|endoftext|>",
+            dataset_kwargs={"skip_prepare_dataset": True},
+        )  # fmt: skip
+        trainer = trainer_class(
+            model=model, args=args, train_dataset=Dataset.from_list(rows), eval_dataset=Dataset.from_list(rows),
+            processing_class=AutoTokenizer.from_pretrained(str(convert_gguf(smollm2_gguf()))),
+        )  # fmt: skip
+        return trainer.evaluate()["eval_loss"]
+
+    weighted = token_weighted_eval(SFTTrainer)
+    assert evaluated(weighted, 1) == pytest.approx(expected, rel=1e-5)
+    assert evaluated(weighted, 3) == pytest.approx(expected, rel=1e-5)
+    assert evaluated(SFTTrainer, 3) != pytest.approx(evaluated(SFTTrainer, 1), rel=1e-3)  # what it replaces
