@@ -29,7 +29,8 @@ The reward (`reward=`), each documented in docs/guides/reward.md:
 Each completion's errors go to TRL's completions table (the `log_extra` column `spanjudge errors`:
 "severity: “quote” — explanation" per error, or the reason it is unscored), beside the reward, when
 `log_completions=True`; the batch's mean number of errors and its unscored share are logged as the
-metrics `spanjudge/errors` and `spanjudge/unscored`. Needs `pip install 'spanjudge[trl]'` for TRL.
+metrics `spanjudge_errors` and `spanjudge_unscored` (a TRL without the `log_extra` and `log_metric` hooks
+gets the same rewards, without the log). TRL is one of spanjudge's own dependencies.
 """
 
 from __future__ import annotations
@@ -109,9 +110,9 @@ class SpanjudgeReward:
             log_extra(ERRORS_COLUMN, [explained(found[i]) if i in found else EMPTY for i in range(len(items))])
         if log_metric is not None:
             scored = [p for p in predictions if p.score is not None]
-            log_metric("spanjudge/unscored", 1 - len(scored) / len(items) if items else 0.0)
+            log_metric("spanjudge_unscored", 1 - len(scored) / len(items) if items else 0.0)
             if scored:
-                log_metric("spanjudge/errors", sum(len(p.errors) for p in scored) / len(scored))
+                log_metric("spanjudge_errors", sum(len(p.errors) for p in scored) / len(scored))
         return rewards
 
     def _item(

@@ -1,5 +1,6 @@
-"""`spanjudge score`, `spanjudge render` and `spanjudge export`: the distilled judge from the
-command line. The work is done by `stage.score_file`; these commands parse and print."""
+"""`spanjudge score`, `spanjudge render`, `spanjudge select` and `spanjudge export`: the distilled judge
+from the command line. The work is done by `stage.score_file` and `select.select_rows`; these commands
+parse and print."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 score = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 render = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 export = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+select = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
 def score_command(settings: ScoreSettings) -> None:
@@ -89,6 +91,26 @@ class RenderSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SelectSettings:
+    """`spanjudge select`'s arguments and options."""
+
+    results: list[Path] = option(
+        argument=True, metavar="RESULTS...", help="Results JSONL of `spanjudge score` (several with --by seeds)."
+    )
+    n: int = option(20, min=1, help="How many outputs to select.")
+    by: str = option(
+        "confidence",
+        help="confidence: the least believed span (or P(no error)); no-error: P(no error) nearest 0.5; seeds: "
+        "disagreement between the judges of the results files; random: a uniform draw (the control arm).",
+    )
+    seed: int = option(0, help="--by random: the draw's seed.")
+    out: Path | None = option(None, help="Campaign folder (default: beside the first RESULTS, -select-BY).")
+    dataset: str | None = option(None, help="The outputs' dataset id (default: the rows' task).")
+    split: str = option("test", help="The split of the outputs.")
+    setup: str = option("outputs", help="The setup id (the system that wrote the outputs).")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExportSettings:
     """`spanjudge export`'s options."""
 
@@ -141,6 +163,43 @@ def render_command(settings: RenderSettings) -> None:
     typer.echo(str(target))
 
 
+def select_command(settings: SelectSettings) -> None:
+    """Select the outputs the judge is least sure of and write them as a factgenie campaign, the
+    judge's spans as pre-annotations, most uncertain first: the first step of an active-learning loop
+    (annotate them, import the human spans as training records, train again).
+
+    --by confidence ranks by the least believed span (1 - its confidence; an output without spans by
+    1 - P(no error)) and --by no-error by how near P(no error) is to 0.5: both need results scored
+    with --probabilities. --by seeds ranks by how much judges scoring the same outputs disagree (one
+    results file each: the mean over pairs of 1 - the Jaccard overlap of the characters their spans
+    cover); --by random draws uniformly (--seed), the control arm. Unscored outputs are left out and
+    counted. Each record's metadata holds its uncertainty; the chosen ids are printed.
+    """
+    from .interchange import factgenie_campaign, write_factgenie_campaign
+    from .select import select_rows
+
+    s = settings
+    for path in s.results:
+        if not path.is_file():
+            raise InputError(f"results file not found: {path}")
+    results = [read_results(path, required=("task", "aspect", "output"), complete=True) for path in s.results]
+    chosen = select_rows(results, s.n, s.by, s.seed)
+    target = s.out or s.results[0].with_name(f"{s.results[0].stem}-select-{s.by}")
+    tasks = sorted({str(row["task"]) for row in chosen.rows})
+    metadata, records = factgenie_campaign(
+        chosen.rows, campaign_id=target.name, dataset=s.dataset or "+".join(tasks), split=s.split, setup_id=s.setup
+    )
+    if chosen.uncertainty:  # every chosen row is scored, so each has its record
+        for record, uncertainty in zip(records, chosen.uncertainty, strict=True):
+            record["metadata"]["uncertainty"] = round(uncertainty, 6)
+    write_factgenie_campaign(target, metadata, records, file_name=s.results[0].stem)
+    measured = [f"\t{u:.4f}" for u in chosen.uncertainty] or [""] * len(chosen.rows)
+    for row, shown in zip(chosen.rows, measured, strict=True):
+        typer.echo(f"{row['id']}{shown}")
+    unscored = f"; {chosen.unscored} unscored outputs left out" if chosen.unscored else ""
+    typer.echo(f"{len(chosen.rows)} outputs selected by {s.by} into the campaign {target}{unscored}", err=True)
+
+
 def export_command(settings: ExportSettings) -> None:
     """Export a trained judge for serving.
 
@@ -169,4 +228,5 @@ def export_command(settings: ExportSettings) -> None:
 
 
 settings_command(render, RenderSettings, render_command)
+settings_command(select, SelectSettings, select_command)
 settings_command(export, ExportSettings, export_command)

@@ -16,8 +16,8 @@ from spanjudge.app import cli
 from spanjudge.core.errors import SpanjudgeError
 
 EXPECTED = {
-    "tasks", "prompt", "parse", "generate", "annotate", "import", "merge", "train", "score", "render", "export",
-    "meta-eval", "compare", "perturb", "publish", "demo",
+    "tasks", "prompt", "parse", "generate", "annotate", "import", "merge", "train", "score", "render", "select",
+    "export", "meta-eval", "compare", "perturb", "publish", "demo",
 }  # fmt: skip
 
 
