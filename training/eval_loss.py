@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
+    from torch.utils.data import DataLoader
     from transformers import Trainer
     from transformers.trainer_utils import EvalLoopOutput
 
@@ -33,21 +34,33 @@ def token_weighted_eval(trainer_class: type[Trainer]) -> type[Trainer]:
     class TokenWeightedEval(trainer_class):  # type: ignore[valid-type,misc]
         _eval_sums: list[float]
 
-        def evaluation_loop(self, *args: Any, **kwargs: Any) -> EvalLoopOutput:
+        def evaluation_loop(
+            self,
+            dataloader: DataLoader[Any],
+            description: str,
+            prediction_loss_only: bool | None = None,
+            ignore_keys: list[str] | None = None,
+            metric_key_prefix: str = "eval",
+        ) -> EvalLoopOutput:
             import torch
 
             self._eval_sums = [0.0, 0.0]  # Σ loss × tokens, Σ tokens, on this process
-            output = super().evaluation_loop(*args, **kwargs)
-            prefix = kwargs.get("metric_key_prefix", args[4] if len(args) > 4 else "eval")
+            output = super().evaluation_loop(
+                dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix
+            )
             sums = torch.tensor(self._eval_sums, dtype=torch.float64, device=self.accelerator.device)
             loss_sum, tokens = self.accelerator.reduce(sums, reduction="sum").tolist()
-            if tokens > 0 and f"{prefix}_loss" in output.metrics:
-                output.metrics[f"{prefix}_loss"] = loss_sum / tokens
+            if tokens > 0 and f"{metric_key_prefix}_loss" in output.metrics:
+                output.metrics[f"{metric_key_prefix}_loss"] = loss_sum / tokens
             return output
 
         def prediction_step(
-            self, model: torch.nn.Module, inputs: dict[str, Any], prediction_loss_only: bool, ignore_keys: Any = None
-        ) -> tuple[Any, Any, Any]:
+            self,
+            model: torch.nn.Module,
+            inputs: dict[str, Any],
+            prediction_loss_only: bool,
+            ignore_keys: list[str] | None = None,
+        ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
             loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
             if loss is not None and inputs.get("labels") is not None:
                 tokens = completion_tokens(inputs["labels"])
