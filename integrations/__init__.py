@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from spanjudge.inference.judge import Judge
+    from spanjudge.inference.predictions import Prediction
 
 
 def check_task_aspect(judge: Judge, task: str, aspect: str, aspect_definition: str | None) -> None:
@@ -18,3 +19,9 @@ def check_task_aspect(judge: Judge, task: str, aspect: str, aspect_definition: s
     spec = judge.catalog.task(task)
     if aspect_definition is None:
         spec.aspect(aspect)
+
+
+def explained_errors(prediction: Prediction) -> str:
+    """The errors one a line, "severity 3: “quote” — explanation", or "No Error": what a tool shows beside the score."""
+    lines = [f"severity {e.severity}: “{e.text}” — {e.explanation}" for e in prediction.errors]
+    return "\n".join(lines) or "No Error"

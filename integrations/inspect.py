@@ -26,7 +26,7 @@ from inspect_ai.solver import TaskState
 from spanjudge.core.errors import InputError
 from spanjudge.inference.judge import Judge
 
-from . import check_task_aspect
+from . import check_task_aspect, explained_errors
 
 if TYPE_CHECKING:
     from spanjudge.inference.predictions import Prediction
@@ -71,8 +71,7 @@ def score_of(prediction: Prediction, output: str, judge: str) -> Score:
         return Score.unscored(
             reason="grader_failed", answer=output, explanation=prediction.unscored_reason, metadata=metadata
         )
-    lines = [f"severity {e['severity']}: “{e['text']}” — {e['explanation']}" for e in errors]
-    return Score(value=prediction.score, answer=output, explanation="\n".join(lines) or "No Error", metadata=metadata)
+    return Score(value=prediction.score, answer=output, explanation=explained_errors(prediction), metadata=metadata)
 
 
 def _expected(prediction: Prediction) -> float | None:

@@ -44,7 +44,7 @@ from spanjudge.core.errors import InputError
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.predictions import Prediction
 
-from . import check_task_aspect
+from . import check_task_aspect, explained_errors
 
 RewardKind = Literal["score", "errors", "expected"]
 REWARDS: tuple[RewardKind, ...] = ("score", "errors", "expected")
@@ -164,8 +164,7 @@ def explained(prediction: Prediction) -> str:
     """A completion's errors, one a line ("severity 3: “quote” — explanation"), "No Error", or why it is unscored."""
     if prediction.score is None:
         return f"unscored: {prediction.unscored_reason}"
-    lines = [f"severity {e.severity}: “{e.text}” — {e.explanation}" for e in prediction.errors]
-    return "\n".join(lines) or "No Error"
+    return explained_errors(prediction)
 
 
 def _text(message: str | Sequence[Mapping[str, str]], role: str) -> str:

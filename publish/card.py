@@ -4,12 +4,11 @@ intended use, usage snippets, training, data provenance, meta-evaluation table).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .markdown import category_rows, cell, render
+from .markdown import category_rows, cell, render, slug
 from .results import EvalResults
 from .run_folder import HUB_BASES, RunFolder
 from .staging import CONFIG_FILE, staged_config_text
@@ -39,10 +38,6 @@ class CardOptions:
     eval_results: EvalResults | None = None
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "value"
-
-
 def _model_index(results: EvalResults | None) -> list[Any]:
     """The card metadata's `model-index` entries, one per result row."""
     from huggingface_hub import EvalResult
@@ -53,9 +48,9 @@ def _model_index(results: EvalResults | None) -> list[Any]:
         EvalResult(
             task_type="text-generation",
             task_name="NLG evaluation (meta-evaluation)",
-            dataset_type=_slug(row.dataset),
+            dataset_type=slug(row.dataset),
             dataset_name=row.dataset,
-            metric_type=_slug(row.metric),
+            metric_type=slug(row.metric),
             metric_value=round(row.value, 4),
             metric_name=" ".join(part for part in (row.aspect, row.level and f"{row.level}-level", row.metric) if part),
         )

@@ -26,6 +26,7 @@ from spanjudge.core.artifacts import ResultRow
 from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.core.keyvalue import parse_texts
 
+from .markdown import slug
 from .results import EvalResults
 
 FOLDER = ".eval_results"
@@ -95,9 +96,10 @@ def eval_result_files(results: EvalResults, datasets: Mapping[str, HubDataset]) 
         problems = schema_problems(data)
         if problems:  # built here from validated rows: a bug, never a user mistake
             raise AssertionError(f"an .eval_results entry outside the Hub's schema: {problems[0]}")
-        path = f"{FOLDER}/{_file_stem(row)}.yaml"
+        stem = _file_stem(row)
+        path = f"{FOLDER}/{stem}.yaml"
         if path in files:
-            raise InputError(f"--eval-results {results.source}: two rows for {_file_stem(row)}; keep one")
+            raise InputError(f"--eval-results {results.source}: two rows for {stem}; keep one")
         files[path] = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     return EvalResultFiles(files, tuple(sorted(names - set(datasets))))
 
@@ -139,11 +141,7 @@ def schema_problems(data: object) -> list[str]:
 
 def _file_stem(row: ResultRow) -> str:
     parts = (row.dataset, row.task, row.aspect, row.level, row.metric)
-    return "-".join(_slug(part) for part in parts if part)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "value"
+    return "-".join(slug(part, "_") for part in parts if part)
 
 
 def _notes(row: ResultRow) -> str:

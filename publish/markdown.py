@@ -7,6 +7,7 @@ undefined name is an error, so a template and its data cannot drift apart silent
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any
@@ -14,6 +15,11 @@ from typing import Any
 import jinja2
 
 from spanjudge.core.configio import configs_dir
+
+
+def slug(text: str, joiner: str = "-") -> str:
+    """`text` as an identifier: lower case, each run of other characters one `joiner`."""
+    return re.sub(r"[^a-z0-9]+", joiner, text.lower()).strip(joiner) or "value"
 
 
 def cell(value: object) -> str:
