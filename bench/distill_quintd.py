@@ -19,9 +19,9 @@ The protocol: every choice is made on the dev split (default tables 70-79); the 
 of one recipe (`--recipe`, one `--label` and `--train-seed` each) are reported as mean [lowest,
 highest]. bench/distill_protocol.sh runs the protocol's runs in order. Every phase keeps its result in
 --work, so a killed run resumes where it stopped, and a finished phase is reused only for the same settings
-(another setting under the same --label stops with a message). Results:
-bench/results/distill_quintd.{json,md}: one row per judge and run label, and the recipes' seeds
-pooled; a run with another --label adds its rows beside the others.
+(another setting under the same --label stops with a message). Results: bench/results/distill_quintd.{json,md}
+(a row per judge and run; each recipe's seeds pooled), each judge's judgments in distill_judgments/ (all tables
+recompute from them: --from-judgments), the student's decisions fitted on dev, reliability diagrams.
 """
 
 from __future__ import annotations
@@ -34,17 +34,26 @@ import time
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from spanjudge.eval.distill.phases import import_teacher, judge_held_out, result_rows, run_settings, train_student
+from spanjudge.eval.distill.phases import import_teacher, judge_held_out, run_settings, train_student
+from spanjudge.eval.distill.recompute import diagram, from_judgments, rows_and_decisions
 from spanjudge.eval.distill.report import write_results
 from spanjudge.eval.distill.study import STUDENTS, StudySettings, leak, recipe_conflict, recipe_settings
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench/results/distill_quintd"
+KEPT = REPO / "bench/results/distill_judgments"  # every run's judgments, compressed (eval.distill.judgments)
 
 
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--label", required=True, help="name of this run's rows in the results (one seed of a recipe)")
+    parser.add_argument("--label", help="name of this run's rows in the results (one seed of a recipe)")
+    parser.add_argument(
+        "--from-judgments",
+        nargs="*",
+        metavar="LABEL",
+        help="no model: recompute the rows of these protocol runs (default: all) from their kept judgments "
+        "(bench/results/distill_judgments/), with the decisions fitted on each run's dev judgments",
+    )
     parser.add_argument(
         "--recipe", help="the recipe this run is one training seed of (default: the label); its seeds' mean is reported"
     )
@@ -103,6 +112,12 @@ def parser() -> argparse.ArgumentParser:
         help="count each example's first completion token ('No Error' or 'Error 1:') this many times in the loss "
         "(training.decision_weight)",
     )
+    parser.add_argument(
+        "--too-long",
+        choices=("cut", "skip"),
+        help="a training record longer than 2048 tokens: cut its input as judging does (the default), or skip it "
+        "(the runs before the default was cut)",
+    )
     parser.add_argument("--train-seed", type=int, help="training.seed: another draw of the same recipe (default: 42)")
     parser.add_argument("--max-new-tokens", type=int)
     parser.add_argument("--retries", type=int)
@@ -147,6 +162,11 @@ def settings(args: argparse.Namespace) -> StudySettings:
 def main() -> None:
     options = parser()
     args = options.parse_args()
+    if args.from_judgments is not None:
+        done = from_judgments(RESULTS, KEPT, REPO / "runs/bench/distill_quintd", args.from_judgments, print)
+        return print(f"recomputed: {', '.join(done) or 'nothing'}; {RESULTS.with_suffix('.md')}")
+    if args.label is None:
+        options.error("--label is required (or --from-judgments)")
     if args.samples < 0:  # before hours of import and training, not when the judge is made
         options.error(f"--samples is 0 (no self-consistency rows) or more, not {args.samples}")
     s = settings(args)
@@ -166,8 +186,10 @@ def main() -> None:
     say(f"teacher records: {imported['train']} train / {imported['validation']} validation")
     train = train_student(work, s)
     say(f"student trained: {train}")
-    docs, judged, teacher = judge_held_out(work, s, say)
-    write_results(RESULTS, result_rows(docs, judged, teacher, s, say), run_settings(s, imported, train, judged))
+    docs, judged, teacher = judge_held_out(work, s, say, keep=KEPT)
+    rows, rule = rows_and_decisions(s, docs, judged, teacher, KEPT, say)
+    diagram(s, docs, judged, RESULTS.parent / "distill_calibration")
+    write_results(RESULTS, rows, {**run_settings(s, imported, train, judged), "decisions": rule})
     say(f"results: {RESULTS.with_suffix('.md')}")
     print(RESULTS.with_suffix(".md").read_text())
 

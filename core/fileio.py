@@ -35,12 +35,16 @@ def current_umask() -> int:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, name = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as tmp:
+        with os.fdopen(handle, "wb") as tmp:
             os.fchmod(tmp.fileno(), 0o666 & ~current_umask())
-            tmp.write(text)
+            tmp.write(data)
             tmp.flush()
             os.fsync(tmp.fileno())
         os.replace(name, path)

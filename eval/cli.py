@@ -91,6 +91,14 @@ class MetaEvalSettings:
         help="--spans: grow every span, predicted and gold, to whole words before scoring (factgenie's "
         "word-boundary snapping); recorded in spans.json.",
     )
+    fit_decisions: bool = option(
+        False,
+        help="--spans: make this span set the distilled judges' dev split: judge it with their written replies and "
+        "probabilities, choose each judge's decision thresholds on it (say 'No Error' when P(no error) >= t0, keep "
+        "a span at confidence >= t; the best mean of overlap F1, token F1, count r and token r) and store them "
+        "with the judge (its folder's spanjudge.json), where score, predict and meta-eval apply them. Report the "
+        "judge on other inputs afterwards: a set that shares inputs with the one that chose is refused.",
+    )
     export_requests: Path | None = option(
         None,
         help="Write the suite's items as a JSONL for `spanjudge score --data` (ids are ITEM@ASPECT) and stop.",
@@ -124,8 +132,8 @@ def meta_eval_command(s: MetaEvalSettings) -> None:
 
     if sum(x is not None for x in (s.suite, s.benchmark, s.spans)) != 1:
         raise InputError("give exactly one of --suite, --benchmark and --spans")
-    if s.spans is None and (s.gamma or s.snap_words):
-        raise InputError("--gamma and --snap-words apply to --spans only")
+    if s.spans is None and (s.gamma or s.snap_words or s.fit_decisions):
+        raise InputError("--gamma, --snap-words and --fit-decisions apply to --spans only")
     how = _Judging(
         s.out, s.judge or [], _options(s.judge_option or []), s.endpoint or [], s.plots, s.data_dir, s.max_items,
         s.samples,
@@ -133,7 +141,7 @@ def meta_eval_command(s: MetaEvalSettings) -> None:
     if s.benchmark is not None:
         _benchmark_mode(s.benchmark, how, s.dhp_weight or [], s.normalised_p)
     elif s.spans is not None:
-        _spans_mode(s.spans, how, gamma=s.gamma, snap_words=s.snap_words)
+        _spans_mode(s.spans, how, gamma=s.gamma, snap_words=s.snap_words, fit_decisions=s.fit_decisions)
     elif s.export_requests is not None:
         _export_mode(s.suite, s.export_requests, s.resamples, s.dataset, s.data_dir, s.max_items)  # type: ignore[arg-type]
     else:
@@ -212,7 +220,7 @@ def _benchmark_mode(benchmark: Path, how: _Judging, weights: list[str], normalis
     _console().print("report: " + ", ".join(str(p) for p in reports))
 
 
-def _spans_mode(spans: str, how: _Judging, *, gamma: bool, snap_words: bool) -> None:
+def _spans_mode(spans: str, how: _Judging, *, gamma: bool, snap_words: bool, fit_decisions: bool) -> None:
     """--spans: error-span P/R/F1 against human spans."""
     from spanjudge.core.errors import InputError
 
@@ -224,8 +232,14 @@ def _spans_mode(spans: str, how: _Judging, *, gamma: bool, snap_words: bool) -> 
         raise InputError("--samples applies to --suite and --benchmark, not to --spans")
     if spans.startswith(FACTGENIE):
         check_judges(how.specs)  # before any judge loads
-    with open_judges(how.specs, how.out, how.options, how.endpoints) as judges:
+    options = how.options
+    if fit_decisions:  # the thresholds are chosen from the written replies and the probabilities along them
+        if any(key in options for key in ("no_error_threshold", "min_confidence", "written")):
+            raise InputError("--fit-decisions chooses the thresholds: give no --judge-option of its own for them")
+        options = {**options, "written": "true", "probabilities": "true"}
+    with open_judges(how.specs, how.out, options, how.endpoints) as judges:
         report = run_spans(
-            spans, judges, how.out, data_dir=how.data_dir, max_items=how.max_items, gamma=gamma, snap_words=snap_words
-        )
+            spans, judges, how.out, data_dir=how.data_dir, max_items=how.max_items, gamma=gamma,
+            snap_words=snap_words, fit_decisions=fit_decisions,
+        )  # fmt: skip
     _console().print(f"report: {report}")

@@ -160,13 +160,30 @@ def _anchored(errors: Iterable[Any]) -> list[list[int]]:
     return [[e.start, e.end] for e in errors if e.start is not None and e.end is not None]
 
 
+def probability_detail(evaluation: JudgedEvaluation) -> dict[str, Any]:
+    """What a judgment read with its probabilities keeps for calibration and for fitting decisions
+    (`eval.spans.calibration`, `eval.spans.decision_fit`): the written reply's anchored spans with each one's
+    confidence, its number of errors, P(no error) and the expected number of errors."""
+    reading = evaluation.probabilities
+    assert reading is not None
+    written = evaluation.reply_errors
+    confidences = reading.written()
+    return {
+        "written_errors": len(written),
+        "written_spans": _anchored(written),
+        "span_confidence": [p for e, p in zip(written, confidences, strict=True) if e.start is not None],
+        "p_no_error": reading.p_no_error,
+        "expected_errors": reading.expected_errors,
+    }
+
+
 def _expected_detail(evaluation: JudgedEvaluation) -> dict[str, Any]:
     """The span metrics' view of an evaluation read with its probabilities: the spans it writes with
     probability at least SPAN_KEPT_AT along its reply, and its expected number of errors (what the
     count correlation uses), as bench/distill_quintd.py's `+expected` rows read them."""
 
     reading = evaluation.probabilities
-    kept = [e for e, p in zip(evaluation.errors, reading.written(), strict=True) if p >= SPAN_KEPT_AT]
+    kept = [e for e, p in zip(evaluation.reply_errors, reading.written(), strict=True) if p >= SPAN_KEPT_AT]
     return {"errors": len(kept), "spans": _anchored(kept), "expected_errors": reading.expected_errors}
 
 
@@ -266,6 +283,9 @@ class DistilledJudge:
         if self.score_kind == "expected":
             judge_options["probabilities"] = "true"
         self._judge = module.Judge.from_pretrained(location, **_judge_options(judge_options))
+        self.location = location
+        # the decision rule it applies (None: its written replies), for the held-out check of --spans
+        self.decisions = self._judge.decisions
         # options (engine, sampling ...) change the judgments too, and so does the prompt template's
         # content (an edited --judge-option prompt_template=FILE keeps its name); see model_fingerprint
         settings = ",".join(f"{k}={v}" for k, v in sorted(options.items()))
@@ -294,9 +314,11 @@ class DistilledJudge:
                 continue  # the model was unreachable: not stored, tried again next run
             score = evaluation.score
             detail = {"errors": len(evaluation.errors), "spans": error_spans(evaluation)}
+            if evaluation.probabilities is not None:
+                detail |= probability_detail(evaluation)
             if self.score_kind == "expected" and evaluation.probabilities is not None:
                 score = evaluation.probabilities.expected_score
-                detail = _expected_detail(evaluation)
+                detail |= _expected_detail(evaluation)
             elif self.score_kind == "consensus" and evaluation.consensus is not None:
                 score = evaluation.consensus.score
             results[item.id] = Judgment(

@@ -158,12 +158,15 @@ def run_spans(
     max_items: int | None = None,
     gamma: bool = False,
     snap_words: bool = False,
+    fit_decisions: bool = False,
 ) -> Path:
     """Error-span P/R/F1 of the judges (and of the mark-every-number baseline) on span set
     `name` (rotowire or quintd1); returns the report."""
 
     out.mkdir(parents=True, exist_ok=True)
-    return evaluate_span_set(name, judges, out, data_dir, max_items, gamma=gamma, snap_words=snap_words)
+    return evaluate_span_set(
+        name, judges, out, data_dir, max_items, gamma=gamma, snap_words=snap_words, fit_decisions=fit_decisions
+    )
 
 
 def export_requests(

@@ -51,10 +51,12 @@ from spanjudge.core.progress import Advance
 from .backends import make_backend
 from .backends.adapters import check_safetensors_adapter
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
+from .backends.registry import engine as engine_declaration
 from .backends.registry import engines_that
 from .consensus import Consensus, consensus
-from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
+from .contract import ErrorAnnotation, Evaluation, ParseFailure, anchor_evaluation, parse_judge
 from .contract.json_form import json_reply_to_text
+from .decisions import AppliedDecision, DecisionRule, decide_reply, effective_rule, stored_rule
 from .hf_models import local_folder, resolve_model_source
 from .judge_conversation import (
     JudgeRequest,
@@ -89,6 +91,10 @@ class JudgedEvaluation(Evaluation):
     call_failure: str | None = None
     raw_replies: list[str] = Field(default_factory=list)
     probabilities: ReplyProbabilities | None = None  # with `probabilities=True`: read along the written reply
+    # with a decision rule (`decisions.py`): the errors the reply wrote (what `probabilities.errors` follows), and
+    # what the rule did; `errors` then holds the decided ones
+    written_errors: list[ErrorAnnotation] | None = None
+    decision: AppliedDecision | None = None
     consensus: Consensus | None = None  # with `samples=N`: N sampled replies merged
     attempts: int = 0
     truncated: str | None = None
@@ -96,6 +102,11 @@ class JudgedEvaluation(Evaluation):
     @property
     def scored(self) -> bool:
         return self.score is not None
+
+    @property
+    def reply_errors(self) -> list[ErrorAnnotation]:
+        """The errors the reply wrote (the ones `probabilities.errors` follows), decided or not."""
+        return self.errors if self.written_errors is None else self.written_errors
 
 
 @dataclass
@@ -144,6 +155,12 @@ class Judge:
                 f"{type(backend).__name__} does not read them: give probability_reader="
             )
         self.probabilities = options.probabilities
+        # the decision rule applied to each reply read with its probabilities (None: the written reply), and
+        # why a rule stored with the judge is not applied (an engine that cannot read probabilities)
+        self.decisions: DecisionRule | None = setup.decisions
+        if self.decisions is not None and not self.probabilities:
+            raise SpanjudgeError("a decision rule reads the judge's probabilities: give probabilities=True too")
+        self.decisions_skipped = setup.decisions_skipped
         # the judge's own prompt (None: the built-in one); a request that names none is sent with it
         self.prompt_template = setup.prompt_template
         self.tokenizer = setup.tokenizer
@@ -172,13 +189,22 @@ class Judge:
         `probability_reader`: where an engine that cannot read probabilities reads them (a served llama.cpp
         judge: `llamacpp.LlamaCppProbabilities(gguf, tokenizer, lora).read_probabilities`)."""
         o = judge_options(options, **changes)
-        declared = judge_engine(o, probability_reader)
         location = str(model_or_adapter)
+        rule, skipped = decision_rule_for(o, location, probability_reader)
+        if rule is not None:
+            o = replace(o, probabilities=True)
+        declared = judge_engine(o, probability_reader)
         check_safetensors_adapter(Path(location).expanduser())  # a pickled adapter: one line, before anything loads
         template = resolve_prompt_template(location, o.prompt_template)
         adapter, model = _adapter_and_model(location, o.base)
         spec, setup = wire(declared, o, location=location, adapter=adapter, model=model)
-        setup = replace(setup, prompt_template=template, probability_reader=probability_reader)
+        setup = replace(
+            setup,
+            prompt_template=template,
+            probability_reader=probability_reader,
+            decisions=rule,
+            decisions_skipped=skipped,
+        )
         return cls(make_backend(spec), o, catalog, setup)
 
     def request(
@@ -385,7 +411,7 @@ class Judge:
             reason = f"no parseable reply in {attempt + 1} tries (last: {parsed.reason})"
             return _unscored(item, replies, attempt + 1, reason=reason)
         evaluation = anchor_evaluation(parsed, item.request.output)
-        return JudgedEvaluation(
+        judged = JudgedEvaluation(
             errors=evaluation.errors,
             score=evaluation.score,
             id=item.request.id,
@@ -394,6 +420,19 @@ class Judge:
             truncated=item.truncated,
             probabilities=self._read_probabilities(item, parsed) if self.probabilities else None,
         )
+        return self._decided(judged)
+
+    def _decided(self, judged: JudgedEvaluation) -> JudgedEvaluation:
+        """`judged` with the decision rule applied (its written errors kept beside), or as it is without one."""
+        rule, reading = self.decisions, judged.probabilities
+        if rule is None or reading is None:
+            return judged
+        kept, no_error = decide_reply(reading, rule)
+        applied = AppliedDecision(
+            **rule.thresholds(), source="stored" if rule.fitted_on else "given", kept=kept, no_error=no_error
+        )
+        decided = [judged.errors[index] for index in kept]
+        return judged.model_copy(update={"errors": decided, "written_errors": judged.errors, "decision": applied})
 
     def _read_probabilities(self, item: _Prepared, parsed: Evaluation) -> ReplyProbabilities:
         """The judge's probabilities along the written evaluation, read from the same prompt."""
@@ -430,6 +469,25 @@ class Judge:
 
     def close(self) -> None:
         self.backend.close()
+
+
+def decision_rule_for(
+    options: JudgeOptions, location: str, probability_reader: ProbabilitySource | None = None
+) -> tuple[DecisionRule | None, str | None]:
+    """The decision rule the judge at `location` applies (`decisions.effective_rule`), and why a rule stored
+    with it is not applied: an engine that cannot read probabilities judges with its written replies then
+    (said, never silent); thresholds given by hand on such an engine are refused by `judge_engine`."""
+    stored = stored_rule(Path(location).expanduser())
+    rule = effective_rule(options, stored)
+    if rule is None or options.probabilities or rule is not stored:
+        return rule, None
+    declared = engine_declaration(options.engine)
+    if declared.read_probabilities or probability_reader is not None:
+        return rule, None
+    return None, (
+        f"the decision rule stored with the judge ({rule.describe()}) needs its probabilities, which the "
+        f"{declared.name} engine does not read: its written replies are used"
+    )
 
 
 def _unscored(

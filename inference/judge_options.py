@@ -89,6 +89,25 @@ class JudgeOptions:
         "the thesis's Algorithm 1 (`consensus` in each row). N more generations per output.",
         min=0,
     )
+    no_error_threshold: float | None = option(
+        None,
+        help="Say 'No Error' when the judge's P(no error) is at least this (0-1), whatever its reply wrote; "
+        "default: the value fitted on a dev split and stored with the judge (spanjudge.json), if any. Reads the "
+        "judge's probabilities; the written errors stay beside the decided ones.",
+        min=0.0,
+        max=1.0,
+    )
+    min_confidence: float | None = option(
+        None,
+        help="Keep a written error only when the judge writes it (and the errors before it) with at least this "
+        "probability (0-1); default: the value stored with the judge, if any. Reads the judge's probabilities.",
+        min=0.0,
+        max=1.0,
+    )
+    written: bool = option(
+        False,
+        help="The written replies as they are: apply no decision rule, not even the one stored with the judge.",
+    )
 
 
 JUDGE_OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(JudgeOptions))

@@ -27,6 +27,7 @@ from .backends.registry import NO_PROMPT_LOGPROBS, engines_that
 from .chat import render_chat
 from .contract import Evaluation
 from .contract.grammar import errors_within
+from .decisions import DecisionRule
 from .hf_models import load_tokenizer
 from .judge_options import JudgeOptions
 from .probabilities import ReplyProbabilities
@@ -48,6 +49,8 @@ class JudgeSetup:
     json_replies:       replies come in the contract's JSON form, rendered to the text evaluation to parse
     prompt_template:    the judge's prompt (None: the built-in one)
     probability_reader: reads probabilities for an engine that does not itself (a served llama.cpp judge)
+    decisions:          the decision rule (`decisions.py`) applied to each reply; decisions_skipped: why the
+                        rule stored with the judge is not (its engine cannot read probabilities)
     """
 
     tokenizer: PreTrainedTokenizerBase | None = None
@@ -57,6 +60,8 @@ class JudgeSetup:
     name: str = "judge"
     prompt_template: PromptTemplate | None = None
     probability_reader: ProbabilitySource | None = None
+    decisions: DecisionRule | None = None  # applied to each reply read with its probabilities
+    decisions_skipped: str | None = None  # why the rule stored with the judge is not applied
 
 
 def judge_engine(options: JudgeOptions, probability_reader: ProbabilitySource | None = None) -> Engine:

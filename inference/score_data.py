@@ -332,6 +332,9 @@ class ScoreRow(BaseModel):
     call_failure: str | None = None  # the model could not be reached: shown, and scored again by the next run
     # with --probabilities: the judge's expected values beside the written ones (`probability_fields`)
     probabilities: dict[str, Any] | None = None
+    # with a decision rule (`inference.decisions`): the errors the reply wrote, and what the rule did
+    written_errors: list[dict[str, Any]] | None = None
+    decision: dict[str, Any] | None = None
     # with --samples N: the N sampled replies merged (`consensus.Consensus`), beside the written evaluation
     consensus: dict[str, Any] | None = None
     truncated: str | bool | None = None
@@ -358,14 +361,19 @@ class ScoreRow(BaseModel):
         """The row of a JudgeRequest and its JudgedEvaluation; `key` is its resume key (`resume_key`)."""
         fields = {"id": str(request.id), "task": request.task.id, "aspect": request.aspect.name, **(key or {})}
         read = getattr(evaluation, "probabilities", None)
-        errors = [e.model_dump() for e in evaluation.errors]
+        decision = getattr(evaluation, "decision", None)
+        written_errors = getattr(evaluation, "written_errors", None)
+        written = [e.model_dump() for e in (evaluation.errors if written_errors is None else written_errors)]
         if read is not None:  # each error's confidence and expected severity beside its written severity
-            for error, probabilities in zip(errors, read.errors, strict=True):
+            for error, probabilities in zip(written, read.errors, strict=True):
                 error.update(confidence=probabilities.confidence, expected_severity=probabilities.expected_severity)
+        errors = written if decision is None else [written[index] for index in decision.kept]
         return cls(
             **fields,
             output=request.output,
             evaluation=ScoreEvaluation(errors=errors, score=evaluation.score),
+            # a decision rule's row keeps the written errors beside the decided ones, and what the rule did
+            **({"written_errors": written, "decision": decision.model_dump()} if decision is not None else {}),
             **({"probabilities": probability_fields(read)} if read is not None else {}),
             **({"consensus": merged.model_dump()} if (merged := getattr(evaluation, "consensus", None)) else {}),
             unscored_reason=evaluation.unscored_reason,

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import yaml
 
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.crash import describe_exit
+from spanjudge.eval.spans.decision_fit import decided_spans
 from spanjudge.eval.spans.judging import (
     consensus_predictions,
     expected_predictions,
@@ -33,10 +35,12 @@ from spanjudge.eval.spans.judging import (
 from spanjudge.eval.spans.metrics import mark_numbers
 from spanjudge.inference.backends.llamacpp import LlamaCppProbabilities, LlamaCppServer
 from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf
+from spanjudge.inference.decisions import DecisionRule
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 
+from .judgments import archive, readings
 from .report import domain_rows
 from .study import STUDENTS, StudySettings, checkout_free, held_out_tables, judging_key, recipe_settings
 
@@ -138,6 +142,7 @@ def train_student(work: Path, args: StudySettings) -> dict[str, Any]:
     sets = {
         "data.train": str(teacher_folder(work)),
         "data.max_length": 2048,
+        "data.too_long": args.too_long,
         "data.repeat_no_error": args.repeat_no_error,
         "training.output_dir": str(run_dir),
         "training.max_steps": steps,
@@ -247,9 +252,20 @@ def served_judge(
 Say = Callable[[str], None]
 
 
-def judge_held_out(work: Path, args: StudySettings, say: Say) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+def held_out_documents(args: StudySettings, split: str | None = None) -> tuple[list[Any], dict[str, Any]]:
+    """The outputs of a held-out split (the run's, or `split`) with the humans' spans, and the teacher's spans."""
+    tables = held_out_tables(args if split is None else replace(args, split=split))
+    docs = quintd_tables("human", tables, args.eval_domains)
+    teacher = {d.id: d.gold_spans for d in quintd_tables("gpt-4", tables, args.eval_domains)}
+    return docs, teacher
+
+
+def judge_held_out(
+    work: Path, args: StudySettings, say: Say, keep: Path | None = None
+) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
     """The held-out outputs of the run's split (with the humans' spans), each judge's judgments of them (kept
-    in `work`, so a killed run resumes and a finished judge is read back) and the teacher's spans on them."""
+    in `work`, so a killed run resumes and a finished judge is read back; and compressed under `keep`, the
+    results' judgments folder, `judgments.archive`) and the teacher's spans on them."""
 
     adapter = work / "student" / "adapter"
     gguf = student_gguf(args.student)
@@ -258,8 +274,7 @@ def judge_held_out(work: Path, args: StudySettings, say: Say) -> tuple[list[Any]
     if lora is not None and not lora.is_file():
         adapter_to_gguf(adapter, json.loads((base_folder / "config.json").read_text()), lora)
     tables = held_out_tables(args)
-    docs = quintd_tables("human", tables, args.eval_domains)
-    teacher = {d.id: d.gold_spans for d in quintd_tables("gpt-4", tables, args.eval_domains)}
+    docs, teacher = held_out_documents(args)
     say(f"held out ({args.split} split, tables {tables[0]}-{tables[1] - 1}): {len(docs)} outputs with human spans")
     judged = {}
     # the base is served without the LoRA; its prompt is rendered by the tokenizer of a folder with a chat
@@ -302,14 +317,23 @@ def judge_held_out(work: Path, args: StudySettings, say: Say) -> tuple[list[Any]
         finally:
             if judge is not None:
                 judge.close()
+        if keep is not None:
+            archive(keep, args.label, args.split, name, judged[name])
     return docs, judged, teacher
 
 
 def result_rows(
-    docs: list[Any], judged: dict[str, Any], teacher: dict[str, Any], args: StudySettings, say: Say
+    docs: list[Any],
+    judged: dict[str, Any],
+    teacher: dict[str, Any],
+    args: StudySettings,
+    say: Say,
+    rule: DecisionRule | None = None,
 ) -> list[dict[str, Any]]:
     """The agreement rows of every judge (the student's written replies, its expected and consensus readings,
-    the base), the teacher and the mark-every-number baseline, per domain and pooled."""
+    its decisions under `rule` (fitted on the run's dev judgments), the base), the teacher and the
+    mark-every-number baseline, per domain and pooled; the student's rows read with its probabilities carry
+    their calibration (`eval.spans.calibration`)."""
 
     def rows_of(name: str, spans: dict[str, Any], payload: dict[str, Any] | None = None, **kw: Any) -> list[dict]:
         if args.gamma:
@@ -324,10 +348,15 @@ def result_rows(
         if "+consensus" in name:
             rows += rows_of("student·consensus", consensus_predictions(payload), payload, written=False)
             continue
-        rows += rows_of(name.split("+")[0], predictions(payload), payload)
-        if name.endswith("+probabilities"):
-            spans, counts = expected_predictions(payload)
-            rows += rows_of("student·expected", spans, payload, counts=counts, written=False)
+        if not name.endswith("+probabilities"):
+            rows += rows_of(name.split("+")[0], predictions(payload), payload)
+            continue
+        read = readings(payload)
+        rows += rows_of("student", predictions(payload), payload, readings=read)
+        spans, counts = expected_predictions(payload)
+        rows += rows_of("student·expected", spans, payload, counts=counts, written=False)
+        if rule is not None:
+            rows += rows_of("student·decided", decided_spans(read, rule), payload, written=False)
     rows += rows_of("teacher", teacher)
     rows += rows_of("number_baseline", {d.id: mark_numbers(d.output) for d in docs})
     return rows

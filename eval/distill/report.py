@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from spanjudge.eval.spans.calibration import MEASURES
+from spanjudge.inference.decisions import DecisionRule
+
 from .study import IMPORT_CONFIG, checkout_free
 
 IMPORT_CONFIG_NAME = checkout_free(IMPORT_CONFIG)  # as runs record it: from `configs/` on
@@ -24,11 +27,14 @@ def domain_rows(
     counts: dict[str, float] | None = None,
     gammas: dict[str, tuple[float | None, int]] | None = None,
     written: bool = True,
+    readings: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One agreement row per domain of `docs` and one pooled over them, for the judge `name` on `split`;
     with `gammas` (`output_gammas` of the judge), factgenie's γ agreement too. `written`: the spans are those of
-    the judge's written replies (not a reading of its probabilities or of its sampled replies)."""
+    the judge's written replies (not a reading of its probabilities or of its sampled replies). `readings`
+    (`judgments.readings`): the calibration of the judge's probabilities, ECE and n per measure."""
     from spanjudge.eval.spans.agreement import span_agreement
+    from spanjudge.eval.spans.calibration import calibration
     from spanjudge.eval.spans.gamma import gamma_summary
 
     domains = list(dict.fromkeys(d.input_id.split("/")[0] for d in docs))
@@ -40,6 +46,9 @@ def domain_rows(
         if gammas is not None:
             summary = gamma_summary(gammas[d.id] for d in subset if d.id in gammas)
             row["gamma"], row["gamma_outputs"] = summary["gamma"], summary["gamma_outputs"]
+        if readings is not None:
+            measures = calibration(subset, readings)
+            row["calibration"] = {m: {"ece": found["ece"], "n": found["n"]} for m, found in measures.items()}
         row["no_error_outputs"] = sum(1 for d in subset if spans.get(d.id) == [])
         row["human_no_error_outputs"] = sum(1 for d in subset if not d.gold_spans)
         if judged is not None:
@@ -81,7 +90,12 @@ def _stats(values: list[float | None]) -> dict[str, Any]:
 
 
 # the student's rows of a run, and the recipe name's suffix each gets in the recipes list
-READINGS = (("student", ""), ("student·expected", "+expected"), ("student·consensus", "+consensus"))
+READINGS = (
+    ("student", ""),
+    ("student·expected", "+expected"),
+    ("student·decided", "+decided"),
+    ("student·consensus", "+consensus"),
+)
 
 
 def recipes(runs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -111,6 +125,9 @@ def recipes(runs: dict[str, Any]) -> list[dict[str, Any]]:
                     stats = _stats([row.get(column) for _, row in found])
                     for what in ("mean", "min", "max"):
                         entry[what][column] = stats[what]
+                calibrated = [row["calibration"] for _, row in found if row.get("calibration")]
+                if calibrated and len(calibrated) == len(found):
+                    entry["calibration"] = {m: _stats([c[m]["ece"] for c in calibrated]) for m in MEASURES}
                 entry["scored"] = sum(row["scored"] for _, row in found)
                 entry["asked"] = sum(row["asked"] for _, row in found)
                 entry["no_error_outputs"] = _stats([row.get("no_error_outputs") for _, row in found])["mean"]
@@ -137,8 +154,10 @@ def protocol_tables(entries: list[dict[str, Any]]) -> list[str]:
         "once per finished recipe and chooses nothing. **Bold**: the mean is at least half of the teacher's value on "
         "the same outputs; count r marked ≥ when it is at or above the number-marking baseline's. `+expected`: the "
         "same judgments read with the judge's probabilities (count = expected number of errors; spans kept when "
-        "the judge writes them with probability ≥ 0.5). `+consensus`: self-consistency, the spans that at least half "
-        "of N sampled replies mark (`--samples N`, temperature 0.7), on the same outputs.",
+        "the judge writes them with probability ≥ 0.5). `+decided`: the same judgments under the decision thresholds "
+        "fitted on the run's dev judgments (`spanjudge.eval.spans.decision_fit`: 'No Error' when P(no error) ≥ τ₀, "
+        "a span kept at confidence ≥ τ; on dev, the fit's own outputs). `+consensus`: self-consistency, the spans "
+        "that at least half of N sampled replies mark (`--samples N`, temperature 0.7), on the same outputs.",
     ]
     for split in ("dev", "test"):
         chosen = [e for e in entries if e["split"] == split]
@@ -341,6 +360,7 @@ def protocol_run_section(label: str, s: dict[str, Any], rows: list[dict[str, Any
         "context 4096 tokens (inputs cut to fit, longest first)"
         + ("; the judge's probabilities read along each reply" if s.get("probabilities") else "")
         + _walls_and_note(s),
+        *_decisions_line(s.get("decisions")),
         "",
         "| split | domain | judge | parsed | says 'No Error' (humans) | overlap F1 | token F1 | count Pearson | "
         "token Pearson | γ | evals/s | inputs cut / skipped |",
@@ -357,6 +377,50 @@ def protocol_run_section(label: str, s: dict[str, Any], rows: list[dict[str, Any
     return lines
 
 
+def _decisions_line(recorded: dict[str, Any] | None) -> list[str]:
+    """What the run's decision thresholds are and what chose them (`student·decided` rows)."""
+    if recorded is None:
+        return []
+    rule = DecisionRule.model_validate({k: v for k, v in recorded.items() if k != "stored_in"})
+    fit = rule.fitted_on
+    assert fit is not None and fit.value is not None and fit.written_value is not None
+    return [
+        "",
+        f"Decisions (`student·decided`): {rule.describe()}; objective {fit.value:.3f} against {fit.written_value:.3f} "
+        f"for the written replies ({fit.objective}). On dev these rows are the fit's own outputs; on test they are "
+        "held out.",
+    ]
+
+
+def calibration_tables(entries: list[dict[str, Any]]) -> list[str]:
+    """Per split, the ECE of each recipe's probabilities (mean [lowest, highest] over its seeds), per domain."""
+    chosen = [e for e in entries if e.get("calibration")]
+    if not chosen:
+        return []
+    lines = [
+        "",
+        "### Calibration of the student's probabilities",
+        "",
+        "Expected calibration error (`spanjudge.eval.spans.calibration`: 10 equal bins; the count in bins of one "
+        "error, its ECE in errors), mean [lowest, highest] over the seeds; reliability diagrams in "
+        "`bench/results/distill_calibration/`.",
+        "",
+        "| recipe | split | domain | seeds | span confidence vs. overlaps a human span | P(no error) vs. humans "
+        "marked nothing | expected count vs. human count (errors) |",
+        "|---|---|---|---|---:|---:|---:|",
+    ]
+    for e in chosen:
+        cells = []
+        for measure in MEASURES:
+            found = e["calibration"][measure]
+            cells.append(
+                "–" if found["mean"] is None else f"{found['mean']:.3f} [{found['min']:.2f}, {found['max']:.2f}]"
+            )
+        seeds = ", ".join(map(str, e["seeds"]))
+        lines.append(f"| {e['recipe']} | {e['split']} | {e['domain']} | {seeds} | {' | '.join(cells)} |")
+    return lines
+
+
 def markdown(runs: dict[str, Any]) -> str:
     lines = [
         "# Distillation on a CPU: quintd-1, GPT-4 teacher → a small student (`bench/distill_quintd.py`)",
@@ -365,6 +429,7 @@ def markdown(runs: dict[str, Any]) -> str:
         "Parse rate = scored / asked; the span and agreement columns are over the scored outputs "
         "(– where undefined: nothing scored, or constant counts).",
         *protocol_tables(recipes(runs)),
+        *calibration_tables(recipes(runs)),
     ]
     legacy = {label: run for label, run in runs.items() if not run["settings"].get("protocol")}
     if legacy:

@@ -44,6 +44,7 @@ class StudySettings:
     rank: int = 16
     repeat_no_error: int = 1
     decision_weight: float = 1.0
+    too_long: str = "cut"  # data.too_long: a record longer than data.max_length is cut as judging cuts it
     train_seed: int = 42
     max_new_tokens: int = 320
     retries: int = 1
@@ -110,8 +111,8 @@ def leak(args: StudySettings) -> str | None:
 # What a protocol recipe is: every setting but the training seed (the runs of one recipe differ in that alone)
 RECIPE_ARGS = (
     "student", "domains", "train_source", "train_tables", "extra_domains", "extra_tables", "import_config", "epochs",
-    "steps", "batch", "lr", "rank", "repeat_no_error", "decision_weight", "max_new_tokens", "retries", "constrained",
-    "probabilities", "dev_tables", "test_tables", "eval_domains",
+    "steps", "batch", "lr", "rank", "repeat_no_error", "decision_weight", "too_long", "max_new_tokens", "retries",
+    "constrained", "probabilities", "dev_tables", "test_tables", "eval_domains",
 )  # fmt: skip
 
 

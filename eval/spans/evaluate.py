@@ -8,6 +8,7 @@ each judge's stored judgments as spans (`judge_spans`), the measures of a set of
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,12 +18,15 @@ from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.core.fileio import atomic_write_text
 from spanjudge.core.progress import labelled_bars
+from spanjudge.inference.decisions import save_rule
 
 from ..datasets import MetaDataset, MetaItem
 from ..judgment import MetaJudge
 from ..store import JudgmentStore, judge_missing, judgment_path
 from ..suite import AspectSpec, DatasetSpec
 from .agreement import metric_interval, span_agreement
+from .calibration import calibration, calibration_markdown, reliability_png
+from .decision_fit import check_held_out, fit_decision_rule
 from .documents import GoldSpan, SpanDocument
 from .factgenie import PREFIX as FACTGENIE
 from .factgenie import check_judges, load_factgenie_spans
@@ -54,6 +58,7 @@ def evaluate_span_set(
     *,
     gamma: bool = False,
     snap_words: bool = False,
+    fit_decisions: bool = False,
 ) -> Path:
     """Error-span P/R/F1 of each judge, and of the mark-every-number baseline, on a span set.
 
@@ -67,15 +72,30 @@ def evaluate_span_set(
     On quintd1 a last row is the human ceiling: the crowd's second annotator scored against the
     first on the outputs `human_corr` annotates twice (at most `max_items` of them), with the
     same metrics.
+
+    A judge read with its probabilities gets their calibration (`eval.spans.calibration`: ECE per measure in
+    spans.json and spans.md, a reliability diagram `calibration-JUDGE.png`). With `fit_decisions`, this set is
+    the judges' dev split: their decision thresholds are fitted on it (`eval.spans.decision_fit`) and stored with each
+    judge in a local folder. A judge whose stored thresholds were fitted on inputs of this set is refused.
     """
     spans = load_span_set(name, [j.name for j in judges], data_root, max_items, snap_words)
     docs = spans.docs
+    for judge in judges:  # thresholds chosen on these inputs would report their own choice as a result
+        check_held_out(getattr(judge, "decisions", None), docs, judge.name, name)
     results: dict[str, Any] = {
         "baseline: mark every number": measured(docs, {d.id: mark_numbers(d.output) for d in docs}, gamma, snap_words)
     }
+    calibrated: dict[str, dict[str, Any]] = {}
     for judge in judges:
-        predictions, expected = judge_spans(judge, spans, out, name)
+        predictions, expected, readings = judge_spans(judge, spans, out, name)
         results[judge.name] = measured(docs, predictions, gamma, snap_words, expected or None)
+        if readings:  # a judge read with its probabilities: how well they match the humans
+            calibrated[judge.name] = results[judge.name]["calibration"] = calibration(docs, readings)
+            reliability_png(
+                out / f"calibration-{_file_name(judge.name)}.png", calibrated[judge.name], f"{judge.name} on {name}"
+            )
+            if fit_decisions:
+                results[judge.name]["decisions"] = _fit_and_store(judge, docs, readings, name)
     if name == "quintd1":
         first, second = human_pairs(data_root, max_items)
         if snap_words:
@@ -83,8 +103,48 @@ def evaluate_span_set(
         results[HUMAN_CEILING] = measured(first, second, gamma, snap_words)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "spans.json", json.dumps(results, indent=2) + "\n")
-    atomic_write_text(out / "spans.md", spans_markdown(name, len(docs), results, gamma, snap_words))
+    markdown = spans_markdown(name, len(docs), results, gamma, snap_words)
+    if calibrated:
+        markdown += "\n".join([*calibration_markdown(calibrated), *_decisions_lines(results)]) + "\n"
+    atomic_write_text(out / "spans.md", markdown)
     return out / "spans.md"
+
+
+def _fit_and_store(judge: MetaJudge, docs: Sequence[SpanDocument], readings: dict[str, Any], name: str) -> dict:
+    """τ₀ and τ fitted on this span set (its dev split, `--fit-decisions`), stored with a judge in a local folder
+    (its spanjudge.json's `decisions`); the rule as results record it (without the input digests)."""
+    rule = fit_decision_rule(docs, readings, split="dev", data=f"{name} ({len(docs)} outputs)").rule
+    location = Path(str(getattr(judge, "location", ""))).expanduser()
+    stored = save_rule(location, rule) if location.is_dir() else None
+    return {
+        **rule.model_dump(mode="json", exclude={"fitted_on": {"sha1"}}),
+        "stored_in": str(stored) if stored else None,
+    }
+
+
+def _decisions_lines(results: dict[str, Any]) -> list[str]:
+    fitted = {judge: r["decisions"] for judge, r in results.items() if "decisions" in r}
+    if not fitted:
+        return []
+    lines = ["", "## Decision thresholds fitted on this set (its dev split)", "",
+             "| judge | 'No Error' when P(no error) ≥ | keep a span at confidence ≥ | objective (written replies) "
+             "| stored in |",
+             "|---|---:|---:|---|---|"]  # fmt: skip
+    for judge, rule in fitted.items():
+        fit = rule["fitted_on"]
+        lines.append(
+            f"| {judge} | {_threshold(rule['no_error_threshold'])} | {_threshold(rule['min_confidence'])} | "
+            f"{fit['value']:.3f} ({fit['written_value']:.3f}) | {rule['stored_in'] or '–'} |"
+        )
+    return lines
+
+
+def _file_name(judge: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", judge).strip("-") or "judge"
+
+
+def _threshold(value: float | None) -> str:
+    return "– (written)" if value is None else f"{value:g}"
 
 
 def load_span_set(
@@ -109,9 +169,12 @@ def load_span_set(
     return SpanSet(list(docs), MetaDataset(spec, task, items, Path(name)), aspect)
 
 
-def judge_spans(judge: MetaJudge, spans: SpanSet, out: Path, name: str) -> tuple[dict[str, Spans], dict[str, float]]:
-    """The judge's spans per document (judging those its store lacks) and, for a judge read with its
-    probabilities (score=expected), its expected number of errors per scored document."""
+def judge_spans(
+    judge: MetaJudge, spans: SpanSet, out: Path, name: str
+) -> tuple[dict[str, Spans], dict[str, float], dict[str, dict[str, Any] | None]]:
+    """The judge's spans per document (judging those its store lacks); for a judge read with its probabilities
+    (score=expected), its expected number of errors per scored document; and, where every scored judgment was
+    read with its probabilities, each one's reading as `eval.spans.calibration` takes it (None: unscored)."""
     spec, aspect, items = spans.dataset.spec, spans.aspect, spans.dataset.items
     store = JudgmentStore(judgment_path(out, judge))
     todo = [i for i in items if (spec.name, aspect.name, i.id) not in store.found]
@@ -120,6 +183,7 @@ def judge_spans(judge: MetaJudge, spans: SpanSet, out: Path, name: str) -> tuple
         judge_missing(judge, store, spans.dataset, aspect, todo, bars(label, len(todo)))
     predictions: dict[str, Spans] = {}
     expected: dict[str, float] = {}
+    readings: dict[str, dict[str, Any] | None] = {}
     for item in items:
         found = store.found.get((spec.name, aspect.name, item.id))
         if found is None:
@@ -129,6 +193,7 @@ def judge_spans(judge: MetaJudge, spans: SpanSet, out: Path, name: str) -> tuple
         predictions[item.id] = None if written is None else [(start, end) for start, end in written]
         if written is not None and "expected_errors" in detail:
             expected[item.id] = float(detail["expected_errors"])
+        readings[item.id] = None if written is None else _reading(detail)
     scored = sum(p is not None for p in predictions.values())
     # judgments stored before score=expected kept its reading (or by hand) would be read as written ones
     wants_expected = getattr(judge, "score_kind", None) == "expected"
@@ -137,7 +202,22 @@ def judge_spans(judge: MetaJudge, spans: SpanSet, out: Path, name: str) -> tuple
             f"{judge.name}: {scored - len(expected)} of its {scored} judgments on {name} have no expected "
             f"number of errors; delete {store.path} to judge them again"
         )
-    return predictions, expected
+    if any(found is not None and "p_no_error" not in found for found in readings.values()):
+        readings = {}  # judged without probabilities (or stored before they were kept): nothing to calibrate
+    return predictions, expected, readings
+
+
+def _reading(detail: dict[str, Any]) -> dict[str, Any]:
+    """A stored judgment's detail as the calibration and the fit read it (the written reply's spans)."""
+    if "p_no_error" not in detail:
+        return {}
+    return {
+        "spans": detail["written_spans"],
+        "span_written": detail["span_confidence"],
+        "errors": detail["written_errors"],
+        "p_no_error": detail["p_no_error"],
+        "expected_errors": detail["expected_errors"],
+    }
 
 
 def measured(

@@ -50,9 +50,10 @@ def partial_path(path: Path) -> Path:
 
 def _judgment_row(result: JudgedEvaluation) -> dict[str, Any]:
     scored = result.scored
+    written = result.reply_errors  # the study reads its decisions from the written reply (`eval.spans.decision_fit`)
     row = {
-        "spans": [[e.start, e.end] for e in result.errors if e.start is not None] if scored else None,
-        "errors": len(result.errors) if scored else None,
+        "spans": [[e.start, e.end] for e in written if e.start is not None] if scored else None,
+        "errors": len(written) if scored else None,
         "unanchored": result.unanchored_count if scored else None,
         "score": result.score,
         "attempts": result.attempts,
@@ -66,7 +67,9 @@ def _judgment_row(result: JudgedEvaluation) -> dict[str, Any]:
             "p_no_error": reading.p_no_error,
             "expected_errors": reading.expected_errors,
             "expected_score": reading.expected_score,
-            "span_written": [p for e, p in zip(result.errors, reading.written(), strict=True) if e.start is not None],
+            "span_written": [
+                p for e, p in zip(result.reply_errors, reading.written(), strict=True) if e.start is not None
+            ],
         }
     if scored and result.consensus is not None:  # a judge asked for N sampled replies (`samples=N`)
         merged = result.consensus

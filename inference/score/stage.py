@@ -27,7 +27,7 @@ from spanjudge.core.sharding import SHARD_HELP, Shard, parse_shard
 
 from ..backends import engine, parse_engine_args
 from ..backends.registry import engines_that
-from ..judge import Judge, JudgedEvaluation, resolve_prompt_template
+from ..judge import Judge, JudgedEvaluation, decision_rule_for, resolve_prompt_template
 from ..judge_conversation import JudgeRequest
 from ..judge_options import JudgeOptions
 from ..judge_setup import judge_engine
@@ -293,8 +293,11 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
     catalog = load_catalog()
     data_name, requests, template = _requests(s, part, catalog)
     decoding = {"max_new_tokens": s.max_new_tokens, "retries": s.retries, "constrained": s.constrained}
-    if s.probabilities:  # only when asked: files scored before these options resume as they were
+    rule, skipped = decision_rule_for(s, s.model)
+    if s.probabilities or rule is not None:  # only when read: files scored before these options resume as they were
         decoding["probabilities"] = True
+    if rule is not None:  # other thresholds decide other errors: those rows are scored again
+        decoding["decisions"] = rule.thresholds()
     if s.samples:
         decoding["samples"] = s.samples
     identity = model_identity(s.model, s.base, s.engine, s.served_model, engine_options)
@@ -311,6 +314,8 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
             write_run_info(out, run_info("score", {**asdict(s), "prompt_template": template_used}, seed=None))
 
         console.print(f"{len(requests)} rows; {len(requests) - len(todo)} already scored in {out}; {len(todo)} to go")
+        if rule is not None or skipped:
+            console.print(f"decisions: {rule.describe()}" if rule is not None else f"note: {skipped}")
         failed = (
             _judge_todo(s, store, todo, keys, catalog, template, engine_options, console, record_run) if todo else 0
         )

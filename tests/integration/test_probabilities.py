@@ -476,6 +476,28 @@ def test_score_with_probabilities_writes_expected_values_beside_the_written_ones
     assert cli_main(args) == 2
     assert "decoding probabilities=True, not None as now" in capsys.readouterr().err
 
+    # a decision rule stored with the judge (#49): applied by default, its probabilities read without being asked;
+    # τ₀ = 0 says "No Error" whatever the reply wrote, and the written errors stay beside, as the reply wrote them
+    assert row["evaluation"]["errors"], "the reply wrote no error for the rule to decide on"
+    judge = tmp_path / "judge"
+    judge.mkdir()
+    for file in Path(folder).iterdir():
+        (judge / file.name).symlink_to(file)
+    fitted = {"split": "dev", "data": "toy dev", "outputs": 9, "objective": "test"}
+    (judge / "spanjudge.json").write_text(json.dumps({"decisions": {"no_error_threshold": 0.0, "fitted_on": fitted}}))
+    decided_args = [*args, "--model", str(judge), "--out", str(tmp_path / "decided.jsonl")]
+    assert cli_main(decided_args) == 0
+    assert "decisions: 'No Error' when P(no error) >= 0 (fitted on toy dev, dev split, 9 outputs)" in (
+        capsys.readouterr().err
+    )
+    [decided] = [json.loads(line) for line in (tmp_path / "decided.jsonl").read_text().splitlines()]
+    assert decided["decoding"]["probabilities"] is True
+    assert decided["decoding"]["decisions"] == {"no_error_threshold": 0.0, "min_confidence": None}
+    assert decided["evaluation"]["errors"] == [] and decided["evaluation"]["score"] == row["evaluation"]["score"]
+    assert decided["decision"] == {"no_error_threshold": 0.0, "min_confidence": None, "source": "stored",
+                                   "kept": [], "no_error": True}  # fmt: skip
+    assert decided["written_errors"] == row["evaluation"]["errors"]  # with their confidences
+
 
 def test_probabilities_on_an_engine_that_cannot_read_them_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

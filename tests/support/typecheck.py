@@ -27,6 +27,9 @@ CHECKED = (
     "inference/judge.py",
     "inference/judge_options.py",
     "inference/judge_setup.py",
+    "inference/decisions.py",
+    "eval/spans/calibration.py",
+    "eval/spans/decision_fit.py",
 )
 STAGE = REPO / "build" / "typecheck"
 
