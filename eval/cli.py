@@ -34,8 +34,9 @@ class MetaEvalSettings:
     )
     spans: str | None = option(
         None,
-        help="Instead of --suite: error-span P/R/F1 against human spans: rotowire, quintd1, or factgenie:FOLDER "
-        "(any factgenie annotation campaign; judges are then scores files, matched by id).",
+        help="Instead of --suite: error-span P/R/F1 against human spans: rotowire, quintd1 (quintd1:dev, "
+        "quintd1:test: the distillation protocol's splits), or factgenie:FOLDER (any factgenie annotation "
+        "campaign; judges are then scores files, matched by id).",
     )
     dhp_weight: list[str] | None = option(
         None,
@@ -225,6 +226,8 @@ def _spans_mode(spans: str, how: _Judging, *, gamma: bool, snap_words: bool, fit
     from spanjudge.core.errors import InputError
 
     from .meta_eval import open_judges, run_spans
+    from .spans.decision_fit import check_fit_split
+    from .spans.evaluate import fit_split
     from .spans.factgenie import PREFIX as FACTGENIE
     from .spans.factgenie import check_judges
 
@@ -234,6 +237,7 @@ def _spans_mode(spans: str, how: _Judging, *, gamma: bool, snap_words: bool, fit
         check_judges(how.specs)  # before any judge loads
     options = how.options
     if fit_decisions:  # the thresholds are chosen from the written replies and the probabilities along them
+        check_fit_split(fit_split(spans))  # before any judging
         if any(key in options for key in ("no_error_threshold", "min_confidence", "written")):
             raise InputError("--fit-decisions chooses the thresholds: give no --judge-option of its own for them")
         options = {**options, "written": "true", "probabilities": "true"}

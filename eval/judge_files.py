@@ -73,6 +73,33 @@ def _file_spans(evaluation: object) -> dict[str, Any] | None:
     return {"errors": len(errors), "spans": spans}
 
 
+def _file_detail(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`_file_spans` of a scores-file line, with what `probability_detail` keeps where the line was scored with
+    the judge's probabilities (`score --probabilities`: P(no error), the expected count, each written error's
+    confidence; the written errors are `written_errors` where a decision rule decided)."""
+    detail = _file_spans(row.get("evaluation"))
+    read = row.get("probabilities")
+    if detail is None or not isinstance(read, Mapping):
+        return detail
+    written = row.get("written_errors", row["evaluation"]["errors"])
+    blocks = [e.get("confidence") for e in written if isinstance(e, Mapping)]
+    numbers = [read.get("p_no_error"), read.get("expected_errors"), *blocks]
+    if len(blocks) != len(written) or any(isinstance(v, bool) or not isinstance(v, int | float) for v in numbers):
+        return detail
+    reach, cumulative = 1.0, []
+    for confidence in blocks:  # each block's confidence is given those before it: the product writes them all
+        reach *= float(confidence)
+        cumulative.append(reach)
+    anchored = [isinstance(e.get("start"), int) and isinstance(e.get("end"), int) for e in written]
+    return detail | {
+        "written_errors": len(written),
+        "written_spans": [[e["start"], e["end"]] for e, kept in zip(written, anchored, strict=True) if kept],
+        "span_confidence": [p for p, kept in zip(cumulative, anchored, strict=True) if kept],
+        "p_no_error": float(read["p_no_error"]),
+        "expected_errors": float(read["expected_errors"]),
+    }
+
+
 ScoreKey = tuple[str, str | None]  # item id, aspect (None: every aspect of the item)
 
 
@@ -102,7 +129,7 @@ def load_scores_file(path: Path) -> ScoresFile:
             )
         score = _score_of(row, where)
         reason = None if score is not None else str(row.get("unscored_reason") or "unscored in the scores file")
-        found[key] = Judgment(score, reason, _file_spans(row.get("evaluation")))
+        found[key] = Judgment(score, reason, _file_detail(row))
         scores.lines[key] = where
         output = row.get("output")
         if output is not None:

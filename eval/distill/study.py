@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from spanjudge.core.configio import configs_dir
+from spanjudge.eval.spans.quintd import QUINTD_SPLITS
 
 IMPORT_CONFIG = configs_dir() / "import" / "quintd1_gpt4_wikidata.yaml"
 
@@ -28,13 +29,13 @@ class StudySettings:
     domains: list[str] = field(default_factory=lambda: ["wikidata", "ice_hockey", "owid"])
     train_source: str = "gpt-4"  # gpt-4 or human
     train_tables: tuple[int, int] = (0, 25)
-    dev_tables: tuple[int, int] = (70, 80)
+    dev_tables: tuple[int, int] = QUINTD_SPLITS["dev"]
     split: str = "dev"  # dev or test
     eval_domains: list[str] = field(default_factory=lambda: ["wikidata", "ice_hockey", "owid"])
     extra_domains: list[str] = field(default_factory=list)
     extra_tables: tuple[int, int] = (0, 20)
     import_config: Path = IMPORT_CONFIG
-    test_tables: tuple[int, int] = (80, 100)
+    test_tables: tuple[int, int] = QUINTD_SPLITS["test"]
     student: str = "smollm2"
     epochs: float = 1.0
     steps: int | None = None

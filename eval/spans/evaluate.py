@@ -31,8 +31,9 @@ from .documents import GoldSpan, SpanDocument
 from .factgenie import PREFIX as FACTGENIE
 from .factgenie import check_judges, load_factgenie_spans
 from .gamma import gamma_agreement
+from .judging import quintd_tables
 from .metrics import evaluate_spans, mark_numbers, snap_to_words
-from .quintd import human_pairs, load_quintd1
+from .quintd import QUINTD_SPLIT_DOMAINS, QUINTD_SPLITS, human_pairs, load_quintd1
 from .rotowire import load_rotowire
 
 HUMAN_CEILING = "ceiling: second human annotator"
@@ -96,7 +97,7 @@ def evaluate_span_set(
             )
             if fit_decisions:
                 results[judge.name]["decisions"] = _fit_and_store(judge, docs, readings, name)
-    if name == "quintd1":
+    if name == "quintd1":  # the whole set: its doubly annotated outputs give the ceiling
         first, second = human_pairs(data_root, max_items)
         if snap_words:
             first = [_snapped(d) for d in first]
@@ -113,13 +114,20 @@ def evaluate_span_set(
 def _fit_and_store(judge: MetaJudge, docs: Sequence[SpanDocument], readings: dict[str, Any], name: str) -> dict:
     """τ₀ and τ fitted on this span set (its dev split, `--fit-decisions`), stored with a judge in a local folder
     (its spanjudge.json's `decisions`); the rule as results record it (without the input digests)."""
-    rule = fit_decision_rule(docs, readings, split="dev", data=f"{name} ({len(docs)} outputs)").rule
-    location = Path(str(getattr(judge, "location", ""))).expanduser()
-    stored = save_rule(location, rule) if location.is_dir() else None
+    rule = fit_decision_rule(docs, readings, split=fit_split(name), data=f"{name} ({len(docs)} outputs)").rule
+    location = getattr(judge, "location", None)  # a distilled judge's model or adapter; a scores file has none
+    folder = None if location is None else Path(location).expanduser()
+    stored = save_rule(folder, rule) if folder is not None and folder.is_dir() else None
     return {
         **rule.model_dump(mode="json", exclude={"fitted_on": {"sha1"}}),
         "stored_in": str(stored) if stored else None,
     }
+
+
+def fit_split(name: str) -> str:
+    """The split a span set is when thresholds are fitted on it: quintd1:SPLIT's own (quintd1:test chooses
+    nothing, `decision_fit.check_fit_split`), any other set the judges' dev split."""
+    return name.partition(":")[2] if name.startswith("quintd1:") else "dev"
 
 
 def _decisions_lines(results: dict[str, Any]) -> list[str]:
@@ -158,8 +166,12 @@ def load_span_set(
         docs, aspect_name = load_factgenie_spans(Path(name.removeprefix(FACTGENIE)), max_items)
     elif name in LOADERS:
         docs = LOADERS[name](data_root, limit=max_items)  # type: ignore[operator]
+    elif name.removeprefix("quintd1:") in QUINTD_SPLITS:
+        tables = QUINTD_SPLITS[name.removeprefix("quintd1:")]
+        docs = quintd_tables("human", tables, QUINTD_SPLIT_DOMAINS, data_root)[:max_items]
     else:
-        raise InputError(f"--spans must be one of {', '.join(LOADERS)} or {FACTGENIE}FOLDER, got {name!r}")
+        splits = ", ".join(f"quintd1:{split}" for split in QUINTD_SPLITS)
+        raise InputError(f"--spans must be one of {', '.join(LOADERS)}, {splits} or {FACTGENIE}FOLDER, got {name!r}")
     if snap_words:
         docs = [_snapped(d) for d in docs]
     task = load_catalog().task(docs[0].task_id)

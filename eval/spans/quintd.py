@@ -10,6 +10,11 @@ from spanjudge.data_gen.quintd import QUINTD_DOMAINS, QuintdOutput, read_quintd
 
 from .documents import QUINTD_INPUT_HEADER, QUINTD_TASK_ID, GoldSpan, Span, SpanDocument, default_root
 
+# the distillation protocol's held-out splits (tables [first, stop) of each domain; eval.distill.study): the dev
+# split makes every choice, the test split reports; `meta-eval --spans quintd1:dev|test`
+QUINTD_SPLITS: dict[str, tuple[int, int]] = {"dev": (70, 80), "test": (80, 100)}
+QUINTD_SPLIT_DOMAINS = ("wikidata", "ice_hockey", "owid")
+
 
 def load_quintd1(
     root: Path | str | None = None,

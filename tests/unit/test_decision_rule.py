@@ -134,3 +134,21 @@ def test_calibration_of_span_confidence_no_error_and_expected_count(tmp_path: Pa
     assert any(line.startswith("| student | 0.470 (n=10) | 0.336 (n=7) | 0.429 (n=7) |") for line in lines)
     png = reliability_png(tmp_path / "calibration.png", found, "student on toy")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_protocols_quintd_splits_are_span_sets_and_test_chooses_no_threshold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spanjudge.app.cli import main as cli_main
+    from spanjudge.eval.spans.evaluate import load_span_set
+
+    dev = load_span_set("quintd1:dev", [], None, None, False).docs
+    test = load_span_set("quintd1:test", [], None, 5, False).docs
+    assert len(dev) == 120 and len(test) == 5  # 10 tables x 3 domains x 4 systems; --max-items keeps the first
+    assert {d.input_id.split("/")[0] for d in dev} == {"wikidata", "ice_hockey", "owid"}
+    assert {int(d.input_id.split("/")[1]) for d in dev} == set(range(70, 80))
+    refused = ["meta-eval", "--spans", "quintd1:test", "--judge", "distilled:nowhere", "--fit-decisions",
+               "--out", str(tmp_path / "out")]  # fmt: skip
+    assert cli_main(refused) == 2
+    assert "chosen on a development split, not on 'test'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before any judge loads

@@ -159,3 +159,22 @@ def test_a_factgenie_campaign_is_gold_for_a_scores_file(tmp_path: Path, capsys: 
     judged = ["meta-eval", "--spans", f"factgenie:{native}", "--judge", "distilled:some/adapter", "--out", str(out)]
     assert cli_main(judged) == 2
     assert "holds the outputs but not their inputs" in capsys.readouterr().err
+
+    # scored with the judge's probabilities (#49): their calibration against the campaign, and thresholds fitted
+    # on it (a scores file has no folder to keep them in: recorded in spans.json)
+    row = _rows()[0]
+    row["probabilities"] = {"p_no_error": 0.3, "expected_errors": 1.4}
+    for error, confidence in zip(row["evaluation"]["errors"], (0.8, 0.5, 0.9), strict=True):
+        error["confidence"] = confidence
+    scores.write_text(json.dumps(row) + "\n")
+    assert cli_main([*args[:-1], str(out / "p"), "--fit-decisions"]) == 0, capsys.readouterr().err
+    result = json.loads((out / "p" / "spans.json").read_text())[f"scores:{scores.name}"]
+    spans = result["calibration"]["span_confidence"]
+    # "closed in 2003" (0.8) overlaps a human span; "1998" (0.8 · 0.5 = 0.4) does not; the unplaced one is no span
+    assert spans["n"] == 2 and spans["ece"] == pytest.approx((0.2 + 0.4) / 2)
+    assert result["calibration"]["no_error"]["ece"] == pytest.approx(0.3)  # the humans marked two errors
+    assert result["calibration"]["expected_count"]["ece"] == pytest.approx(0.6)
+    assert result["decisions"]["fitted_on"]["split"] == "dev" and result["decisions"]["stored_in"] is None
+    assert result["decisions"]["min_confidence"] is not None  # dropping "1998" alone is the best rule here
+    assert (out / "p" / f"calibration-scores-{scores.name}.png").is_file()
+    assert not (Path.cwd() / "spanjudge.json").exists()  # nothing stored anywhere else
