@@ -26,6 +26,10 @@ processor (`pip install 'spanjudge[constrained]'`). Locations are still the mode
 anchoring counts those not found in the output. A reply still cut by `max_new_tokens` (text
 of under 3 characters per token) is unparseable and retried as before.
 
+Decisions (`decisions.py`): a rule stored with the judge (its spanjudge.json's `decisions`, fitted on a dev
+split) or given as options decides from the judge's probabilities when to say "No Error" and which written
+errors to keep; the written errors stay beside (`JudgedEvaluation.written_errors`). `written=True` applies none.
+
 Context policy: when the prompt would not leave `max_new_tokens` of room in the model's
 context, the task inputs (the source documents, never the evaluated output) are cut from the
 end, longest first, on token boundaries, and the item is flagged with what was cut. If the
