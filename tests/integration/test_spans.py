@@ -219,7 +219,7 @@ def test_spans_mode_adds_gamma_snapping_and_the_human_ceiling(
     assert plain["snap_to_words"] is False and "gamma" not in plain
     # the options belong to --spans
     assert cli_main(["meta-eval", "--suite", "configs/eval/thesis.yaml", "--out", str(tmp_path / "x"), "--gamma"]) == 2
-    assert "--gamma and --snap-words apply to --spans only" in capsys.readouterr().err
+    assert "--gamma, --snap-words and --fit-decisions apply to --spans only" in capsys.readouterr().err
 
 
 def test_loaders_report_malformed_input(shared_data: Path, tmp_path: Path) -> None:
