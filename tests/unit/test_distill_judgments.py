@@ -127,3 +127,27 @@ def test_decisions_are_reported_only_on_inputs_that_did_not_choose_them(kept_run
         for r in json.loads(results.with_suffix(".json").read_text())["runs"][ARGS.label]["rows"]
     }
     assert ("test", "student") in judges and ("test", "student·decided") not in judges
+
+
+def test_the_committed_rows_are_what_the_committed_judgments_give(tmp_path: Path) -> None:
+    """Every protocol run whose judgments are kept recomputes to its committed rows, without a model (γ left out
+    here: about 0.3 s an output and judge)."""
+    kept = REPO / "bench/results/distill_judgments"
+    committed = json.loads((REPO / "bench/results/distill_quintd.json").read_text())["runs"]
+    labels = sorted(path.name for path in kept.iterdir() if path.is_dir())
+    assert labels, "no run keeps its judgments"
+    without_gamma = {
+        label: {
+            **committed[label],
+            "rows": [{k: v for k, v in row.items() if not k.startswith("gamma")} for row in committed[label]["rows"]],
+        }
+        for label in labels
+    }
+    results = tmp_path / "distill_quintd"
+    results.with_suffix(".json").write_text(json.dumps({"runs": without_gamma}))
+    done = from_judgments(results, kept, tmp_path / "works", labels, lambda message: None)
+    assert len(done) == sum(len({row["split"] for row in committed[label]["rows"]}) for label in labels)
+    again = json.loads(results.with_suffix(".json").read_text())["runs"]
+    for label in labels:
+        assert again[label]["rows"] == without_gamma[label]["rows"]
+        assert again[label]["settings"]["decisions"] == committed[label]["settings"]["decisions"]
