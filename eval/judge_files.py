@@ -23,6 +23,7 @@ may serve several suites.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -313,6 +314,8 @@ class DistilledJudge:
         self.location = location
         # the decision rule it applies (None: its written replies), for the held-out check of --spans
         self.decisions = self._judge.decisions
+        if self._judge.decisions_skipped:  # a stored rule its engine cannot apply: said, as `score` says it
+            print(f"note: {self.name}: {self._judge.decisions_skipped}", file=sys.stderr)
         # options (engine, sampling ...) change the judgments too, and so does the prompt template's
         # content (an edited --judge-option prompt_template=FILE keeps its name); see model_fingerprint
         settings = ",".join(f"{k}={v}" for k, v in sorted(options.items()))

@@ -58,7 +58,9 @@ def test_the_judge_applies_the_stored_rule_unless_given_thresholds_or_written(tm
         stored_rule(tmp_path)
 
 
-def test_a_stored_rule_on_an_engine_that_cannot_read_probabilities_is_said_not_applied(tmp_path: Path) -> None:
+def test_a_stored_rule_on_an_engine_that_cannot_read_probabilities_is_said_not_applied(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rule = DecisionRule(no_error_threshold=0.4, fitted_on=FittedOn(split="dev", data="d", outputs=1, objective="o"))
     (tmp_path / "spanjudge.json").write_text(json.dumps({"decisions": rule.model_dump(mode="json")}))
     served = JudgeOptions(engine="openai", base_url="http://127.0.0.1:9/v1")
@@ -66,6 +68,15 @@ def test_a_stored_rule_on_an_engine_that_cannot_read_probabilities_is_said_not_a
     assert found is None and skipped is not None
     assert "which the openai engine does not read: its written replies are used" in skipped
     assert decision_rule_for(JudgeOptions(), str(tmp_path)) == (rule, None)  # transformers reads them
+    # meta-eval's distilled judge says it too (a served model folder: SmolLM2's files beside the rule)
+    from spanjudge.eval.judge_files import DistilledJudge
+    from spanjudge.inference.hf_models import convert_gguf
+    from spanjudge.inference.shipped_models import smollm2_gguf
+
+    for file in Path(convert_gguf(smollm2_gguf())).iterdir():
+        (tmp_path / file.name).symlink_to(file)
+    DistilledJudge(str(tmp_path), {"engine": "openai", "base_url": "http://127.0.0.1:9/v1"}).close()
+    assert "its written replies are used" in capsys.readouterr().err
     # thresholds given by hand on such an engine are refused, not dropped
     with pytest.raises(SpanjudgeError, match="probabilities are read on the"):
         from spanjudge.inference.judge import Judge
