@@ -74,6 +74,11 @@ class ImportSettings:
     decontaminate_against: Path | None = option(None, help=DECONTAMINATE_HELP)
     allow_overlap: bool = option(False, help=ALLOW_OVERLAP_HELP)
     data_dir: Path | None = option(None, help=DATA_DIR_HELP)
+    ids: Path | None = option(
+        None,
+        help="Import only the records these ids name: a text file, one id a line (what follows a tab is left out, so "
+        "the list `spanjudge select` prints serves as it is). An id that names no record of the import is an error.",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,13 +158,16 @@ def import_command(settings: ImportSettings) -> None:
     `spanjudge annotate` writes: OUT/train.jsonl, OUT/validation.jsonl (split by input),
     OUT/hf_dataset/, OUT/stats.{json,md}, OUT/score_histogram.png and OUT/run.json. Every
     record is checked before anything is written; a bad one is named by file and line.
+
+    --ids FILE imports only the records it names: e.g. the humans' spans of the outputs
+    `spanjudge select` chose, as training records for the next round of an active-learning loop.
     """
 
     console = Console(stderr=True)
     o, out = settings, settings.out
     run = import_records(
         o.config, out, decontaminate_against=o.decontaminate_against, allow_overlap=o.allow_overlap,
-        data_dir=o.data_dir, warn=lambda line: _warn(console, line),
+        data_dir=o.data_dir, ids=o.ids, warn=lambda line: _warn(console, line),
     )  # fmt: skip
     _print_decontamination(console, run)
     s = run.summary

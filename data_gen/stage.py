@@ -26,7 +26,7 @@ from .decontaminate import Decontamination, prepare
 from .generate import GenerateSummary, run_generate
 from .generate_config import load_generate_config
 from .pipeline import RunSummary, run_pipeline
-from .teacher import ImportSummary, import_annotations, load_import_config
+from .teacher import IdList, ImportSummary, import_annotations, load_import_config
 
 Say = Callable[[str], None]
 
@@ -106,17 +106,19 @@ def import_records(
     decontaminate_against: Path | None = None,
     allow_overlap: bool = False,
     data_dir: Path | None = None,
+    ids: Path | None = None,
     warn: Say | None = None,
 ) -> StageRun:
     """Training records from existing annotations (no model call), in `out` (see
     `spanjudge import --help`)."""
 
+    id_list = None if ids is None else IdList.read(ids)
     import_config = load_import_config(config)
     catalog = load_catalog()
     decontamination = prepare(decontaminate_against, allow_overlap, optional_data_dir(data_dir), catalog)
     if allow_overlap and warn is not None:
         warn(decontamination.lines()[-1])
-    summary = import_annotations(import_config, config.parent, out, catalog, decontamination, data_dir)
+    summary = import_annotations(import_config, config.parent, out, catalog, decontamination, data_dir, id_list)
     return StageRun(out, summary, decontamination)
 
 

@@ -151,9 +151,41 @@ class ImportSummary:
     capped: list[str] = field(default_factory=list)  # records whose spans exceeded MAX_ERRORS
     rule: str | None = None
     decontamination: dict[str, Any] | None = None  # inputs of the meta-evaluation sets: excluded, or kept loudly
+    ids: dict[str, Any] | None = None  # --ids: the file naming the only records imported, and how many it names
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "out_dir": str(self.out_dir)}
+
+
+@dataclass(frozen=True)
+class IdList:
+    """`spanjudge import --ids FILE`: import only the records these ids name (e.g. the outputs `spanjudge
+    select` chose for people to annotate)."""
+
+    path: Path
+    ids: tuple[str, ...]
+
+    @classmethod
+    def read(cls, path: Path) -> IdList:
+        """One id a line; what follows a tab is left out (`spanjudge select` prints each id with its
+        uncertainty), as are blank lines and lines starting with #."""
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"--ids {path}: cannot read it ({exc.__class__.__name__}: {exc})") from None
+        ids = [line.split("\t", 1)[0].strip() for line in lines if line.strip() and not line.startswith("#")]
+        if not ids:
+            raise InputError(f"--ids {path}: names no record id (one a line)")
+        return cls(path, tuple(dict.fromkeys(ids)))
+
+    def check_found(self, found: set[str], name: str, example: str | None) -> None:
+        missing = [i for i in self.ids if i not in found]
+        if missing:
+            like = f"; its records' ids look like {example!r}" if example else ""
+            raise InputError(
+                f"--ids {self.path}: {len(missing)} of {len(self.ids)} ids name no record of import '{name}', "
+                f"e.g. {missing[0]!r}{like}"
+            )
 
 
 # --- quintd-1 -------------------------------------------------------------------------------------
@@ -185,7 +217,7 @@ def quintd_record(item: QuintdOutput, source: QuintdImport, task: Task, summary:
     if len(kept) < len(errors):
         summary.capped.append(f"{item.where} ({len(errors)} spans, {MAX_ERRORS} most severe kept)")
     return {
-        "id": f"quintd1/{item.domain}/{item.model}/{item.index}/{source.aspect}",
+        "id": quintd_record_id(item, source.aspect),
         "dataset": "quintd1",
         "input_id": item.input_id,
         "system": item.model,
@@ -203,10 +235,19 @@ def quintd_record(item: QuintdOutput, source: QuintdImport, task: Task, summary:
     }
 
 
+def quintd_record_id(item: QuintdOutput, aspect: str) -> str:
+    return f"quintd1/{item.domain}/{item.model}/{item.index}/{aspect}"
+
+
 def _quintd_records(
-    source: QuintdImport, catalog: Catalog, summary: ImportSummary, data_root: Path | None = None
-) -> list[Record]:
-    """`data_root`: --data-dir, which wins over the config's data_root."""
+    source: QuintdImport,
+    catalog: Catalog,
+    summary: ImportSummary,
+    data_root: Path | None = None,
+    wanted: set[str] | None = None,
+) -> tuple[list[Record], str | None]:
+    """The records (only those `wanted` names, when given) and one id of any record, for messages.
+    `data_root`: --data-dir, which wins over the config's data_root."""
 
     task = catalog.task(source.task)
     task.aspect(source.aspect)  # unknown aspect: one clear error before reading
@@ -214,14 +255,16 @@ def _quintd_records(
         raise InputError(f"task '{task.id}' has {len(task.inputs)} inputs; quintd-1 gives one (the data)")
     summary.rule = source.rule.describe()
     root = data_dir(data_root or source.data_root) / "spans" / "quintd1"
-    records = []
+    records, example = [], None
     for item in read_quintd(
         root, source.annotator, domains=source.domains, on_mismatch=source.on_mismatch, empty_spans=source.empty_spans
     ):
         if source.table_range is not None and not source.table_range[0] <= item.index < source.table_range[1]:
             continue
-        records.append(quintd_record(item, source, task, summary))
-    return records
+        example = example or quintd_record_id(item, source.aspect)
+        if wanted is None or quintd_record_id(item, source.aspect) in wanted:  # the others leave no count behind
+            records.append(quintd_record(item, source, task, summary))
+    return records, example
 
 
 # --- OpeNLGauge ---------------------------------------------------------------------------------
@@ -240,16 +283,28 @@ def _limited(errors: list[ErrorAnnotation], limits: FieldLimits, where: str) -> 
 
 
 def build_records(
-    config: ImportConfig, config_dir: Path, catalog: Catalog, summary: ImportSummary, data_root: Path | None = None
+    config: ImportConfig,
+    config_dir: Path,
+    catalog: Catalog,
+    summary: ImportSummary,
+    data_root: Path | None = None,
+    ids: IdList | None = None,
 ) -> list[Record]:
+    """Every record of the import, or only those `ids` names (each of which must be one)."""
     source = config.source
+    wanted = None if ids is None else set(ids.ids)
     if isinstance(source, QuintdImport):
-        records = _quintd_records(source, catalog, summary, data_root)
+        records, example = _quintd_records(source, catalog, summary, data_root, wanted)
     else:
         path = source.path if source.path.is_absolute() else config_dir / source.path
         limits = source.field_limits
         records = list(iter_openlgauge(path, catalog, source.task_map, lambda e, where: _limited(e, limits, where)))
+        example = str(records[0]["id"]) if records else None
+        records = [r for r in records if wanted is None or r["id"] in wanted]
         summary.spans = sum(len(r["evaluation"]["errors"]) for r in records)  # each imported error is a span
+    if ids is not None:
+        ids.check_found({str(r["id"]) for r in records}, config.name, example)
+        summary.ids = {"file": str(ids.path), "count": len(ids.ids)}
     ids = Counter(r["id"] for r in records)
     repeated = [i for i, n in ids.items() if n > 1]
     if repeated:
@@ -284,12 +339,14 @@ def import_annotations(
     catalog: Catalog,
     decontamination: Decontamination | None = None,
     data_root: Path | None = None,
+    ids: IdList | None = None,
 ) -> ImportSummary:
     """Read and check every record first, then write the dataset folder. With
     `decontamination`, records whose inputs occur in a meta-evaluation set are left out;
-    `data_root` (--data-dir) is the shared data folder of a quintd-1 source."""
+    `data_root` (--data-dir) is the shared data folder of a quintd-1 source; `ids` (--ids) names the only
+    records to import."""
     summary = ImportSummary(out_dir=out_dir, name=config.name, format=config.source.format)
-    records = build_records(config, config_dir, catalog, summary, data_root)
+    records = build_records(config, config_dir, catalog, summary, data_root, ids)
     if decontamination is not None:
         records = [
             r

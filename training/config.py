@@ -52,6 +52,12 @@ class LoraSection(_Strict):
     alpha: int = Field(default=32, gt=0)
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     target_modules: tuple[str, ...] = Field(default=PROJECTIONS, min_length=1)
+    init_from: Path | None = Field(
+        default=None,
+        description="a trained judge's adapter folder (a run's adapter/) to continue training from, e.g. on the human "
+        "spans of the outputs `spanjudge select` chose: its LoRA weights are the start instead of zeros; its base "
+        "model, r, alpha and target modules must be this config's. The new judge records the inputs both trainings saw",
+    )
 
 
 class DataSection(_Strict):
@@ -185,6 +191,8 @@ class TrainConfig(_Strict):
                 "training.decision_weight weighs the first completion token of each row, and packing or "
                 "padding_free put several examples in one row: turn them off, or leave decision_weight at 1"
             )
+        if self.model.unsloth and self.lora.init_from is not None:
+            raise ValueError("lora.init_from continues a PEFT adapter; model.unsloth builds its own: use one")
         if self.model.unsloth and self.model.quantization == "8bit":
             raise ValueError("model.unsloth supports quantization none or 4bit")
         return self
@@ -337,6 +345,9 @@ def check_data_files(config: TrainConfig, path: Path) -> None:
         load_prompt_template(config, path)
     if config.model.chat_template is not None:
         load_chat_template(config, path)
+    init_from = config.lora.init_from
+    if init_from is not None and not (init_from / "adapter_config.json").is_file():
+        raise ConfigError(path, "lora.init_from", f"{init_from} is not an adapter folder (no adapter_config.json)")
 
 
 def load_chat_template(config: TrainConfig, path: Path | None) -> str | None:

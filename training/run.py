@@ -34,12 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from spanjudge.core.artifacts import ADAPTER_METADATA
+from spanjudge.core.artifacts import ADAPTER_METADATA, read_adapter_metadata
 from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import ConfigError, SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.core.locks import Busy, folder_lock, this_command
 from spanjudge.core.overlap import RULE as OVERLAP_RULE
+from spanjudge.inference.backends.adapters import check_safetensors_adapter
 from spanjudge.inference.hf_models import (
     load_causal_lm,
     load_tokenizer,
@@ -81,6 +82,33 @@ class OutputDirBusy(Busy):
 
 
 METADATA_FORMAT = "spanjudge-judge/1"
+
+
+def init_adapter_metadata(config: TrainConfig, base: str) -> dict[str, Any]:
+    """The spanjudge.json of lora.init_from, checked against this run: the same base model and LoRA shape
+    (one ConfigError naming what differs, before any weights load)."""
+    folder = config.lora.init_from
+    assert folder is not None
+    check_safetensors_adapter(folder)
+    metadata = read_adapter_metadata(folder)
+    if metadata is None:
+        raise ConfigError(None, "lora.init_from", f"{folder} has no {ADAPTER_METADATA}: give a judge spanjudge trained")
+    if metadata.base_model != base:
+        raise ConfigError(
+            None, "lora.init_from", f"{folder} was trained on {metadata.base_model!r}, not on model.base {base!r}"
+        )
+    adapter = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+    lora = config.lora
+    theirs = {key: adapter.get(name) for key, name in (("r", "r"), ("alpha", "lora_alpha"), ("target_modules",) * 2)}
+    ours = {"r": lora.r, "alpha": lora.alpha, "target_modules": lora.target_modules}
+    for key, value in ours.items():
+        if key == "target_modules" and set(value) == set(theirs[key] or ()):
+            continue
+        if theirs[key] != value:
+            raise ConfigError(
+                None, f"lora.{key}", f"{value!r}, but the adapter in lora.init_from ({folder}) has {theirs[key]!r}"
+            )
+    return metadata.record()
 
 
 def _sha(text: str) -> str:
@@ -190,6 +218,7 @@ class TrainingRun:
         self.source = resolve_model_source(config.model.base)
         self.folder = local_folder(self.source, self.log)
         self.tokenizer = load_tokenizer(self.folder, trust_remote_code=config.model.trust_remote_code)
+        self.init_metadata = None if config.lora.init_from is None else init_adapter_metadata(config, self.source.spec)
         chat_template = load_chat_template(config, None)
         if chat_template is not None:  # saved with the adapter's tokenizer, which scoring loads
             self.tokenizer.chat_template = chat_template
@@ -246,7 +275,8 @@ class TrainingRun:
         trainer.add_callback(step_times)
         layout = str(getattr(trainer.accelerator.distributed_type, "value", trainer.accelerator.distributed_type))
         self.log(f"the trainer's layout: {layout} over {self.world.size} process(es)")
-        self.log(f"resuming from {last}" if last else "starting from the base model")
+        start = f"the adapter {config.lora.init_from}" if config.lora.init_from else "the base model"
+        self.log(f"resuming from {last}" if last else f"starting from {start}")
         started = time.perf_counter()
         result = trainer.train(resume_from_checkpoint=last)
         seconds = time.perf_counter() - started
@@ -431,6 +461,10 @@ class TrainingRun:
             trust_remote_code=config.model.trust_remote_code,
             device_map=device_map,
         )
+        if lora.init_from is not None:  # the trained adapter's weights are the start; TRL trains a PeftModel as is
+            from peft import PeftModel
+
+            return PeftModel.from_pretrained(model, str(lora.init_from), is_trainable=True), None
         peft_config = LoraConfig(
             r=lora.r,
             lora_alpha=lora.alpha,
@@ -458,6 +492,25 @@ class TrainingRun:
         atomic_write_json(self.adapter_dir / ADAPTER_METADATA, self._metadata())
         self.log(f"adapter saved to {self.adapter_dir}")
 
+    def _seen_inputs(self) -> list[str]:
+        """The digests of every input the judge learnt from: this run's, and lora.init_from's own training's."""
+        seen = set(self.train_split.input_digests)
+        inherited = (self.init_metadata or {}).get("train_inputs") or {}
+        if inherited.get("rule") == OVERLAP_RULE:
+            seen.update(inherited.get("sha1", []))
+        elif self.init_metadata is not None:  # digests under another rule would not match ours: say so, keep ours
+            self.log(f"lora.init_from's training inputs are digested by another rule ({inherited.get('rule')}); "
+                     "meta-eval's overlap check sees only this run's")  # fmt: skip
+        return sorted(seen)
+
+    def _init_record(self) -> dict[str, Any]:
+        """Where this judge started: lora.init_from and what trained it."""
+        start = self.init_metadata or {}
+        return {
+            "adapter": str(Path(self.config.lora.init_from).resolve()),
+            **{k: start.get(k) for k in ("train_file", "created")},
+        }
+
     def _metadata(self) -> dict[str, Any]:
         """What scoring needs to rebuild the judge exactly as trained."""
         return {
@@ -473,7 +526,8 @@ class TrainingRun:
             "train_file": str(train_file(self.config)),
             "train_examples": len(self.train_split.input_ids),
             # which inputs the judge saw: meta-eval warns when it is scored on one of them
-            "train_inputs": {"rule": OVERLAP_RULE, "sha1": sorted(self.train_split.input_digests)},
+            "train_inputs": {"rule": OVERLAP_RULE, "sha1": self._seen_inputs()},
+            **({} if self.init_metadata is None else {"init_from": self._init_record()}),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "versions": {name: version(name) for name in ("spanjudge", "transformers", "peft", "trl", "torch")},
         }

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -49,16 +50,18 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_
 TRAIN_CONFIG = configs_dir() / "train" / "smollm2_cpu_smoke.yaml"
 
 
-def run_command(command: list[str], log: Path) -> float:
-    """Run a spanjudge command with its output in `log`; the wall time in seconds. A failure says how the
-    command ended (a signal by name, with its likely cause), its peak memory and, for a training killed by
-    the out-of-memory killer, what lowers the memory; the same line ends the log."""
+def run_command(command: list[str], log: Path, stdout: Path | None = None) -> float:
+    """Run a spanjudge command with its output in `log` (its standard output in `stdout`, when given); the wall
+    time in seconds. A failure says how the command ended (a signal by name, with its likely cause), its peak
+    memory and, for a training killed by the out-of-memory killer, what lowers the memory; the same line ends
+    the log."""
     import resource
     import signal
 
     started = time.perf_counter()
-    with log.open("a", encoding="utf-8") as handle:
-        process = subprocess.run(command, env=ENV, stdout=handle, stderr=subprocess.STDOUT)
+    with log.open("a", encoding="utf-8") as handle, ExitStack() as files:
+        out = files.enter_context(stdout.open("w", encoding="utf-8")) if stdout else handle
+        process = subprocess.run(command, env=ENV, stdout=out, stderr=handle if stdout else subprocess.STDOUT)
     if process.returncode != 0:
         peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
         minutes = (time.perf_counter() - started) / 60
@@ -78,19 +81,33 @@ def run_command(command: list[str], log: Path) -> float:
     return round(time.perf_counter() - started, 1)
 
 
-def _import(
-    work: Path, name: str, config_path: Path, domains: list[str], tables: tuple[int, int], **source: Any
+def import_quintd(
+    work: Path,
+    name: str,
+    config_path: Path,
+    domains: list[str],
+    tables: tuple[int, int],
+    *,
+    validation_fraction: float | None = None,
+    ids: Path | None = None,
+    **source: Any,
 ) -> dict[str, Any]:
+    """`spanjudge import` of quintd-1 `tables` of `domains` into `work/name`, by `config_path` with `source`'s
+    settings changed (and only the records the `ids` file names); a finished import is reused only for the very
+    same settings."""
     out = work / name
     config = yaml.safe_load(config_path.read_text())
     config["source"].update(domains=domains, table_range=list(tables), **source)
+    if validation_fraction is not None:
+        config["validation_fraction"] = validation_fraction
     path, text = work / f"{name}.yaml", yaml.safe_dump(config, sort_keys=False)
-    if (out / "run.json").is_file():  # a finished import is reused only for the very same settings
+    if (out / "run.json").is_file():
         if not path.is_file() or path.read_text() != text:
             sys.exit(f"{out} was imported with other settings than this run's; use another --label or delete {work}")
         return json.loads((out / "run.json").read_text())
     path.write_text(text)
-    run_command([str(BIN / "spanjudge"), "import", "--config", str(path), "--out", str(out)], work / f"{name}.log")
+    command = [str(BIN / "spanjudge"), "import", "--config", str(path), "--out", str(out)]
+    run_command(command + (["--ids", str(ids)] if ids else []), work / f"{name}.log")
     return json.loads((out / "run.json").read_text())
 
 
@@ -103,11 +120,11 @@ def import_teacher(work: Path, args: StudySettings) -> dict[str, Any]:
     # that match nowhere are dropped (counted in stats.md)
     mismatch = {} if args.domains == ["wikidata"] else {"on_mismatch": "relocate_or_drop"}
     source = {} if args.train_source == "gpt-4" else {"annotator": args.train_source}
-    imported = _import(work, "teacher", args.import_config, args.domains, args.train_tables, **mismatch, **source)
+    imported = import_quintd(work, "teacher", args.import_config, args.domains, args.train_tables, **mismatch, **source)
     if not args.extra_domains:
         return imported
     # the other domains' GPT-4 spans misquote their outputs more often: drop those spans (counted in stats.md)
-    extra = _import(
+    extra = import_quintd(
         work, "teacher_extra", args.import_config, args.extra_domains, args.extra_tables, on_mismatch="relocate_or_drop"
     )
     mixed = work / "teacher_mixed"
@@ -136,7 +153,6 @@ def training_examples(work: Path, repeat_no_error: int) -> int:
 
 def train_student(work: Path, args: StudySettings) -> dict[str, Any]:
     run_dir = work / "student"
-    metrics_path = run_dir / "metrics.json"
     n_train = training_examples(work, args.repeat_no_error)
     steps = args.steps or math.ceil(args.epochs * n_train / args.batch)
     sets = {
@@ -158,6 +174,13 @@ def train_student(work: Path, args: StudySettings) -> dict[str, Any]:
         "training.seed": args.train_seed,
         **STUDENTS[args.student]["sets"],
     }
+    return {"steps": steps, "examples_per_epoch": n_train, "settings": sets, **train(run_dir, sets, work)}
+
+
+def train(run_dir: Path, sets: dict[str, Any], work: Path) -> dict[str, Any]:
+    """`spanjudge train` with these `--set`s into `run_dir` (log: work/train.log), or the finished run there when it
+    was trained with the same settings; its wall time and final metrics."""
+    metrics_path = run_dir / "metrics.json"
     if metrics_path.is_file():  # a finished student is reused only if it was trained with these settings
         differ = _differing(sets, yaml.safe_load((run_dir / "train_config.yaml").read_text()))
         if differ:
@@ -176,13 +199,7 @@ def train_student(work: Path, args: StudySettings) -> dict[str, Any]:
         else None
     )
     keep = ("train_loss", "eval_loss", "tokens_per_second", "train_runtime")
-    return {
-        "steps": steps,
-        "examples_per_epoch": n_train,
-        "settings": sets,
-        "wall_s": wall,
-        **{k: metrics.get(k) for k in keep if k in metrics},
-    }
+    return {"wall_s": wall, **{k: metrics.get(k) for k in keep if k in metrics}}
 
 
 def _differing(sets: dict[str, Any], saved: dict[str, Any]) -> list[str]:

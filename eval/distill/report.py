@@ -83,7 +83,8 @@ def write_results(results: Path, rows: list[dict[str, Any]], settings: dict[str,
     results.with_suffix(".md").write_text(markdown(runs))
 
 
-def _stats(values: list[float | None]) -> dict[str, Any]:
+def seed_stats(values: list[float | None]) -> dict[str, Any]:
+    """Mean, lowest and highest over seeds (all None when a seed has none)."""
     if not values or any(v is None for v in values):
         return {"mean": None, "min": None, "max": None}
     return {"mean": round(sum(values) / len(values), 4), "min": round(min(values), 4), "max": round(max(values), 4)}
@@ -122,15 +123,15 @@ def recipes(runs: dict[str, Any]) -> list[dict[str, Any]]:
                 entry = {"recipe": recipe + suffix, "split": split, "domain": domain, "seeds": seeds}
                 entry["mean"], entry["min"], entry["max"] = ({}, {}, {})
                 for column in (*AGREEMENT, "gamma"):
-                    stats = _stats([row.get(column) for _, row in found])
+                    stats = seed_stats([row.get(column) for _, row in found])
                     for what in ("mean", "min", "max"):
                         entry[what][column] = stats[what]
                 calibrated = [row["calibration"] for _, row in found if row.get("calibration")]
                 if calibrated and len(calibrated) == len(found):
-                    entry["calibration"] = {m: _stats([c[m]["ece"] for c in calibrated]) for m in MEASURES}
+                    entry["calibration"] = {m: seed_stats([c[m]["ece"] for c in calibrated]) for m in MEASURES}
                 entry["scored"] = sum(row["scored"] for _, row in found)
                 entry["asked"] = sum(row["asked"] for _, row in found)
-                entry["no_error_outputs"] = _stats([row.get("no_error_outputs") for _, row in found])["mean"]
+                entry["no_error_outputs"] = seed_stats([row.get("no_error_outputs") for _, row in found])["mean"]
                 entry["human_no_error_outputs"] = found[0][1].get("human_no_error_outputs")
                 for reference in ("teacher", "number_baseline"):
                     row = find(found[0][0], reference)

@@ -222,3 +222,32 @@ def test_import_command(tmp_path: Path) -> None:
     result = _cli("import", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "out2"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "rule.severity needs every quintd-1 span type" in result.stderr
+
+
+def test_import_ids_takes_only_the_records_named(tmp_path: Path) -> None:
+    """--ids: the list `spanjudge select` prints (id, tab, uncertainty) picks the records; an id that names
+    none is one line naming the file, what it lacks and what the ids look like."""
+    root = write_quintd(tmp_path / "data", GOOD)
+    config = {"name": "t", "source": {"format": "quintd1", "data_root": str(root), "rule": RULE},
+              "validation_fraction": 0}  # fmt: skip
+    (tmp_path / "import.yaml").write_text(yaml.safe_dump(config))
+    every = _cli("import", "--config", str(tmp_path / "import.yaml"), "--out", str(tmp_path / "all"))
+    assert every.returncode == 0, every.stderr
+    ids = [json.loads(line)["id"] for line in (tmp_path / "all" / "train.jsonl").read_text().splitlines()]
+    assert len(ids) == 2
+    (tmp_path / "ids.txt").write_text(f"# chosen by confidence\n{ids[1]}\t0.8125\n\n")
+    result = _cli("import", "--config", str(tmp_path / "import.yaml"), "--out", str(tmp_path / "one"),
+                  "--ids", str(tmp_path / "ids.txt"))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    kept = [json.loads(line) for line in (tmp_path / "one" / "train.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in kept] == [ids[1]] and "1 records" in result.stderr
+    run = json.loads((tmp_path / "one" / "run.json").read_text())
+    assert run["ids"] == {"file": str(tmp_path / "ids.txt"), "count": 1} and run["spans"] == 0  # table 1 has none
+
+    (tmp_path / "bad.txt").write_text(f"{ids[0]}\nquintd1/wikidata/nobody/7/accuracy\n")
+    result = _cli("import", "--config", str(tmp_path / "import.yaml"), "--out", str(tmp_path / "bad"),
+                  "--ids", str(tmp_path / "bad.txt"))  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"--ids {tmp_path / 'bad.txt'}: 1 of 2 ids name no record of import 't'" in result.stderr
+    assert "quintd1/wikidata/nobody/7/accuracy" in result.stderr and ids[0] in result.stderr  # its example
+    assert not (tmp_path / "bad").exists()

@@ -334,3 +334,41 @@ def test_fixture_records_match_data_gen_fields(shared_data: Path) -> None:
         "task_type", "task_name", "task_id", "extra_task_info", "evaluation", "provenance",
     }  # fmt: skip
     assert set(sfres_records(shared_data, 1)[0]) >= fields
+
+
+@pytest.mark.slow
+def test_training_continues_from_a_trained_adapter(
+    tmp_path: Path, trained_judge: TrainedRun, records: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """lora.init_from: the trained judge's LoRA weights are the start (not zeros), and the new judge
+    records the inputs both trainings saw; a LoRA shape other than the adapter's is refused in one line."""
+    from safetensors.torch import load_file
+
+    start = trained_judge.adapter  # trained on QAGS-XSum; continued here on other records
+    data = {"train": str(records)}
+    out = tmp_path / "other_shape"
+    config = write_config(tmp_path / "r8.yaml", data=data, lora={"init_from": str(start), "r": 8},
+                          training={"output_dir": str(out)})  # fmt: skip
+    code, err = run_cli(["train", "--config", str(config)], capsys)
+    assert code == 2 and "lora.r: 8, but the adapter in lora.init_from" in err and "has 16" in err, err
+    assert not out.exists()
+
+    out = tmp_path / "continued"
+    # one step at a learning rate that moves nothing measurable: the weights are where they started
+    training = {"output_dir": str(out), "max_steps": 1, "learning_rate": 1e-12, "effective_batch_size": 1,
+                "per_device_batch_size": 1, "save_steps": 10}  # fmt: skip
+    config = write_config(tmp_path / "c.yaml", data=data, lora={"init_from": str(start)}, training=training)
+    code, err = run_cli(["train", "--config", str(config)], capsys)
+    assert code == 0, err
+    before = load_file(str(start / "adapter_model.safetensors"))
+    after = load_file(str(out / "adapter" / "adapter_model.safetensors"))
+    assert before.keys() == after.keys()
+    lora_b = [name for name in before if "lora_B" in name]
+    assert lora_b and all(before[name].abs().max() > 0 for name in lora_b)  # trained: a fresh LoRA's B is zero
+    for name, weights in before.items():
+        assert (after[name] - weights).abs().max() < 1e-6, name
+    meta = json.loads((out / "adapter" / "spanjudge.json").read_text())
+    started = json.loads((start / "spanjudge.json").read_text())
+    assert meta["init_from"]["adapter"] == str(start)
+    seen, inherited = set(meta["train_inputs"]["sha1"]), set(started["train_inputs"]["sha1"])
+    assert inherited < seen  # the first training's inputs, and this one's

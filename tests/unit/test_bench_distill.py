@@ -58,10 +58,10 @@ def test_a_finished_import_is_reused_only_for_the_same_settings(bench: SimpleNam
     (tmp_path / "teacher.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     (tmp_path / "teacher").mkdir()
     (tmp_path / "teacher" / "run.json").write_text(json.dumps({"train": 304, "validation": 16}))
-    assert bench._import(tmp_path, "teacher", bench.IMPORT_CONFIG, ["wikidata"], (0, 80))["train"] == 304
+    assert bench.import_quintd(tmp_path, "teacher", bench.IMPORT_CONFIG, ["wikidata"], (0, 80))["train"] == 304
     # other tables under the same folder: refused, naming the folder, instead of reusing the wrong records
     with pytest.raises(SystemExit, match="imported with other settings"):
-        bench._import(tmp_path, "teacher", bench.IMPORT_CONFIG, ["wikidata"], (0, 40))
+        bench.import_quintd(tmp_path, "teacher", bench.IMPORT_CONFIG, ["wikidata"], (0, 40))
 
 
 def test_a_finished_student_differs_by_the_settings_it_was_trained_with(bench: SimpleNamespace) -> None:
