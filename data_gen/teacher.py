@@ -305,8 +305,8 @@ def build_records(
     if ids is not None:
         ids.check_found({str(r["id"]) for r in records}, config.name, example)
         summary.ids = {"file": str(ids.path), "count": len(ids.ids)}
-    ids = Counter(r["id"] for r in records)
-    repeated = [i for i, n in ids.items() if n > 1]
+    counts = Counter(r["id"] for r in records)
+    repeated = [i for i, n in counts.items() if n > 1]
     if repeated:
         raise InputError(f"{len(repeated)} record id(s) repeat, e.g. {repeated[0]} (each output/aspect once)")
     if not records:

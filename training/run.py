@@ -53,6 +53,7 @@ from spanjudge.inference.prompts import template_sha256
 
 from .checkpoints import TimedSaves, resume_point
 from .config import (
+    LoraSection,
     TrainConfig,
     load_chat_template,
     load_prompt_template,
@@ -84,11 +85,9 @@ class OutputDirBusy(Busy):
 METADATA_FORMAT = "spanjudge-judge/1"
 
 
-def init_adapter_metadata(config: TrainConfig, base: str) -> dict[str, Any]:
-    """The spanjudge.json of lora.init_from, checked against this run: the same base model and LoRA shape
-    (one ConfigError naming what differs, before any weights load)."""
-    folder = config.lora.init_from
-    assert folder is not None
+def init_adapter_metadata(folder: Path, lora: LoraSection, base: str) -> dict[str, Any]:
+    """The spanjudge.json of the adapter in lora.init_from, checked against this run: the same base model and
+    LoRA shape (one ConfigError naming what differs, before any weights load)."""
     check_safetensors_adapter(folder)
     metadata = read_adapter_metadata(folder)
     if metadata is None:
@@ -98,15 +97,16 @@ def init_adapter_metadata(config: TrainConfig, base: str) -> dict[str, Any]:
             None, "lora.init_from", f"{folder} was trained on {metadata.base_model!r}, not on model.base {base!r}"
         )
     adapter = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
-    lora = config.lora
-    theirs = {key: adapter.get(name) for key, name in (("r", "r"), ("alpha", "lora_alpha"), ("target_modules",) * 2)}
-    ours = {"r": lora.r, "alpha": lora.alpha, "target_modules": lora.target_modules}
-    for key, value in ours.items():
-        if key == "target_modules" and set(value) == set(theirs[key] or ()):
-            continue
-        if theirs[key] != value:
+    targets = adapter.get("target_modules") or []
+    shapes = {  # this config's value, the adapter's
+        "r": (lora.r, adapter.get("r")),
+        "alpha": (lora.alpha, adapter.get("lora_alpha")),
+        "target_modules": (sorted(lora.target_modules), sorted([targets] if isinstance(targets, str) else targets)),
+    }
+    for key, (ours, theirs) in shapes.items():
+        if ours != theirs:
             raise ConfigError(
-                None, f"lora.{key}", f"{value!r}, but the adapter in lora.init_from ({folder}) has {theirs[key]!r}"
+                None, f"lora.{key}", f"{ours!r}, but the adapter in lora.init_from ({folder}) has {theirs!r}"
             )
     return metadata.record()
 
@@ -218,7 +218,8 @@ class TrainingRun:
         self.source = resolve_model_source(config.model.base)
         self.folder = local_folder(self.source, self.log)
         self.tokenizer = load_tokenizer(self.folder, trust_remote_code=config.model.trust_remote_code)
-        self.init_metadata = None if config.lora.init_from is None else init_adapter_metadata(config, self.source.spec)
+        start = config.lora.init_from
+        self.init_metadata = None if start is None else init_adapter_metadata(start, config.lora, self.source.spec)
         chat_template = load_chat_template(config, None)
         if chat_template is not None:  # saved with the adapter's tokenizer, which scoring loads
             self.tokenizer.chat_template = chat_template
