@@ -196,6 +196,7 @@ class TrainingRun:
         self.say = say or (lambda message: print(f"[spanjudge train] {message}", file=sys.stderr, flush=True))
         self.output_dir = config.training.output_dir
         self.adapter_dir = self.output_dir / ADAPTER_DIR
+        self.trl_tiles: tuple[int, int] | None = None  # TRL's own loss tiles while the CPU's are set (restored after)
 
     def log(self, message: str) -> None:
         if self.world.main:
@@ -250,7 +251,11 @@ class TrainingRun:
     def train(self) -> dict[str, Any]:
         """Train (resuming), holding the run folder (the main process) so no second run trains into it."""
         with self._holding_output_dir():
-            return self._train()
+            try:
+                return self._train()
+            finally:  # TRL's tiles are its module's settings: a caller's next training in this process gets its own
+                if self.trl_tiles is not None:
+                    set_loss_tiles(*self.trl_tiles)
 
     @contextlib.contextmanager
     def _holding_output_dir(self) -> Iterator[None]:
@@ -433,7 +438,8 @@ class TrainingRun:
     def _fit_cpu_memory(self, model: PreTrainedModel) -> None:
         """The CPU's memory fixes (training/cpu_memory.py): the loss in small tiles, freed pages returned."""
 
-        tiled = set_loss_tiles(CPU_TILE_TOKENS, CPU_TILE_VOCABULARY) is not None
+        self.trl_tiles = set_loss_tiles(CPU_TILE_TOKENS, CPU_TILE_VOCABULARY)
+        tiled = self.trl_tiles is not None
         tiles = f"{CPU_TILE_TOKENS} × {CPU_TILE_VOCABULARY}" if tiled else "TRL's own size (its settings moved)"
         hooked = release_freed_memory_per_layer(model)
         self.log(
