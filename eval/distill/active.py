@@ -276,7 +276,8 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     for arm, entry in done["arms"].items():
         seeds = ", ".join(str(seed) for seed in entry["seeds"])
-        lines.append(f"| {arm} | {seeds} | " + " | ".join(_spread(entry[k]) for k in SHOWN) + " |")
+        cells = [_spread(entry[k], 1 if k == "no_error_outputs" else 3) for k in SHOWN]  # a count, not a measure
+        lines.append(f"| {arm} | {seeds} | " + " | ".join(cells) + " |")
     lines += ["", "Each seed (change from the start in brackets):", "",
               "| arm | seed | selected: human spans, 'No Error' | overlap F1 | token F1 | count r | token r "
               "| train loss | eval loss |",
@@ -298,10 +299,10 @@ def _round(value: object) -> str:
     return "–" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-def _spread(stats: dict[str, Any]) -> str:
+def _spread(stats: dict[str, Any], digits: int = 3) -> str:
     if stats["mean"] is None:
         return "–"
-    return f"{stats['mean']:.3f} [{stats['min']:.3f}, {stats['max']:.3f}]"
+    return f"{stats['mean']:.{digits}f} [{stats['min']:.{digits}f}, {stats['max']:.{digits}f}]"
 
 
 def _signed(value: float | None) -> str:
