@@ -48,7 +48,7 @@ from .phases import (
     teacher_folder,
     train,
 )
-from .report import AGREEMENT, domain_rows, seed_stats
+from .report import AGREEMENT, domain_rows, rounded, seed_stats
 from .study import StudySettings
 
 BY = {"confidence": "confidence", "random": "random"}  # arm -> `spanjudge select --by`
@@ -272,7 +272,7 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "| judge | seeds | overlap F1 | token F1 | count r | token r | parse rate | 'No Error' outputs |",
         "|---|---|---|---|---|---|---|---|",
-        "| start | – | " + " | ".join(_round(done["start"][k]) for k in SHOWN) + " |",
+        "| start | – | " + " | ".join(rounded(done["start"][k]) for k in SHOWN) + " |",
     ]
     for arm, entry in done["arms"].items():
         seeds = ", ".join(str(seed) for seed in entry["seeds"])
@@ -284,8 +284,8 @@ def markdown(results: dict[str, Any]) -> str:
               "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for entry in results["arms"]:
         dev, start = entry["dev"], done["start"]
-        cells = [f"{_round(dev[k])} ({_signed(_minus(dev[k], start[k]))})" for k in AGREEMENT]
-        losses = [_round(entry["train"].get(k)) for k in ("train_loss", "eval_loss")]
+        cells = [f"{rounded(dev[k])} ({_signed(_minus(dev[k], start[k]))})" for k in AGREEMENT]
+        losses = [rounded(entry["train"].get(k)) for k in ("train_loss", "eval_loss")]
         chosen = f"{entry['human_spans']}, {entry['human_no_error']}"
         lines.append(f"| {entry['arm']} | {entry['seed']} | {chosen} | " + " | ".join(cells + losses) + " |")
     difference = done.get("confidence_minus_random")
@@ -293,10 +293,6 @@ def markdown(results: dict[str, Any]) -> str:
         shown = ", ".join(f"{k} {_signed(v)}" for k, v in difference.items())
         lines += ["", f"Confidence minus random, means over the seeds: {shown}."]
     return "\n".join(lines) + "\n"
-
-
-def _round(value: object) -> str:
-    return "–" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def _spread(stats: dict[str, Any], digits: int = 3) -> str:

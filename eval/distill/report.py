@@ -186,12 +186,12 @@ def protocol_tables(entries: list[dict[str, Any]]) -> list[str]:
                 if column == "count_pearson" and baseline is not None and mean >= baseline:
                     text += " ≥"
                 cells.append(text)
-            teacher = " / ".join(_round(e["teacher"][c]) for c in AGREEMENT)
+            teacher = " / ".join(rounded(e["teacher"][c]) for c in AGREEMENT)
             no_error = "–" if e["no_error_outputs"] is None else f"{e['no_error_outputs']:.0f}"
             lines.append(
                 f"| {e['recipe']} | {e['domain']} | {', '.join(map(str, e['seeds']))} | {e['scored']}/{e['asked']} | "
                 f"{no_error} ({e['human_no_error_outputs']}) | {' | '.join(cells)} | {teacher} | "
-                f"{_round(e['number_baseline']['count_pearson'])} | {_gamma_cell(e)} |"
+                f"{rounded(e['number_baseline']['count_pearson'])} | {_gamma_cell(e)} |"
             )
     return lines
 
@@ -201,7 +201,7 @@ def _gamma_cell(entry: dict[str, Any]) -> str:
     mean, teacher = entry["mean"].get("gamma"), entry["teacher"].get("gamma")
     if mean is None:
         return "–"
-    return f"{mean:.3f} [{entry['min']['gamma']:.2f}, {entry['max']['gamma']:.2f}] ({_round(teacher)})"
+    return f"{mean:.3f} [{entry['min']['gamma']:.2f}, {entry['max']['gamma']:.2f}] ({rounded(teacher)})"
 
 
 def _cell(row: dict[str, Any], key: str) -> str:
@@ -214,8 +214,11 @@ def _cell(row: dict[str, Any], key: str) -> str:
     return text
 
 
-def _round(value: object) -> str:
-    return "–" if value is None else f"{value:.3f}"
+def rounded(value: object) -> str:
+    """A table cell: '–' for a missing value, a float to 3 places, a count as it is."""
+    if value is None:
+        return "–"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 AGREEMENT = ("overlap_f1", "token_f1", "count_pearson", "token_pearson")
@@ -356,7 +359,7 @@ def protocol_run_section(label: str, s: dict[str, Any], rows: list[dict[str, Any
         f"{s['train_tables'][0]}–{s['train_tables'][1] - 1}; dev tables {s['dev_tables'][0]}–{s['dev_tables'][1] - 1}"
         f", test tables {s['test_tables'][0]}–{s['test_tables'][1] - 1} of {', '.join(s['eval_domains'])} (all 4 "
         f"systems). {t.get('steps')} steps × batch {s['batch']}, lr {s['lr']}, LoRA r {s['rank']}, "
-        f"{t.get('wall_s')} s wall, train loss {_round(t.get('train_loss'))}, eval loss {_round(t.get('eval_loss'))}."
+        f"{t.get('wall_s')} s wall, train loss {rounded(t.get('train_loss'))}, eval loss {rounded(t.get('eval_loss'))}."
         f" Student: {s['student']}; judging greedy, ≤ {s['max_new_tokens']} new tokens, {s['retries']} sampled retry, "
         "context 4096 tokens (inputs cut to fit, longest first)"
         + ("; the judge's probabilities read along each reply" if s.get("probabilities") else "")
@@ -469,7 +472,7 @@ def markdown(runs: dict[str, Any]) -> str:
             + f", training seed {_setting(s, 'train_seed')}"
             + f", "
             f"{t.get('wall_s')} s wall, {rate} tokens/s, train loss "
-            f"{_round(t.get('train_loss'))}, eval loss {_round(t.get('eval_loss'))}. Student: {s['student']}; "
+            f"{rounded(t.get('train_loss'))}, eval loss {rounded(t.get('eval_loss'))}. Student: {s['student']}; "
             f"judging greedy, ≤ {s['max_new_tokens']} new tokens, {s['retries']} sampled retry"
             + ("; replies held to the output contract's grammar" if s.get("constrained") else "")
             + _walls_and_note(s),
