@@ -24,6 +24,7 @@ from spanjudge.core.errors import SpanjudgeError
 from spanjudge.eval.distill.active import (
     Loop,
     LoopSettings,
+    arm_difference,
     arm_label,
     pooled,
     start_rows,
@@ -71,7 +72,7 @@ def main() -> None:
     done = {entry["label"]: entry for entry in before.get("arms", [])}
     docs, first = start_rows(loop, PROTOCOL_KEPT)
     pool: tuple[Path, int] | None = None
-    entries = []
+    entries, judged = [], {}
     for seed in settings.seeds:  # one seed of every arm before the next seed: a first comparison comes early
         for arm in settings.arms:
             label = arm_label(arm, seed)
@@ -88,6 +89,10 @@ def main() -> None:
                 payload = loop.judge_dev(label)[1]["student"]
             rows = loop.rows(label, docs, payload)
             entries.append({**entry, "dev": pooled(rows), "judge_wall_s": payload["wall_s"], "rows": rows})
+            judged.setdefault(arm, []).append(payload)
+            paired = None
+            if {"confidence", "random"} <= judged.keys():
+                paired = arm_difference(docs, judged, resamples=settings.resamples, seed=start.seed)
             pool_outputs = pool[1] if pool else before["settings"]["pool_outputs"]
             recorded = {
                 **asdict(settings),
@@ -98,7 +103,7 @@ def main() -> None:
             }
             recorded = {k: str(v) if isinstance(v, Path) else v for k, v in recorded.items()}
             results = {"settings": recorded, "start_rows": first, "arms": entries,
-                       "summary": summary(pooled(first), entries)}  # fmt: skip
+                       "summary": summary(pooled(first), entries, paired)}  # fmt: skip
             write(RESULTS, results)
             say(f"{label}: dev {entries[-1]['dev']}; results: {RESULTS / 'active_loop.md'}")
 

@@ -31,9 +31,13 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_bytes
+from spanjudge.eval.bootstrap import percentile_interval
+from spanjudge.eval.spans.agreement import agreement_resamples
 from spanjudge.eval.spans.judging import predictions
 
 from .judgments import STUDENT_READ, archived
@@ -231,9 +235,12 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {key: row.get(key) for key in SHOWN}
 
 
-def summary(start: dict[str, Any], arms: list[dict[str, Any]]) -> dict[str, Any]:
+def summary(
+    start: dict[str, Any], arms: list[dict[str, Any]], paired: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """Each arm's pooled dev measures over its seeds (mean, lowest, highest), each seed's change from the start,
-    and the difference of the arms' means (confidence − random) per measure."""
+    and the difference of the arms' means (confidence − random) per measure, with its interval (`paired`, from
+    `arm_difference`) where given."""
     by_arm: dict[str, list[dict[str, Any]]] = {}
     for entry in arms:
         by_arm.setdefault(entry["arm"], []).append(entry)
@@ -247,7 +254,51 @@ def summary(start: dict[str, Any], arms: list[dict[str, Any]]) -> dict[str, Any]
     if {"confidence", "random"} <= out["arms"].keys():
         mine, theirs = out["arms"]["confidence"], out["arms"]["random"]
         out["confidence_minus_random"] = {key: _minus(mine[key]["mean"], theirs[key]["mean"]) for key in AGREEMENT}
+        if paired is not None:
+            out["confidence_minus_random_interval"] = paired
     return out
+
+
+def arm_difference(
+    docs: list[Any], judged: dict[str, list[dict[str, Any]]], *, resamples: int, seed: int, confidence: float = 0.95
+) -> dict[str, dict[str, Any]]:
+    """Confidence minus random, per measure pooled over `docs`: the arms' means over their seeds (`judged`: arm ->
+    each seed's dev judgments) compared on the same input resamples of the dev split, so the interval is the paired
+    one. Per measure: the percentile interval, the share of resamples where the confidence arm is not better
+    (`not_better`), and the resamples where a mean is undefined. The judges stay fixed: the training seeds' own
+    spread is in the arms' [lowest, highest], not in this interval."""
+    sampled = {
+        arm: [agreement_resamples(docs, predictions(payload), n_resamples=resamples, seed=seed) for payload in runs]
+        for arm, runs in judged.items()
+    }
+    found = {}
+    for metric in AGREEMENT:
+        # a seed's undefined r leaves its arm's mean undefined in that resample, as in `summary`
+        means = {arm: np.mean([one[metric] for one in runs], axis=0) for arm, runs in sampled.items()}
+        difference = means["confidence"] - means["random"]
+        finite = difference[~np.isnan(difference)]
+        interval = percentile_interval(np.nan, difference, confidence)
+        found[metric] = {
+            "low": None if np.isnan(interval.low) else round(float(interval.low), 4),
+            "high": None if np.isnan(interval.high) else round(float(interval.high), 4),
+            "not_better": round(float((finite <= 0).mean()), 4) if finite.size else None,
+            "undefined": interval.undefined,
+            "resamples": resamples,
+            "confidence": confidence,
+        }
+    return found
+
+
+def verdict(confidence: dict[str, Any], random: dict[str, Any], interval: dict[str, Any]) -> str:
+    """Which arm a measure prefers: only where the paired interval excludes 0 and every seed of one arm is above
+    every seed of the other; otherwise neither."""
+    if confidence["mean"] is None or random["mean"] is None or interval["low"] is None:
+        return "undefined"
+    if interval["low"] > 0 and confidence["min"] > random["max"]:
+        return "confidence"
+    if interval["high"] < 0 and random["min"] > confidence["max"]:
+        return "random"
+    return "neither"
 
 
 def _minus(a: float | None, b: float | None) -> float | None:
@@ -289,7 +340,22 @@ def markdown(results: dict[str, Any]) -> str:
         chosen = f"{entry['human_spans']}, {entry['human_no_error']}"
         lines.append(f"| {entry['arm']} | {entry['seed']} | {chosen} | " + " | ".join(cells + losses) + " |")
     difference = done.get("confidence_minus_random")
-    if difference:
+    intervals = done.get("confidence_minus_random_interval")
+    if difference and intervals:
+        first = next(iter(intervals.values()))
+        lines += ["", f"Confidence minus random (the arms' means over their seeds), with its {first['confidence']:.0%} "
+                  f"interval over {first['resamples']} resamples of the dev inputs that both arms share (the judges "
+                  "fixed), the share of resamples where the confidence arm is not better, and which arm the measure "
+                  "prefers: one only where the interval excludes 0 and every seed of that arm is above every seed "
+                  "of the other.", "", "| measure | confidence − random | interval | not better | prefers |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        arms = done["arms"]
+        for key, value in difference.items():
+            found = intervals[key]
+            span = f"[{_signed(found['low'])}, {_signed(found['high'])}]"
+            prefers = verdict(arms["confidence"][key], arms["random"][key], found)
+            lines.append(f"| {key} | {_signed(value)} | {span} | {rounded(found['not_better'])} | {prefers} |")
+    elif difference:
         shown = ", ".join(f"{k} {_signed(v)}" for k, v in difference.items())
         lines += ["", f"Confidence minus random, means over the seeds: {shown}."]
     return "\n".join(lines) + "\n"

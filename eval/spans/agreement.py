@@ -190,6 +190,20 @@ def _resampled(stats: Sequence[_DocStats], input_ids: Sequence[str], n_resamples
     }
 
 
+def agreement_resamples(
+    docs: Sequence[SpanDocument],
+    predictions: Mapping[str, Sequence[Span] | None],
+    *,
+    n_resamples: int,
+    seed: int,
+) -> dict[str, np.ndarray]:
+    """Each metric of INTERVAL_METRICS on `n_resamples` input resamples of `docs` (nan where undefined). The
+    resamples depend only on the docs' input ids and `seed`, so two judges of the same docs share them: their
+    differences are paired."""
+    input_ids = list(dict.fromkeys(doc.input_id for doc in docs))
+    return _resampled(_scored(docs, predictions, None), input_ids, n_resamples, seed)
+
+
 def _finite(value: float) -> float | None:
     return None if np.isnan(value) else float(value)
 

@@ -11,13 +11,16 @@ import pytest
 
 from spanjudge.eval.distill.active import (
     LoopSettings,
+    arm_difference,
     markdown,
     pool_leak,
     selection,
     start_settings,
     summary,
+    verdict,
 )
 from spanjudge.eval.distill.study import StudySettings
+from spanjudge.eval.spans.documents import GoldSpan, SpanDocument
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,13 +81,67 @@ def test_the_arms_are_compared_by_their_mean_over_seeds() -> None:
     assert found["confidence_minus_random"]["count_pearson"] is None
 
 
-def test_the_committed_report_is_what_its_committed_rows_give() -> None:
+# Six inputs of two outputs each; "The score was 3-1 at home." with the humans' span on "3-1" or on nothing
+def _docs() -> list[SpanDocument]:
+    gold = [(14, 17)], []
+    return [SpanDocument(f"t{i}/{k}", "q", "t", {}, "The score was 3-1 at home.",
+                         tuple(GoldSpan(s, e, "0") for s, e in gold[k]), input_id=f"t{i}")
+            for i in range(6) for k in (0, 1)]  # fmt: skip
+
+
+def _judged(spans_of: dict[int, list[tuple[int, int]] | None]) -> dict:
+    """Judgments of `_docs` in the kept payload's shape: output k of every input gets spans_of[k]."""
+    return {"rows": {d.id: {"spans": spans_of[int(d.id[-1])]} for d in _docs()}}
+
+
+def test_the_arms_differ_on_the_same_input_resamples() -> None:
+    right, wrong = _judged({0: [(14, 17)], 1: []}), _judged({0: [(4, 9)], 1: [(0, 3)]})
+    same = arm_difference(_docs(), {"confidence": [wrong, wrong], "random": [wrong]}, resamples=200, seed=3)
+    # the same judgments on the same resamples: a difference of exactly 0 everywhere, never better
+    assert (same["overlap_f1"]["low"], same["overlap_f1"]["high"], same["overlap_f1"]["not_better"]) == (0, 0, 1)
+    found = arm_difference(_docs(), {"confidence": [right, right], "random": [wrong, right]}, resamples=200, seed=3)
+    # confidence is 1.0 in every resample, random's mean (0 + 1) / 2 = 0.5 in every resample
+    assert found["overlap_f1"] == {"low": 0.5, "high": 0.5, "not_better": 0.0, "undefined": 0, "resamples": 200,
+                                   "confidence": 0.95}  # fmt: skip
+    # wrong marks one span in every output: its count is constant, so its r, and its arm's mean, never exist
+    assert found["count_pearson"]["low"] is None and found["count_pearson"]["undefined"] == 200
+    unscored = _judged({0: None, 1: None})
+    gone = arm_difference(_docs(), {"confidence": [right], "random": [unscored]}, resamples=50, seed=3)
+    assert gone["token_f1"]["not_better"] is None and gone["token_f1"]["undefined"] == 50
+
+
+@pytest.mark.parametrize(
+    ("confidence", "random", "interval", "prefers"),
+    [
+        ((0.30, 0.28, 0.32), (0.20, 0.19, 0.22), (0.02, 0.15), "confidence"),
+        ((0.30, 0.21, 0.32), (0.20, 0.19, 0.22), (0.02, 0.15), "neither"),  # the seeds overlap
+        ((0.30, 0.28, 0.32), (0.20, 0.19, 0.22), (-0.01, 0.15), "neither"),  # the interval holds 0
+        ((0.10, 0.08, 0.12), (0.20, 0.19, 0.22), (-0.15, -0.02), "random"),
+        ((None, None, None), (0.20, 0.19, 0.22), (None, None), "undefined"),
+    ],
+)
+def test_an_arm_is_preferred_only_when_interval_and_seeds_agree(confidence, random, interval, prefers) -> None:
+    def stats(values: tuple) -> dict:
+        return dict(zip(("mean", "min", "max"), values, strict=True))
+
+    assert verdict(stats(confidence), stats(random), {"low": interval[0], "high": interval[1]}) == prefers
+
+
+def test_the_committed_report_is_what_its_committed_judgments_give() -> None:
+    from spanjudge.eval.distill.judgments import archived
+    from spanjudge.eval.distill.phases import held_out_documents
+
     path = REPO / "bench/results/active_loop.json"
     if not path.is_file():
         pytest.skip("no active-loop results committed yet")
     results = json.loads(path.read_text())
-    start = {key: value for key, value in results["summary"]["start"].items()}
-    assert summary(start, results["arms"]) == results["summary"]
+    kept, judged = REPO / "bench/results/active_loop_judgments", {}
+    for entry in results["arms"]:
+        judged.setdefault(entry["arm"], []).append(archived(kept, entry["label"], "dev")["student"])
+    start = start_settings(_protocol_run(results["settings"]["start"]), results["settings"]["start"])
+    docs, _ = held_out_documents(start, "dev")
+    paired = arm_difference(docs, judged, resamples=results["settings"]["resamples"], seed=start.seed)
+    assert summary(results["summary"]["start"], results["arms"], paired) == results["summary"]
     assert markdown(results) == (REPO / "bench/results/active_loop.md").read_text()
 
 
