@@ -355,9 +355,6 @@ def markdown(results: dict[str, Any]) -> str:
             span = f"[{_signed(found['low'])}, {_signed(found['high'])}]"
             prefers = verdict(arms["confidence"][key], arms["random"][key], found)
             lines.append(f"| {key} | {_signed(value)} | {span} | {rounded(found['not_better'])} | {prefers} |")
-    elif difference:
-        shown = ", ".join(f"{k} {_signed(v)}" for k, v in difference.items())
-        lines += ["", f"Confidence minus random, means over the seeds: {shown}."]
     return "\n".join(lines) + "\n"
 
 
