@@ -36,6 +36,9 @@ RUNS=(
   "smollm2-mixed-cut-s1 --recipe smollm2-mixed-cut --student smollm2 --train-seed 1 --domains wikidata ice_hockey owid --train-tables 0 25 --too-long cut --probabilities"
   "smollm2-mixed-cut-s2 --recipe smollm2-mixed-cut --student smollm2 --train-seed 2 --domains wikidata ice_hockey owid --train-tables 0 25 --too-long cut --probabilities"
   "gemma3-wikidata-s42 --recipe gemma3-wikidata --student gemma3 --train-seed 42 --probabilities --domains wikidata --train-tables 0 70"
+  "gemma3-mixed-cut-s42 --recipe gemma3-mixed-cut --student gemma3 --train-seed 42 --domains wikidata ice_hockey owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
+  "gemma3-mixed-cut-s1 --recipe gemma3-mixed-cut --student gemma3 --train-seed 1 --domains wikidata ice_hockey owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
+  "gemma3-mixed-cut-s2 --recipe gemma3-mixed-cut --student gemma3 --train-seed 2 --domains wikidata ice_hockey owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
 )
 case "$SPLIT" in
   dev) log_suffix="" ;;

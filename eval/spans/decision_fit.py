@@ -47,10 +47,14 @@ def decided_spans(rows: Mapping[str, Mapping[str, Any] | None], rule: DecisionRu
     return decided
 
 
+def row_objective(row: Mapping[str, Any]) -> float:
+    """`OBJECTIVE` of an agreement row (`span_agreement`'s values)."""
+    return sum(row.get(key) or 0.0 for key in AGREEMENT) / len(AGREEMENT)
+
+
 def objective(docs: Sequence[SpanDocument], spans: Mapping[str, Spans]) -> float:
     """`OBJECTIVE` of `spans` against the documents' human spans (point values, no bootstrap)."""
-    row = span_agreement(docs, spans, n_resamples=1)
-    return sum(row[key] or 0.0 for key in AGREEMENT) / len(AGREEMENT)
+    return row_objective(span_agreement(docs, spans, n_resamples=1))
 
 
 @dataclass(frozen=True)

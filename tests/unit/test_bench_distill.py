@@ -43,6 +43,7 @@ def test_the_committed_report_is_what_its_committed_rows_give(bench: SimpleNames
     report functions moved into the package unchanged."""
     results = json.loads((REPO / "bench/results/distill_quintd.json").read_text())
     assert bench.recipes(results["runs"]) == results["recipes"]
+    assert bench.dev_choice(results["runs"]) == results["choice"]
     assert bench.markdown(results["runs"]) == (REPO / "bench/results/distill_quintd.md").read_text()
 
 
@@ -254,3 +255,60 @@ def test_a_negative_samples_count_is_refused_before_any_work(tmp_path: Path) -> 
     )  # fmt: skip
     assert done.returncode == 2 and "--samples is 0 (no self-consistency rows) or more, not -1" in done.stderr
     assert not (tmp_path / "work").exists()
+
+
+def _fitted_run(recipe: str, seed: int, decided: float, written: float) -> dict[str, Any]:
+    """A protocol run whose dev judgments chose decision thresholds with these objectives."""
+    fit = {"split": "dev", "data": "dev", "outputs": 120, "objective": "o", "value": decided, "written_value": written}
+    rule = {"no_error_threshold": 0.3, "min_confidence": None, "fitted_on": fit}
+    return {"settings": {"protocol": 1, "recipe": recipe, "train_seed": seed, "decisions": rule}, "rows": []}
+
+
+def test_dev_chooses_the_recipe_whose_seeds_decide_best_once_two_have_three_seeds(bench: SimpleNamespace) -> None:
+    runs = {f"a{s}": _fitted_run("a", s, d, 0.2) for s, d in ((42, 0.30), (1, 0.31), (2, 0.32))}
+    runs |= {f"b{s}": _fitted_run("b", s, d, 0.2) for s, d in ((42, 0.25), (1, 0.26), (2, 0.35))}
+    runs |= {f"c{s}": _fitted_run("c", s, 0.9, 0.2) for s in (42, 1)}  # two seeds: not a candidate yet
+    runs["old"] = {"settings": {"protocol": 1, "recipe": "old", "train_seed": 42}, "rows": []}  # no decisions
+    choice = bench.dev_choice(runs)
+    assert [c["recipe"] for c in choice["candidates"]] == ["c", "a", "b"]
+    assert (choice["chosen"], choice["reading"], choice["apart"]) == ("a", "decided", False)  # b's 0.35 > a's 0.30
+    assert "**Dev chooses `a`, read decided**" in "\n".join(bench.choice_lines(choice))
+    runs["b2"] = _fitted_run("b", 2, 0.27, 0.2)
+    assert bench.dev_choice(runs)["apart"] is True
+    # the written replies beat by nothing: the decided reading is not chosen
+    same = {k: _fitted_run(r["settings"]["recipe"], r["settings"]["train_seed"], 0.2, 0.2) for k, r in runs.items()}
+    assert bench.dev_choice(same)["reading"] == "written"
+    # one recipe ready is no choice
+    alone = bench.dev_choice({k: r for k, r in runs.items() if not k.startswith("b")})
+    assert alone["chosen"] is None
+    assert "No choice yet" in "\n".join(bench.choice_lines(alone))
+
+
+def _bar_entry(recipe: str, domain: str, mean: dict[str, Any], **more: Any) -> dict[str, Any]:
+    teacher = {"overlap_f1": 0.5, "token_f1": 0.4, "count_pearson": 0.4, "token_pearson": 0.2}
+    return {"recipe": recipe, "split": "test", "domain": domain, "seeds": [42, 1, 2], "mean": mean,
+            "teacher": teacher, "number_baseline": {"count_pearson": 0.3}, "asked": 300,
+            "no_error_outputs": None, "human_no_error_outputs": None, **more}  # fmt: skip
+
+
+def test_the_bar_is_read_for_dev_s_choice_on_the_test_split(bench: SimpleNamespace) -> None:
+    choice = {"chosen": "a", "reading": "decided"}
+    decided = {"overlap_f1": 0.25, "token_f1": 0.1, "count_pearson": 0.35, "token_pearson": None}
+    entries = [
+        _bar_entry("a+decided", "pooled", decided, no_error_outputs=35, human_no_error_outputs=25),
+        _bar_entry("a", "pooled", {}, calibration={"span_confidence": {"mean": 0.04}}),
+        _bar_entry("b+decided", "wikidata", {**decided, "token_f1": 0.9}),  # another recipe: not read
+    ]
+    checks = {c["what"]: c for c in bench.bar_checks(entries, choice)}
+    assert checks["overlap_f1 (pooled) ≥ half the teacher's"]["met"] is True  # 0.25 against 0.5 / 2
+    assert checks["token_f1 (pooled) ≥ half the teacher's"]["met"] is False
+    assert checks["token_pearson (pooled) ≥ half the teacher's"]["met"] is None  # undefined: neither met nor not
+    assert checks["count_pearson (pooled) ≥ the number baseline's"]["met"] is True
+    assert checks["token_f1 (wikidata) ≥ half the teacher's"]["met"] is None  # the chosen recipe has no wikidata row
+    rate = checks["'No Error' rate within 0.10 of the humans' (pooled)"]  # 35 and 25 of 100 outputs a seed
+    assert (rate["value"], rate["target"], rate["met"]) == (0.35, 0.25, True)
+    assert checks["span-confidence ECE ≤ 0.05 (pooled)"]["met"] is True
+    lines = "\n".join(bench.bar_lines(list(checks.values()), choice))
+    assert "5 of 12 checks met" in lines and "| token_f1 (pooled) ≥ half the teacher's | 0.200 | 0.100 | no |" in lines
+    assert bench.bar_checks(entries, {"chosen": None}) == []  # dev has not chosen: no bar
+    assert bench.bar_checks(entries[1:], choice) == []  # not judged on test yet
