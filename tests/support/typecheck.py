@@ -30,6 +30,7 @@ CHECKED = (
     "inference/decisions.py",
     "eval/spans/calibration.py",
     "eval/spans/decision_fit.py",
+    "eval/spans/recalibration.py",
 )
 STAGE = REPO / "build" / "typecheck"
 
