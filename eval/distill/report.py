@@ -78,11 +78,13 @@ def write_results(results: Path, rows: list[dict[str, Any]], settings: dict[str,
         settings["judge_wall_s"] = {**before["settings"].get("judge_wall_s", {}), **settings["judge_wall_s"]}
     runs[settings["label"]] = {"settings": settings, "rows": rows}
     default = runs.get("default", runs[settings["label"]])
+    entries, choice = recipes(runs), dev_choice(runs)
     payload = {
         "rows": default["rows"],
         "settings": default["settings"],
-        "recipes": recipes(runs),
-        "choice": dev_choice(runs),
+        "recipes": entries,
+        "choice": choice,
+        "bar": bar_checks(entries, choice),
         "runs": runs,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -483,14 +485,14 @@ def _no_error_rate(entry: dict[str, Any]) -> tuple[float, float] | None:
     return entry["no_error_outputs"] / outputs, entry["human_no_error_outputs"] / outputs
 
 
-def bar_checks(entries: list[dict[str, Any]], choice: dict[str, Any]) -> list[dict[str, Any]]:
+def bar_checks(entries: list[dict[str, Any]], choice: dict[str, Any]) -> dict[str, Any] | None:
     """Issue #49's bar for the chosen recipe on the test split, mean over its seeds: every agreement column at least
     half of the teacher's and count r at least the number baseline's, pooled and in wikidata; the 'No Error' rate
     within 10 points of the humans'; span-confidence ECE at most 0.05. One check each: what, target, value, met
-    (None where the value is undefined or not yet measured). Empty until dev has chosen and the test split is
-    judged."""
+    (None where the value is undefined or not yet measured), under `checks`, and the seeds judged on test under
+    `seeds`. None until dev has chosen and the test split is judged."""
     if choice["chosen"] is None:
-        return []
+        return None
     suffix = "+decided" if choice["reading"] == "decided" else ""
 
     def entry(recipe: str, domain: str) -> dict[str, Any] | None:
@@ -498,7 +500,7 @@ def bar_checks(entries: list[dict[str, Any]], choice: dict[str, Any]) -> list[di
 
     read, written = entry(choice["chosen"] + suffix, "pooled"), entry(choice["chosen"], "pooled")
     if read is None:
-        return []
+        return None
     checks = []
     for domain in ("pooled", "wikidata"):
         found = entry(choice["chosen"] + suffix, domain)
@@ -525,18 +527,19 @@ def bar_checks(entries: list[dict[str, Any]], choice: dict[str, Any]) -> list[di
     value = None if ece is None else ece["mean"]
     checks.append({"what": "span-confidence ECE ≤ 0.05 (pooled)", "target": 0.05, "value": value,
                    "met": None if value is None else value <= 0.05})  # fmt: skip
-    return checks
+    return {"seeds": read["seeds"], "checks": checks}
 
 
-def bar_lines(checks: list[dict[str, Any]], choice: dict[str, Any]) -> list[str]:
-    if not checks:
+def bar_lines(bar: dict[str, Any] | None, choice: dict[str, Any]) -> list[str]:
+    if bar is None:
         return []
+    checks = bar["checks"]
     met = sum(c["met"] is True for c in checks)
     lines = [
         "",
         f"### Issue #49's bar on the test split: `{choice['chosen']}`, read {choice['reading']}",
         "",
-        f"Mean over the recipe's seeds; {met} of {len(checks)} checks met.",
+        f"Mean over seeds {', '.join(map(str, bar['seeds']))}; {met} of {len(checks)} checks met.",
         "",
         "| check | target | measured | met |",
         "|---|---:|---:|---|",

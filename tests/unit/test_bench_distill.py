@@ -44,6 +44,7 @@ def test_the_committed_report_is_what_its_committed_rows_give(bench: SimpleNames
     results = json.loads((REPO / "bench/results/distill_quintd.json").read_text())
     assert bench.recipes(results["runs"]) == results["recipes"]
     assert bench.dev_choice(results["runs"]) == results["choice"]
+    assert bench.bar_checks(results["recipes"], results["choice"]) == results["bar"]
     assert bench.markdown(results["runs"]) == (REPO / "bench/results/distill_quintd.md").read_text()
 
 
@@ -299,7 +300,9 @@ def test_the_bar_is_read_for_dev_s_choice_on_the_test_split(bench: SimpleNamespa
         _bar_entry("a", "pooled", {}, calibration={"span_confidence": {"mean": 0.04}}),
         _bar_entry("b+decided", "wikidata", {**decided, "token_f1": 0.9}),  # another recipe: not read
     ]
-    checks = {c["what"]: c for c in bench.bar_checks(entries, choice)}
+    bar = bench.bar_checks(entries, choice)
+    assert bar["seeds"] == [42, 1, 2]
+    checks = {c["what"]: c for c in bar["checks"]}
     assert checks["overlap_f1 (pooled) ≥ half the teacher's"]["met"] is True  # 0.25 against 0.5 / 2
     assert checks["token_f1 (pooled) ≥ half the teacher's"]["met"] is False
     assert checks["token_pearson (pooled) ≥ half the teacher's"]["met"] is None  # undefined: neither met nor not
@@ -308,7 +311,10 @@ def test_the_bar_is_read_for_dev_s_choice_on_the_test_split(bench: SimpleNamespa
     rate = checks["'No Error' rate within 0.10 of the humans' (pooled)"]  # 35 and 25 of 100 outputs a seed
     assert (rate["value"], rate["target"], rate["met"]) == (0.35, 0.25, True)
     assert checks["span-confidence ECE ≤ 0.05 (pooled)"]["met"] is True
-    lines = "\n".join(bench.bar_lines(list(checks.values()), choice))
-    assert "5 of 12 checks met" in lines and "| token_f1 (pooled) ≥ half the teacher's | 0.200 | 0.100 | no |" in lines
-    assert bench.bar_checks(entries, {"chosen": None}) == []  # dev has not chosen: no bar
-    assert bench.bar_checks(entries[1:], choice) == []  # not judged on test yet
+    lines = "\n".join(bench.bar_lines(bar, choice))
+    assert (
+        "Mean over seeds 42, 1, 2; 5 of 12 checks met" in lines
+        and "| token_f1 (pooled) ≥ half the teacher's | 0.200 | 0.100 | no |" in lines
+    )
+    assert bench.bar_checks(entries, {"chosen": None}) is None  # dev has not chosen: no bar
+    assert bench.bar_checks(entries[1:], choice) is None  # not judged on test yet
