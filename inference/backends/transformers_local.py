@@ -539,7 +539,7 @@ class ProbabilityReader(ChoiceReader):
                 input_ids=self._torch.tensor([written[read:]], device=self.model.device),
                 use_cache=True,
                 logits_to_keep=self._torch.tensor([k - read for k in keep], device=self.model.device),
-                **({self._cache_argument: past} if past is not None else {}),
+                **{self._cache_argument: self._recording_cache() if past is None else past},
             )
             cache = output["cache"] if "cache" in output else output["past_key_values"]  # transformers 5, 4.x
             if self.reuse_prefix:
@@ -551,6 +551,18 @@ class ProbabilityReader(ChoiceReader):
                 self._alternative_log_probs(prompt_ids, start, tails, first, cache, end)
                 for (start, tails), end in zip(branches, ends, strict=True)
             ]
+
+    def _recording_cache(self) -> DynamicCache:
+        """An empty KV cache that can be cut back to any earlier position: each choice's alternatives, and a
+        reused prefix, read from the cache cut back to where they start. A sliding-window layer (Gemma 3's local
+        attention) keeps only its window unless it records its past, and then cannot be cut back once the
+        sequence is longer than the window (transformers 5; 4.x caches keep every state)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        if hasattr(cache, "activate_past_recording"):
+            cache.activate_past_recording()
+        return cache
 
     def _held_prefix(self, written: list[int], prompt_length: int) -> tuple[int, Any]:
         """How many leading tokens of `written` the last reading's cache holds (at most the prompt's but

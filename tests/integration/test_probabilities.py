@@ -31,6 +31,7 @@ TWO_ERRORS = (
     "Error 2:\nLocation: A cat\nExplanation: Vague.\nSeverity: 1\n\nOverall score: 40"
 )
 NO_ERROR = "No Error\n\nOverall score: 100"
+QUESTION = "Is 'A cat sat on a hat.' faithful to 'The cat sat on the mat.'?"
 EIGHT_ERRORS = (
     "\n\n".join(f"Error {n}:\nLocation: cat\nExplanation: Wrong {n}.\nSeverity: {1 + n % 5}" for n in range(1, 9))
     + "\n\nOverall score: 5"
@@ -78,6 +79,44 @@ def test_read_probabilities_equal_a_brute_force_computation(tiny: tuple[Any, Any
     end = {tokenizer.eos_token_id}
     _assert_brute_force(model, tokenizer, reply, end, lambda prompt, evaluation: ProbabilityReader(
         model, tokenizer, end).read(prompt, evaluation))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma(tiny: tuple[Any, Any]) -> Any:
+    """A 2-layer Gemma 3 with random weights whose local layer sees 8 tokens: every prompt and reply here is
+    longer than its window."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              num_key_value_heads=2, head_dim=8, vocab_size=len(tiny[1]), initializer_range=0.4,
+                              sliding_window=8, layer_types=["sliding_attention", "full_attention"])  # fmt: skip
+    return Gemma3ForCausalLM(config).eval()
+
+
+def test_a_sliding_window_model_reads_what_a_brute_force_computation_reads(
+    tiny: tuple[Any, Any], tiny_gemma: Any
+) -> None:
+    """Each choice's alternatives read from the cache cut back to where they start, past the local layers'
+    window (Gemma 3 judges crashed there: its sliding layers kept only their window); so does a reused prompt."""
+    tokenizer = tiny[1]
+    end = {tokenizer.eos_token_id}
+    reader = ProbabilityReader(tiny_gemma, tokenizer, end, reuse_prefix=True)
+    readings: list[Any] = []
+
+    def read(prompt: list[int], evaluation: Evaluation) -> Any:
+        readings.append(reader.read(prompt, evaluation))
+        return readings[-1]
+
+    _assert_brute_force(tiny_gemma, tokenizer, TWO_ERRORS, end, read)
+    evaluation = parse_judge(TWO_ERRORS)
+    assert isinstance(evaluation, Evaluation)
+    again = read(tokenizer(QUESTION)["input_ids"], evaluation)  # after the held cache, cut back past the window
+    assert again.expected_errors == pytest.approx(readings[0].expected_errors, abs=1e-5)
+    assert list(again.score_distribution.values()) == pytest.approx(
+        list(readings[0].score_distribution.values()), abs=1e-5
+    )
 
 
 class _PromptLogprobsLLM:
@@ -133,7 +172,7 @@ def test_the_vllm_engine_reads_along_the_prompt_its_chat_sends(
     backend = make_backend(BackendSpec(kind="vllm", model="tiny", options={"exact_probabilities": True}))
     backend._lora = "lora"  # what an `adapter` option makes: the reader sends the judge's LoRA with each prompt
     evaluation = parse_judge(TWO_ERRORS)
-    request = ChatRequest.user("Is 'A cat sat on a hat.' faithful to 'The cat sat on the mat.'?")
+    request = ChatRequest.user(QUESTION)
     read = backend.read_probabilities(request, evaluation)
     prompt = encode_chat(tokenizer, [m.model_dump() for m in request.messages])
     expected = ProbabilityReader(model, tokenizer, judge_end_ids(tokenizer)).read(prompt, evaluation)
@@ -223,7 +262,7 @@ def _assert_brute_force(model: Any, tokenizer: Any, reply: str, end: set[int], r
     """`read_with(prompt, evaluation)` reads what the brute-force computation reads, on every value."""
     evaluation = parse_judge(reply)
     assert isinstance(evaluation, Evaluation)
-    prompt = tokenizer("Is 'A cat sat on a hat.' faithful to 'The cat sat on the mat.'?")["input_ids"]
+    prompt = tokenizer(QUESTION)["input_ids"]
     read = read_with(prompt, evaluation)
     counts, severities, score = _brute_force(model, tokenizer, prompt, render_judge(evaluation), evaluation, end)
 
@@ -259,7 +298,7 @@ def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, 
     assert _cache_bytes(cache) == 5 * 2 * 2 * 8 * 4  # tokens x (keys, values) x 2 kv heads x head dim 8 x fp32
 
     evaluation = parse_judge(TWO_ERRORS)
-    prompt = tokenizer("Is 'A cat sat on a hat.' faithful to 'The cat sat on the mat.'?")["input_ids"]
+    prompt = tokenizer(QUESTION)["input_ids"]
     end = {tokenizer.eos_token_id}
     batched = ProbabilityReader(model, tokenizer, end).read(prompt, evaluation)
     one_by_one = ProbabilityReader(model, tokenizer, end, cache_budget_bytes=1).read(prompt, evaluation)
