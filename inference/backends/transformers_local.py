@@ -483,6 +483,17 @@ def alternatives_per_pass(row_bytes: float, budget_bytes: int) -> int:
     return max(1, min(_BATCH, int(budget_bytes // max(1.0, row_bytes))))
 
 
+def sliding_window(model: Any) -> int | None:
+    """The window of the model's sliding-window attention layers (Gemma 3's local layers: 512), or None when it
+    has none."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if not window or (layer_types is not None and "sliding_attention" not in layer_types):
+        return None
+    return int(window)
+
+
 def _cache_bytes(cache: object) -> int:
     """The memory a KV cache's tensors hold (transformers 5's layered caches and 4.x's lists)."""
     layers = getattr(cache, "layers", None)
@@ -522,7 +533,9 @@ class ProbabilityReader(ChoiceReader):
         # transformers 5 names the cache argument `cache`; 4.x `past_key_values`
         self._cache_argument = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
         self.reuse_prefix = reuse_prefix
-        self._held: tuple[list[int], Any] | None = None  # the last reading's tokens and KV cache
+        self._window = sliding_window(model)
+        # the last reading's tokens, its KV cache, and the first position the cache can still be cut back to
+        self._held: tuple[list[int], Any, int] | None = None
 
     def _choice_log_probs(
         self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],
@@ -534,7 +547,7 @@ class ProbabilityReader(ChoiceReader):
         with self._torch.inference_mode():
             keep = sorted({len(prompt_ids) + start - 1 for start, _ in branches})
             written = [*prompt_ids, *reply]
-            read, past = self._held_prefix(written, len(prompt_ids))
+            read, past, floor = self._held_prefix(written, len(prompt_ids))
             output = self.model(
                 input_ids=self._torch.tensor([written[read:]], device=self.model.device),
                 use_cache=True,
@@ -543,7 +556,7 @@ class ProbabilityReader(ChoiceReader):
             )
             cache = output["cache"] if "cache" in output else output["past_key_values"]  # transformers 5, 4.x
             if self.reuse_prefix:
-                self._held = (written, cache)  # the alternatives below read copies of it
+                self._held = (written, cache, floor)  # the alternatives below read copies of it
             first = {
                 position: row for position, row in zip(keep, output.logits[0].float().log_softmax(-1), strict=True)
             }
@@ -564,22 +577,31 @@ class ProbabilityReader(ChoiceReader):
             cache.activate_past_recording()
         return cache
 
-    def _held_prefix(self, written: list[int], prompt_length: int) -> tuple[int, Any]:
+    def _held_prefix(self, written: list[int], prompt_length: int) -> tuple[int, Any, int]:
         """How many leading tokens of `written` the last reading's cache holds (at most the prompt's but
-        its last token, whose row is computed fresh) and a copy of that cache cut back to them; (0, None)
-        when nothing is shared or reuse is off."""
+        its last token, whose row is computed fresh), a copy of that cache cut back to them, and the first
+        position that copy can still be cut back to; (0, None, 0) when nothing is shared, reuse is off, or
+        the cache no longer holds what the cut needs.
+
+        Cut back to `read`, a sliding-window layer keeps only the window before it, so a cache read after a
+        cut holds positions from `read - window + 1` on: a later cut needs its window to start there or
+        later."""
         if self._held is None:
-            return 0, None
-        held, cache = self._held
+            return 0, None, 0
+        held, cache, floor = self._held
         read = min(shared_length(held, written), prompt_length - 1)
         if read <= 0:
-            return 0, None
+            return 0, None, 0
+        if self._window is not None:
+            if max(0, read - self._window + 1) < floor:
+                return 0, None, 0
+            floor = max(floor, read - self._window + 1)
         past = copy.deepcopy(cache)
         try:
             past.crop(read - past.get_seq_length())  # negative: the tokens to drop
-        except (RuntimeError, ValueError):  # a sliding window past its size cannot be cut back: read it whole
-            return 0, None
-        return read, past
+        except (RuntimeError, ValueError):  # a cache that cannot be cut back: read the prompt whole
+            return 0, None, 0
+        return read, past, floor
 
     def _alternative_log_probs(
         self,

@@ -119,6 +119,29 @@ def test_a_sliding_window_model_reads_what_a_brute_force_computation_reads(
     )
 
 
+def test_a_sliding_window_reader_reuses_a_prompt_only_while_its_cache_holds_the_window(
+    tiny: tuple[Any, Any], tiny_gemma: Any
+) -> None:
+    """Cut back past the window, a cache keeps only the window before the cut: a later prompt that shares less
+    is read whole (it crashed, or read other tokens' states), and every reading equals a fresh reader's."""
+    tokenizer = tiny[1]
+    end = {tokenizer.eos_token_id}
+    evaluation = parse_judge(TWO_ERRORS)
+    assert isinstance(evaluation, Evaluation)
+    shared = list(range(1000, 1030))  # 30 tokens: more than the window of 8
+    prompts = [[*shared, 5, 6, 7], [*shared, 8, 9], [*shared[:5], 11, 12, 13, 14], [*shared[:20], 15]]
+    reusing = ProbabilityReader(tiny_gemma, tokenizer, end, reuse_prefix=True)
+    for prompt in prompts:
+        reading = reusing.read(prompt, evaluation)
+        fresh = ProbabilityReader(tiny_gemma, tokenizer, end).read(prompt, evaluation)
+        assert list(reading.score_distribution.values()) == pytest.approx(
+            list(fresh.score_distribution.values()), abs=1e-5
+        )
+        assert reading.expected_errors == pytest.approx(fresh.expected_errors, abs=1e-5)
+    assert reusing._window == 8 and reusing._held is not None
+    assert ProbabilityReader(tiny[0], tokenizer, end)._window is None  # Llama: no sliding window
+
+
 class _PromptLogprobsLLM:
     """A stand-in for `vllm.LLM`, which needs a CUDA GPU: `generate` answers prompts of token ids with
     `prompt_logprobs` in vLLM's shape (None for the first token, then {token: Logprob}), each computed by a
