@@ -566,10 +566,10 @@ class ProbabilityReader(ChoiceReader):
             ]
 
     def _recording_cache(self) -> DynamicCache:
-        """An empty KV cache that can be cut back to any earlier position: each choice's alternatives, and a
+        """An empty KV cache that can be cut back to an earlier position: each choice's alternatives, and a
         reused prefix, read from the cache cut back to where they start. A sliding-window layer (Gemma 3's local
-        attention) keeps only its window unless it records its past, and then cannot be cut back once the
-        sequence is longer than the window (transformers 5; 4.x caches keep every state)."""
+        attention) that does not record its past keeps only its window, so once the sequence is longer than the
+        window it cannot be cut back at all (transformers 5; 4.x caches keep every state)."""
         from transformers import DynamicCache
 
         cache = DynamicCache(config=self.model.config)
