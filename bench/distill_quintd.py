@@ -34,7 +34,7 @@ import time
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from spanjudge.eval.distill.phases import import_teacher, judge_held_out, run_settings, train_student
+from spanjudge.eval.distill.phases import another_student, import_teacher, judge_held_out, run_settings, train_student
 from spanjudge.eval.distill.recompute import diagram, from_judgments, rows_and_decisions
 from spanjudge.eval.distill.report import write_results
 from spanjudge.eval.distill.study import STUDENTS, StudySettings, leak, recipe_conflict, recipe_settings
@@ -58,11 +58,7 @@ def parser() -> argparse.ArgumentParser:
         "--recipe", help="the recipe this run is one training seed of (default: the label); its seeds' mean is reported"
     )
     parser.add_argument("--work", type=Path, help="working folder (default runs/bench/distill_quintd/LABEL)")
-    parser.add_argument(
-        "--domains",
-        nargs="+",
-        help="training domains (default: %(default)s)",
-    )
+    parser.add_argument("--domains", nargs="+", help="training domains (default: %(default)s)")
     parser.add_argument(
         "--train-source",
         choices=("gpt-4", "human"),
@@ -81,11 +77,7 @@ def parser() -> argparse.ArgumentParser:
         choices=("dev", "test"),
         help="which held-out split this run judges: dev (for choices) or test (once, for a finished recipe)",
     )
-    parser.add_argument(
-        "--eval-domains",
-        nargs="+",
-        help="the domains judged on the held-out tables (default: %(default)s)",
-    )
+    parser.add_argument("--eval-domains", nargs="+", help="the held-out tables' domains (default: %(default)s)")
     parser.add_argument("--extra-domains", nargs="*", help="more training data: GPT-4's spans on these domains too")
     parser.add_argument("--extra-tables", type=int, nargs=2, metavar=("FIRST", "STOP"))
     parser.add_argument("--import-config", type=Path, help="the import rule (default: %(default)s)")
@@ -185,7 +177,10 @@ def main() -> None:
     imported = import_teacher(work, s)
     say(f"teacher records: {imported['train']} train / {imported['validation']} validation")
     train = train_student(work, s)
-    say(f"student trained: {train}")
+    changed = another_student(s.label, train, s.split, runs)
+    if changed and s.split == "test":  # its thresholds were fitted on another student's dev judgments
+        sys.exit(changed)
+    say(f"student trained: {train}" + (f"; {changed}" if changed else ""))
     docs, judged, teacher = judge_held_out(work, s, say, keep=KEPT)
     rows, rule = rows_and_decisions(s, docs, judged, teacher, KEPT, say)
     diagram(s, docs, judged, RESULTS.parent / "distill_calibration")

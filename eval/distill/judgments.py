@@ -41,13 +41,26 @@ def archive(root: Path, label: str, split: str, judge: str, payload: Mapping[str
 def archived(root: Path, label: str, split: str) -> dict[str, dict[str, Any]]:
     """Every judge's kept judgments of a run's split: judge -> payload (empty when none are kept)."""
     folder = root / label / split
-    found = {}
-    for path in sorted(folder.glob("*.json.gz")) if folder.is_dir() else []:
-        try:
-            found[path.name.removesuffix(".json.gz")] = json.loads(gzip.decompress(path.read_bytes()))
-        except (OSError, EOFError, json.JSONDecodeError) as exc:
-            raise InputError(f"{path}: not a judgments file ({exc.__class__.__name__}: {exc})") from None
-    return found
+    paths = sorted(folder.glob("*.json.gz")) if folder.is_dir() else []
+    return {path.name.removesuffix(".json.gz"): _kept(path) for path in paths}
+
+
+def _kept(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, EOFError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not a judgments file ({exc.__class__.__name__}: {exc})") from None
+
+
+def restorable(root: Path, split: str, judge: str, identity: Mapping[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+    """Judgments of `split` kept by any run under `root` that the same judge made (the `identity` kept with them:
+    its name, engine, model, judging settings and adapter): the file and its payload; None when no run kept them.
+    Judgments kept before identities were recorded are never taken for anyone's."""
+    for path in sorted(root.glob(f"*/{split}/{judge}.json.gz")):
+        payload = _kept(path)
+        if payload.get("identity") == dict(identity):
+            return path, payload
+    return None
 
 
 def readings(payload: Mapping[str, Any]) -> dict[str, dict[str, Any] | None]:

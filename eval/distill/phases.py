@@ -25,6 +25,8 @@ import yaml
 
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.crash import describe_exit
+from spanjudge.core.digests import sha256_of
+from spanjudge.core.fileio import atomic_write_json
 from spanjudge.eval.spans.decision_fit import decided_spans
 from spanjudge.eval.spans.judging import (
     consensus_predictions,
@@ -41,13 +43,14 @@ from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 
-from .judgments import archive, readings
+from .judgments import archive, readings, restorable
 from .report import domain_rows
 from .study import STUDENTS, StudySettings, checkout_free, held_out_tables, judging_key, recipe_settings
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"}
 TRAIN_CONFIG = configs_dir() / "train" / "smollm2_cpu_smoke.yaml"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # what a student is: its LoRA weights (sha256: `another_student`)
 
 
 def run_command(command: list[str], log: Path, stdout: Path | None = None) -> float:
@@ -177,6 +180,32 @@ def train_student(work: Path, args: StudySettings) -> dict[str, Any]:
     return {"steps": steps, "examples_per_epoch": n_train, "settings": sets, **train(run_dir, sets, work)}
 
 
+def another_student(label: str, train: dict[str, Any], split: str, runs: dict[str, Any]) -> str | None:
+    """What is wrong with judging `split` with the student just trained for run `label`, when it is not the one
+    the run's recorded rows were judged with; None: the same student, or nothing recorded. A student is retrained
+    wherever the run's work folder is gone (another machine or session), and training on the CPU repeats itself
+    bit for bit only on the same kernels. The same student has the same adapter (its sha256; for a run recorded
+    before that, the same losses). On test this is an error, since the decision thresholds come from the dev
+    judgments of the recorded student; on dev, the new student's rows replace the recorded ones."""
+    recorded = runs.get(label, {}).get("settings", {}).get("train")
+    if not recorded:
+        return None
+    if "adapter_sha256" in recorded and "adapter_sha256" in train:
+        if recorded["adapter_sha256"] == train["adapter_sha256"]:
+            return None
+        differ = f"adapter sha256 {train['adapter_sha256'][:12]}, not {recorded['adapter_sha256'][:12]}"
+    elif all(recorded.get(k) == train.get(k) for k in ("train_loss", "eval_loss")):
+        return None
+    else:
+        differ = f"eval loss {train.get('eval_loss')}, not {recorded.get('eval_loss')}"
+    if split == "test":
+        return (
+            f"{label}: the student trained here is not the one its dev thresholds were fitted with ({differ}); "
+            f"judge the dev split with it first (bench/distill_protocol.sh {label}), then the test split"
+        )
+    return f"not the student recorded for {label} ({differ}): its dev rows are replaced"
+
+
 def train(run_dir: Path, sets: dict[str, Any], work: Path) -> dict[str, Any]:
     """`spanjudge train` with these `--set`s into `run_dir` (log: work/train.log), or the finished run there when it
     was trained with the same settings; its wall time and final metrics."""
@@ -199,7 +228,9 @@ def train(run_dir: Path, sets: dict[str, Any], work: Path) -> dict[str, Any]:
         else None
     )
     keep = ("train_loss", "eval_loss", "tokens_per_second", "train_runtime")
-    return {"wall_s": wall, **{k: metrics.get(k) for k in keep if k in metrics}}
+    # which student this is: a retrained one is the same only if its adapter is (`another_student`)
+    fingerprint = {"adapter_sha256": sha256_of(run_dir / "adapter" / ADAPTER_WEIGHTS)}
+    return {"wall_s": wall, **{k: metrics.get(k) for k in keep if k in metrics}, **fingerprint}
 
 
 def _differing(sets: dict[str, Any], saved: dict[str, Any]) -> list[str]:
@@ -301,6 +332,7 @@ def judge_held_out(
     # The base judges the test split only (the row beside each reported recipe), on the contract's grammar so
     # that it writes evaluations at all (unconstrained it parses none); once per student model and setting.
     judges: list[tuple[str, Path, Path | None, int]] = [("student", adapter, lora, 0)]
+    student = sha256_of(adapter / ADAPTER_WEIGHTS)
     if args.split == "test":
         judges.insert(0, ("base", base_turns, None, 0))
     if args.samples:  # self-consistency: the same student asked again for N sampled replies per output
@@ -322,6 +354,13 @@ def judge_held_out(
             make = in_process_judge(adapter, args, probabilities, samples)
         else:
             make = served_judge(folder, gguf, adapter_gguf, args, constrained, probabilities, samples)
+        # who judged: the same judge's judgments kept by any run are restored, not judged again (runs/ is lost
+        # with the machine; the base is the same judge in every run, and a retrained student may be the same)
+        identity = {"judge": name, "engine": engine, "student": args.student, "judging": key,
+                    "adapter_sha256": None if name.startswith("base") else student}  # fmt: skip
+        if keep is not None and not path.is_file() and (found := restorable(keep, args.split, name, identity)):
+            atomic_write_json(path, {k: v for k, v in found[1].items() if k != "identity"})
+            say(f"{name}: the same judge's judgments restored from {found[0]}")
         judge = None if path.is_file() else make()
         counter = {"done": 0}
 
@@ -335,7 +374,7 @@ def judge_held_out(
             if judge is not None:
                 judge.close()
         if keep is not None:
-            archive(keep, args.label, args.split, name, judged[name])
+            archive(keep, args.label, args.split, name, {**judged[name], "identity": identity})
     return docs, judged, teacher
 
 

@@ -5,6 +5,7 @@ reports' arithmetic)."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -72,6 +73,33 @@ def test_a_finished_student_differs_by_the_settings_it_was_trained_with(bench: S
     assert bench._differing(same, saved) == []  # paths compare as the saved YAML's text
     differ = bench._differing({**same, "training.seed": 2, "training.decision_weight": 10.0}, saved)
     assert differ == ["training.seed 42, not 2", "training.decision_weight None, not 10.0"]
+
+
+def test_a_student_trained_again_judges_test_only_if_it_is_the_one_dev_judged(
+    bench: SimpleNamespace, tmp_path: Path
+) -> None:
+    """runs/ is lost with the machine, so a test run may retrain its student: the same adapter bytes (or, for a run
+    recorded before adapters were hashed, the same losses) are the same student; another one cannot take the dev
+    thresholds fitted on the recorded student's judgments."""
+    run_dir = tmp_path / "student"
+    (run_dir / "adapter").mkdir(parents=True)
+    (run_dir / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
+    (run_dir / "train_config.yaml").write_text(yaml.safe_dump({"training": {"seed": 1}}))
+    (run_dir / "metrics.json").write_text(json.dumps({"train_loss": 0.81, "eval_loss": 0.567}))
+    trained = bench.train(run_dir, {"training.seed": 1}, tmp_path)  # finished: reused, and fingerprinted
+    assert trained["adapter_sha256"] == hashlib.sha256(b"weights").hexdigest()
+    runs = {"s1": {"settings": {"train": dict(trained)}}}
+    assert bench.another_student("s1", trained, "test", runs) is None
+    assert bench.another_student("s2", trained, "test", runs) is None  # nothing recorded to compare
+
+    other = {**trained, "adapter_sha256": hashlib.sha256(b"other weights").hexdigest()}
+    refused = bench.another_student("s1", other, "test", runs)
+    assert refused is not None and "s1" in refused and "judge the dev split with it first" in refused
+    assert "replaced" in bench.another_student("s1", other, "dev", runs)  # dev: its rows replace the recorded ones
+
+    old = {"s1": {"settings": {"train": {"train_loss": 0.81, "eval_loss": 0.567}}}}  # before adapters were hashed
+    assert bench.another_student("s1", trained, "test", old) is None
+    assert "eval loss 0.561" in bench.another_student("s1", {**trained, "eval_loss": 0.561}, "test", old)
 
 
 def _run(settings: dict[str, Any], student: dict[str, Any], teacher: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from spanjudge.core.errors import InputError
-from spanjudge.eval.distill.judgments import STUDENT_READ, archive, archived, readings, rule_for_split
+from spanjudge.eval.distill.judgments import STUDENT_READ, archive, archived, readings, restorable, rule_for_split
 from spanjudge.eval.distill.phases import held_out_documents
 from spanjudge.eval.distill.recompute import from_judgments
 from spanjudge.eval.distill.report import markdown, recipes
@@ -151,3 +151,23 @@ def test_the_committed_rows_are_what_the_committed_judgments_give(tmp_path: Path
     for label in labels:
         assert again[label]["rows"] == without_gamma[label]["rows"]
         assert again[label]["settings"]["decisions"] == committed[label]["settings"]["decisions"]
+
+
+def test_a_new_machine_restores_only_the_same_judges_kept_judgments(tmp_path: Path) -> None:
+    """runs/ goes with the machine; the judgments a run kept are restored for a judge with the same identity (the
+    untrained base in every run, or a retrained student whose adapter is the same), from whichever run kept them,
+    and never for another judge or from judgments kept before identities were recorded."""
+    docs, _ = held_out_documents(ARGS)
+    payload = _payload(docs)
+    base = {"judge": "base+grammar", "engine": "llamacpp", "student": "gemma3", "judging": "k", "adapter_sha256": None}
+    archive(tmp_path, "gemma-s1", "test", "base+grammar", payload)  # kept before identities: never restored
+    assert restorable(tmp_path, "test", "base+grammar", base) is None
+    kept = archive(tmp_path, "gemma-s42", "test", "base+grammar", {**payload, "identity": base})
+    assert restorable(tmp_path, "test", "base+grammar", base) == (kept, {**payload, "identity": base})
+    assert restorable(tmp_path, "dev", "base+grammar", base) is None  # another split
+    for other in ({"student": "smollm2"}, {"judging": "other tables"}, {"engine": "transformers"}):
+        assert restorable(tmp_path, "test", "base+grammar", {**base, **other}) is None
+    student = {**base, "judge": "student+probabilities", "engine": "transformers", "adapter_sha256": "a" * 64}
+    archive(tmp_path, "gemma-s42", "test", "student+probabilities", {**payload, "identity": student})
+    assert restorable(tmp_path, "test", "student+probabilities", student) is not None
+    assert restorable(tmp_path, "test", "student+probabilities", {**student, "adapter_sha256": "b" * 64}) is None
