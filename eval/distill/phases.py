@@ -25,7 +25,7 @@ import yaml
 
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.crash import describe_exit
-from spanjudge.core.digests import sha256_of
+from spanjudge.core.digests import file_sha256
 from spanjudge.core.fileio import atomic_write_json
 from spanjudge.eval.spans.decision_fit import decided_spans
 from spanjudge.eval.spans.judging import (
@@ -229,7 +229,7 @@ def train(run_dir: Path, sets: dict[str, Any], work: Path) -> dict[str, Any]:
     )
     keep = ("train_loss", "eval_loss", "tokens_per_second", "train_runtime")
     # which student this is: a retrained one is the same only if its adapter is (`another_student`)
-    fingerprint = {"adapter_sha256": sha256_of(run_dir / "adapter" / ADAPTER_WEIGHTS)}
+    fingerprint = {"adapter_sha256": file_sha256(run_dir / "adapter" / ADAPTER_WEIGHTS)}
     return {"wall_s": wall, **{k: metrics.get(k) for k in keep if k in metrics}, **fingerprint}
 
 
@@ -332,7 +332,7 @@ def judge_held_out(
     # The base judges the test split only (the row beside each reported recipe), on the contract's grammar so
     # that it writes evaluations at all (unconstrained it parses none); once per student model and setting.
     judges: list[tuple[str, Path, Path | None, int]] = [("student", adapter, lora, 0)]
-    student = sha256_of(adapter / ADAPTER_WEIGHTS)
+    student = file_sha256(adapter / ADAPTER_WEIGHTS)  # computed once, when it was trained
     if args.split == "test":
         judges.insert(0, ("base", base_turns, None, 0))
     if args.samples:  # self-consistency: the same student asked again for N sampled replies per output
