@@ -321,7 +321,9 @@ class TransformersBackend(Backend):
         cache = DynamicCache(config=self.model.config)
         with torch.inference_mode():
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache)
+            # only the cache is wanted: every position's logits would take prefixes x tokens x vocabulary floats
+            # (Gemma 3's 262,144 words: 4 GB a 4,000-token prefix, and the judge ran out of memory on long inputs)
+            self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, logits_to_keep=1)
         return cache
 
     def _generate_after_prefixes(

@@ -138,6 +138,14 @@ def test_transformers_groups_by_input_and_aspect(tiny_judge_folder: Path) -> Non
         assert all(backend._prompt_ids(calls[i])[: run.length] == prefix for i in members)
     (alone,) = (members for members in runs.values() if len(members) == 1)
     assert [requests[i].id for i in alone] == ["alone"]
+    # reading the prefixes computes no logits but the last position's: every position's took 24 GB and the
+    # judge's process with Gemma 3's vocabulary on long inputs (#49)
+    rows: list[int] = []
+    head = backend.model.get_output_embeddings().register_forward_hook(lambda _m, _i, out: rows.append(out.shape[1]))
+    _, prefixes, prompts = plan[0]
+    cache = backend._read_prefixes(prompts, prefixes)
+    head.remove()
+    assert rows == [1] and cache.get_seq_length() == max(run.length for run in prefixes.runs) > 1
     judge.close()
 
 
