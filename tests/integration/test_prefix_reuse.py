@@ -138,8 +138,8 @@ def test_transformers_groups_by_input_and_aspect(tiny_judge_folder: Path) -> Non
         assert all(backend._prompt_ids(calls[i])[: run.length] == prefix for i in members)
     (alone,) = (members for members in runs.values() if len(members) == 1)
     assert [requests[i].id for i in alone] == ["alone"]
-    # reading the prefixes computes no logits but the last position's: every position's took 24 GB and the
-    # judge's process with Gemma 3's vocabulary on long inputs (#49)
+    # reading the prefixes computes the last position's logits only: every position's took a Gemma 3 judge's
+    # process to 24 GB on long inputs (#49)
     rows: list[int] = []
     head = backend.model.get_output_embeddings().register_forward_hook(lambda _m, _i, out: rows.append(out.shape[1]))
     _, prefixes, prompts = plan[0]
