@@ -5,8 +5,8 @@
 The study's phases are the stage API `spanjudge.eval.distill` (this script parses and drives them):
 1. **import** GPT-4's spans on the training tables (default 0-24 of wikidata, ice_hockey and owid) as
    training records (configs/import/quintd1_gpt4_wikidata.yaml; no model call);
-2. **train** a LoRA on the student (SmolLM2-135M-Instruct, or Gemma 3 270M with `--student gemma3`)
-   with `spanjudge train`: one epoch, lr 5e-4, LoRA r 16, the recipe the protocol chose on dev;
+2. **train** a LoRA on the student (Gemma 3 270M, which the protocol chose on dev; SmolLM2-135M-Instruct with
+   `--student smollm2`) with `spanjudge train`: one epoch, lr 5e-4, LoRA r 16, long inputs cut as judging cuts them;
 3. **judge** the held-out outputs (greedy, one sampled retry, the judge's probabilities read along each
    reply, `--samples N` for self-consistency; SmolLM2 served by llama.cpp with its GGUF LoRA, Gemma on
    transformers; on the test split the untrained base too, held to the contract's grammar);
@@ -89,7 +89,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--device-batch",
         type=int,
-        help="examples per forward pass (memory; gradient accumulation keeps --batch): 2 for long inputs",
+        help="examples per forward pass (memory; gradient accumulation keeps --batch; default: the student's, "
+        "4 for SmolLM2 and 1 for Gemma 3)",
     )
     parser.add_argument("--lr", type=float)
     parser.add_argument("--rank", type=int, help="LoRA rank (alpha = 2 × rank)")

@@ -45,7 +45,15 @@ from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 
 from .judgments import archive, readings, restorable
 from .report import domain_rows
-from .study import STUDENTS, StudySettings, checkout_free, held_out_tables, judging_key, recipe_settings
+from .study import (
+    STUDENTS,
+    StudySettings,
+    checkout_free,
+    held_out_tables,
+    judging_key,
+    per_device_batch,
+    recipe_settings,
+)
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"}
@@ -166,7 +174,7 @@ def train_student(work: Path, args: StudySettings) -> dict[str, Any]:
         "training.output_dir": str(run_dir),
         "training.max_steps": steps,
         "training.effective_batch_size": args.batch,
-        "training.per_device_batch_size": min(args.batch, args.device_batch),
+        "training.per_device_batch_size": per_device_batch(args),
         "training.learning_rate": args.lr,
         "training.warmup_ratio": 0.05,
         "training.save_steps": 20,

