@@ -188,15 +188,22 @@ def test_vllm_offline_batch_on_gpu(smollm2_path: Path, tmp_path: Path) -> None:
 
 def test_a_server_dies_with_the_process_that_started_it(smollm2_path: Path) -> None:
     """A run killed with SIGKILL cannot call `stop()`: the server must not outlive it (it would hold a
-    core and a port until someone kills it by hand)."""
+    core and a port until someone kills it by hand), even in the middle of a long reply that nobody will
+    read (a SIGTERM lets uvicorn finish the reply first: minutes of a loaded CPU)."""
     import subprocess
     import sys
     import time
 
     script = (
-        "import sys, time\n"
+        "import sys, threading, time\n"
+        "from openai import OpenAI\n"
         "from spanjudge.inference.backends.llamacpp import LlamaCppServer\n"
-        "server = LlamaCppServer(sys.argv[1], alias='orphan', n_ctx=512, n_threads=1).start()\n"
+        "server = LlamaCppServer(sys.argv[1], alias='orphan', n_ctx=4096, n_threads=1).start()\n"
+        "client = OpenAI(base_url=server.base_url, api_key='none')\n"
+        "ask = lambda: client.completions.create(model='orphan', prompt='1, 2, 3,', max_tokens=4000,\n"
+        "                                        logit_bias={'0': -100, '1': -100, '2': -100})\n"
+        "threading.Thread(target=ask, daemon=True).start()\n"
+        "time.sleep(2)\n"  # the reply is being written: 4,000 tokens, far more than the wait below
         "print(server.process.pid, flush=True)\n"
         "time.sleep(600)\n"
     )
@@ -206,7 +213,7 @@ def test_a_server_dies_with_the_process_that_started_it(smollm2_path: Path) -> N
     assert _running(server_pid)
     parent.kill()
     parent.wait()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 10
     while _running(server_pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _running(server_pid), f"llama.cpp server {server_pid} outlived the process that started it"
