@@ -80,7 +80,7 @@ def from_judgments(results: Path, kept: Path, works: Path, labels: list[str], sa
         run = runs[label]
         settings = run["settings"]
         values = {field: settings[field] for field in FIELDS if field in settings}
-        values["student"] = settings.get("student_model", "smollm2")  # runs before Gemma record no student
+        values["student"] = settings.get("student_model", "smollm2")  # unrecorded: SmolLM2, the default then
         for split in sorted({row["split"] for row in run["rows"]}, key=lambda split: split != "dev"):
             gamma = any("gamma" in row for row in run["rows"] if row["split"] == split)
             args = StudySettings(label=label, split=split, gamma=gamma, dev_tables=tuple(settings["dev_tables"]),
