@@ -162,6 +162,8 @@ def main() -> None:
         options.error("--label is required (or --from-judgments)")
     if args.samples < 0:  # before hours of import and training, not when the judge is made
         options.error(f"--samples is 0 (no self-consistency rows) or more, not {args.samples}")
+    if args.device_batch is not None and args.device_batch < 1:
+        options.error(f"--device-batch is at least 1 example a forward pass, not {args.device_batch}")
     s = settings(args)
     previous = RESULTS.with_suffix(".json")
     runs = json.loads(previous.read_text()).get("runs", {}) if previous.is_file() else {}

@@ -83,7 +83,8 @@ STUDENTS: dict[str, dict[str, Any]] = {
 
 def per_device_batch(args: StudySettings) -> int:
     """Examples per forward pass: --device-batch, else the student's own, never more than the effective batch."""
-    return min(args.batch, args.device_batch or STUDENTS[args.student]["device_batch"])
+    own = STUDENTS[args.student]["device_batch"]
+    return min(args.batch, own if args.device_batch is None else args.device_batch)
 
 
 def judging_key(domains: list[str], tables: tuple[int, int] | list[int], max_new_tokens: int, retries: int) -> str:

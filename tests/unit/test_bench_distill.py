@@ -288,13 +288,20 @@ def test_a_reading_that_only_some_seeds_have_is_a_recipe_entry_over_those_seeds(
     assert entries["r+consensus"]["teacher"] == entries["r"]["teacher"]  # on the same outputs
 
 
-def test_a_negative_samples_count_is_refused_before_any_work(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--samples", "-1"], "--samples is 0 (no self-consistency rows) or more, not -1"),
+        (["--device-batch", "0"], "--device-batch is at least 1 example a forward pass, not 0"),
+    ],
+)
+def test_a_bad_count_is_refused_before_any_work(tmp_path: Path, option: list[str], message: str) -> None:
     done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "distill_quintd.py"), "--label", "x", "--samples", "-1",
+        [sys.executable, str(REPO / "bench" / "distill_quintd.py"), "--label", "x", *option,
          "--work", str(tmp_path / "work")],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert done.returncode == 2 and "--samples is 0 (no self-consistency rows) or more, not -1" in done.stderr
+    assert done.returncode == 2 and message in done.stderr
     assert not (tmp_path / "work").exists()
 
 
