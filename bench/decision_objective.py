@@ -26,10 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spanjudge.eval.distill.judgments import STUDENT_READ, archived, readings
-from spanjudge.eval.distill.phases import held_out_documents
+from spanjudge.eval.distill.dev_folds import by_recipe, kept_dev, protocol_rows, table_folds
 from spanjudge.eval.distill.report import seed_stats
-from spanjudge.eval.distill.study import StudySettings
 from spanjudge.eval.spans.decision_fit import (
     CONFIDENCE_GRID,
     NO_ERROR_GRID,
@@ -108,14 +106,11 @@ def no_error(docs: Sequence[SpanDocument], spans: Mapping[str, Spans]) -> dict[s
 
 def run_row(label: str, settings: dict[str, Any]) -> dict[str, Any] | None:
     """The four fits of one run, held out on its dev judgments (None: they are not kept)."""
-    payload = archived(KEPT, label, "dev").get(STUDENT_READ)
-    if payload is None:
+    kept = kept_dev(KEPT, label, settings)
+    if kept is None:
         return None
-    args = StudySettings(label=label, split="dev", eval_domains=settings["eval_domains"],
-                         dev_tables=tuple(settings["dev_tables"]))  # fmt: skip
-    docs, _ = held_out_documents(args)
-    rows = readings(payload)
-    folds = [[d for d in docs if int(d.input_id.rsplit("/", 1)[1]) % 2 == parity] for parity in (0, 1)]
+    docs, rows = kept
+    folds = table_folds(docs)
     row: dict[str, Any] = {"label": label, "recipe": settings["recipe"], "seed": settings["train_seed"]}
     row["humans_no_error"] = {name: sum(1 for d in members if not d.gold) for name, members in by_domain(docs).items()}
     for variant in VARIANTS:
@@ -169,15 +164,12 @@ def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> str:
 
 def results(runs: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """A row per protocol run with dev judgments kept, and each recipe's mean over its seeds."""
-    rows = [row for label, run in runs.items() if run["settings"].get("protocol")
-            if (row := run_row(label, run["settings"])) is not None]  # fmt: skip
-    recipes = []
-    for recipe in dict.fromkeys(r["recipe"] for r in rows):
-        members = [r for r in rows if r["recipe"] == recipe]
-        recipes.append(
-            {"recipe": recipe, "seeds": [r["seed"] for r in members]}
-            | {v: {m: seed_stats([r[v][m] for r in members]) for m in ("pooled", "domain_mean")} for v in VARIANTS}
-        )
+    rows = protocol_rows(runs, run_row)
+    recipes = [
+        {"recipe": recipe, "seeds": [r["seed"] for r in members]}
+        | {v: {m: seed_stats([r[v][m] for r in members]) for m in ("pooled", "domain_mean")} for v in VARIANTS}
+        for recipe, members in by_recipe(rows).items()
+    ]
     return {"runs": rows, "recipes": recipes}
 
 

@@ -17,10 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spanjudge.eval.distill.judgments import STUDENT_READ, archived, readings
-from spanjudge.eval.distill.phases import held_out_documents
+from spanjudge.eval.distill.dev_folds import by_recipe, kept_dev, protocol_rows, table_folds
 from spanjudge.eval.distill.report import rounded, seed_stats
-from spanjudge.eval.distill.study import StudySettings
 from spanjudge.eval.spans.calibration import calibration_pairs
 from spanjudge.eval.spans.recalibration import recalibration
 
@@ -32,17 +30,11 @@ COLUMNS = ("n", "observed", "mean_confidence", "auc", "ece", "ece_temperature", 
 
 def run_row(label: str, settings: dict[str, Any]) -> dict[str, Any] | None:
     """The recalibration of one run's dev span confidences (None: its dev judgments are not kept)."""
-    payload = archived(KEPT, label, "dev").get(STUDENT_READ)
-    if payload is None:
+    kept = kept_dev(KEPT, label, settings)
+    if kept is None:
         return None
-    args = StudySettings(label=label, split="dev", eval_domains=settings["eval_domains"],
-                         dev_tables=tuple(settings["dev_tables"]))  # fmt: skip
-    docs, _ = held_out_documents(args)
-    rows = readings(payload)
-    folds = [
-        calibration_pairs([d for d in docs if int(d.input_id.rsplit("/", 1)[1]) % 2 == parity], rows)["span_confidence"]
-        for parity in (0, 1)
-    ]
+    docs, rows = kept
+    folds = [calibration_pairs(fold, rows)["span_confidence"] for fold in table_folds(docs)]
     return {"label": label, "recipe": settings["recipe"], "seed": settings["train_seed"], **recalibration(folds)}
 
 
@@ -81,15 +73,12 @@ def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> str:
 
 def results(runs: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """A row per protocol run with dev judgments kept, and each recipe's mean over its seeds."""
-    rows = [row for label, run in runs.items() if run["settings"].get("protocol")
-            if (row := run_row(label, run["settings"])) is not None]  # fmt: skip
-    recipes = []
-    for recipe in dict.fromkeys(r["recipe"] for r in rows):
-        members = [r for r in rows if r["recipe"] == recipe]
-        recipes.append(
-            {"recipe": recipe, "seeds": [r["seed"] for r in members]}
-            | {c: seed_stats([r[c] for r in members]) for c in COLUMNS[3:]}
-        )
+    rows = protocol_rows(runs, run_row)
+    recipes = [
+        {"recipe": recipe, "seeds": [r["seed"] for r in members]}
+        | {c: seed_stats([r[c] for r in members]) for c in COLUMNS[3:]}
+        for recipe, members in by_recipe(rows).items()
+    ]
     return {"runs": rows, "recipes": recipes}
 
 

@@ -1,0 +1,50 @@
+"""The protocol runs' kept dev judgments in two folds of tables, for the analyses that read dev only and fit
+on one fold what they read on the other (`bench/span_confidence_recalibration.py`,
+`bench/decision_objective.py`). No model runs; the test split is never read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from spanjudge.eval.spans.documents import SpanDocument
+
+from .judgments import STUDENT_READ, archived, readings
+from .phases import held_out_documents
+from .study import StudySettings
+
+Readings = dict[str, dict[str, Any] | None]
+
+
+def kept_dev(root: Path, label: str, settings: Mapping[str, Any]) -> tuple[list[SpanDocument], Readings] | None:
+    """A run's dev outputs with their human spans, and its student's readings of them (`readings`) from the
+    judgments kept under `root` (None: they are not kept)."""
+    payload = archived(root, label, "dev").get(STUDENT_READ)
+    if payload is None:
+        return None
+    args = StudySettings(label=label, split="dev", eval_domains=settings["eval_domains"],
+                         dev_tables=tuple(settings["dev_tables"]))  # fmt: skip
+    docs, _ = held_out_documents(args)
+    return docs, readings(payload)
+
+
+def table_folds(docs: list[SpanDocument]) -> list[list[SpanDocument]]:
+    """The outputs of even tables, then of odd ones: a table's four systems stay in one fold."""
+    return [[d for d in docs if int(d.input_id.rsplit("/", 1)[1]) % 2 == parity] for parity in (0, 1)]
+
+
+def protocol_rows(
+    runs: Mapping[str, Any], run_row: Callable[[str, dict[str, Any]], dict[str, Any] | None]
+) -> list[dict[str, Any]]:
+    """`run_row` of every protocol run in `runs` (`distill_quintd.json`'s), those it gives None left out."""
+    return [row for label, run in runs.items() if run["settings"].get("protocol")
+            if (row := run_row(label, run["settings"])) is not None]  # fmt: skip
+
+
+def by_recipe(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Recipe -> its runs' rows (each row has `recipe`), in the rows' order."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        found.setdefault(row["recipe"], []).append(row)
+    return found
