@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spanjudge.eval.distill.dev_folds import by_recipe, kept_dev, protocol_rows, table_folds
+from spanjudge.eval.distill.dev_folds import analysed, kept_dev, table_folds, write_results
 from spanjudge.eval.distill.report import rounded, seed_stats
 from spanjudge.eval.spans.calibration import calibration_pairs
 from spanjudge.eval.spans.recalibration import recalibration
@@ -73,20 +73,13 @@ def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> str:
 
 def results(runs: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """A row per protocol run with dev judgments kept, and each recipe's mean over its seeds."""
-    rows = protocol_rows(runs, run_row)
-    recipes = [
-        {"recipe": recipe, "seeds": [r["seed"] for r in members]}
-        | {c: seed_stats([r[c] for r in members]) for c in COLUMNS[3:]}
-        for recipe, members in by_recipe(rows).items()
-    ]
-    return {"runs": rows, "recipes": recipes}
+    return analysed(runs, run_row, lambda members: {c: seed_stats([r[c] for r in members]) for c in COLUMNS[3:]})
 
 
 def main() -> None:
     found = results(json.loads((REPO / "bench/results/distill_quintd.json").read_text())["runs"])
-    RESULTS.with_suffix(".json").write_text(json.dumps(found, indent=2) + "\n")
-    RESULTS.with_suffix(".md").write_text(markdown(found["runs"], found["recipes"]))
-    print(RESULTS.with_suffix(".md").read_text())
+    write_results(RESULTS, found, text := markdown(found["runs"], found["recipes"]))
+    print(text)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ on one fold what they read on the other (`bench/span_confidence_recalibration.py
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,17 +35,24 @@ def table_folds(docs: list[SpanDocument]) -> list[list[SpanDocument]]:
     return [[d for d in docs if int(d.input_id.rsplit("/", 1)[1]) % 2 == parity] for parity in (0, 1)]
 
 
-def protocol_rows(
-    runs: Mapping[str, Any], run_row: Callable[[str, dict[str, Any]], dict[str, Any] | None]
-) -> list[dict[str, Any]]:
-    """`run_row` of every protocol run in `runs` (`distill_quintd.json`'s), those it gives None left out."""
-    return [row for label, run in runs.items() if run["settings"].get("protocol")
+def analysed(
+    runs: Mapping[str, Any],
+    run_row: Callable[[str, dict[str, Any]], dict[str, Any] | None],
+    recipe_stats: Callable[[list[dict[str, Any]]], dict[str, Any]],
+) -> dict[str, list[dict[str, Any]]]:
+    """`run_row` of every protocol run in `runs` (`distill_quintd.json`'s; those it gives None left out), and
+    per recipe its seeds with `recipe_stats` of its runs' rows."""
+    rows = [row for label, run in runs.items() if run["settings"].get("protocol")
             if (row := run_row(label, run["settings"])) is not None]  # fmt: skip
-
-
-def by_recipe(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Recipe -> its runs' rows (each row has `recipe`), in the rows' order."""
-    found: dict[str, list[dict[str, Any]]] = {}
+    members: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        found.setdefault(row["recipe"], []).append(row)
-    return found
+        members.setdefault(row["recipe"], []).append(row)
+    recipes = [{"recipe": recipe, "seeds": [r["seed"] for r in group]} | recipe_stats(group)
+               for recipe, group in members.items()]  # fmt: skip
+    return {"runs": rows, "recipes": recipes}
+
+
+def write_results(stem: Path, found: Mapping[str, Any], markdown: str) -> None:
+    """`found` as `stem`.json and `markdown` as `stem`.md."""
+    stem.with_suffix(".json").write_text(json.dumps(found, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(markdown)

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from support.scripts import REPO, load_script
 
 from spanjudge.eval.spans.decision_fit import objective
 from spanjudge.eval.spans.documents import GoldSpan, SpanDocument
 from spanjudge.inference.decisions import DecisionRule
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("decision_objective", REPO / "bench/decision_objective.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load_script("bench/decision_objective.py")
 
 
 def _doc(domain: str, table: int, erroneous: bool) -> SpanDocument:

@@ -6,7 +6,6 @@ reports' arithmetic)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -18,16 +17,11 @@ from typing import Any
 
 import pytest
 import yaml
-
-REPO = Path(__file__).resolve().parents[2]
+from support.scripts import REPO, load_script
 
 
 def _bench_module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"bench/{name}.py")
 
 
 @pytest.fixture(scope="module")

@@ -3,25 +3,18 @@ its comparison of two readings is by kind, and the committed report is the one i
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
+from support.scripts import REPO, load_script
 
 from spanjudge.inference.contract import Evaluation, parse_judge
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_probabilities", REPO / "bench/gpu/probabilities.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/gpu/probabilities.py")
 
 
 @pytest.mark.parametrize("errors", [0, 2, 8])

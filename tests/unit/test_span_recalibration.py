@@ -5,6 +5,7 @@ map adds ranking."""
 from __future__ import annotations
 
 import pytest
+from support.scripts import REPO, load_script
 
 from spanjudge.eval.spans.recalibration import auc, cross_fitted, fit_scaling, recalibration
 
@@ -46,17 +47,11 @@ def test_undefined_and_bad_inputs() -> None:
 
 
 def test_the_committed_results_are_what_the_committed_dev_judgments_give() -> None:
-    import importlib.util
     import json
-    from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("recal", repo / "bench/span_confidence_recalibration.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench/span_confidence_recalibration.py")
     committed = json.loads(bench.RESULTS.with_suffix(".json").read_text())
-    runs = json.loads((repo / "bench/results/distill_quintd.json").read_text())["runs"]
+    runs = json.loads((REPO / "bench/results/distill_quintd.json").read_text())["runs"]
     found = bench.results(runs)  # every run with kept dev judgments, no other
     assert [r["label"] for r in found["runs"]] == [r["label"] for r in committed["runs"]]
     for row, kept in zip(found["runs"], committed["runs"], strict=True):
