@@ -21,7 +21,6 @@ bench/results/decision_objective.{json,md}, a row per run and each recipe's mean
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -174,9 +173,7 @@ def results(runs: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 def main() -> None:
-    found = results(json.loads((REPO / "bench/results/distill_quintd.json").read_text())["runs"])
-    write_results(RESULTS, found, text := markdown(found["runs"], found["recipes"]))
-    print(text)
+    print(write_results(RESULTS, results, markdown))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ each recipe's mean over its seeds.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +76,7 @@ def results(runs: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 def main() -> None:
-    found = results(json.loads((REPO / "bench/results/distill_quintd.json").read_text())["runs"])
-    write_results(RESULTS, found, text := markdown(found["runs"], found["recipes"]))
-    print(text)
+    print(write_results(RESULTS, results, markdown))
 
 
 if __name__ == "__main__":

@@ -52,7 +52,15 @@ def analysed(
     return {"runs": rows, "recipes": recipes}
 
 
-def write_results(stem: Path, found: Mapping[str, Any], markdown: str) -> None:
-    """`found` as `stem`.json and `markdown` as `stem`.md."""
+def write_results(
+    stem: Path,
+    results: Callable[[dict[str, Any]], dict[str, list[dict[str, Any]]]],
+    markdown: Callable[[list[dict[str, Any]], list[dict[str, Any]]], str],
+) -> str:
+    """`results` of the protocol runs recorded beside `stem` (its folder's distill_quintd.json), written as
+    `stem`.json, and their `markdown` as `stem`.md, which it returns."""
+    found = results(json.loads((stem.parent / "distill_quintd.json").read_text())["runs"])
     stem.with_suffix(".json").write_text(json.dumps(found, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown)
+    text = markdown(found["runs"], found["recipes"])
+    stem.with_suffix(".md").write_text(text)
+    return text
