@@ -15,7 +15,8 @@
 # -s1 and -s2, and smollm2-mixed-s42 and -s1 (both with SAMPLES=3) and -s2; on test, the recipe dev
 # chose: smollm2-mixed-s42, -s1 and -s2. From issue #49 on, runs cut long training inputs as judging
 # does (recipe smollm2-mixed-cut) and keep their judgments in bench/results/distill_judgments/: on dev,
-# smollm2-mixed-cut-s42, -s1 and -s2; gemma3-mixed-cut-s42, -s1 and -s2 (dev chose gemma3-mixed-cut).
+# smollm2-mixed-cut-s42, -s1 and -s2; gemma3-mixed-cut-s42, -s1 and -s2 (dev chose gemma3-mixed-cut);
+# on test, gemma3-mixed-cut-s42, -s1 and -s2.
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
