@@ -114,6 +114,9 @@ def _text(value: object) -> str | None:
     return text or None
 
 
+CORRELATIONS = ("kendall", "spearman", "pearson")  # the coefficients a card names, bounded by -1 and 1
+
+
 class ResultRow(BaseModel):
     """One correlation of one judge, as a model card shows it. Hand-written rows may say
     `metric` for `coefficient`, `low`/`high` for `ci_low`/`ci_high`, and give numbers as
@@ -159,6 +162,21 @@ class ResultRow(BaseModel):
             return cls.model_validate(data)
         except ValidationError:
             return None
+
+    @staticmethod
+    def implausible(data: object) -> str | None:
+        """Why a raw row's numbers cannot be the correlation it names (kendall, spearman, pearson: -1 to 1),
+        or None. Such a row is a mistake to report, not a row to leave out quietly."""
+        if not isinstance(data, dict):
+            return None
+        metric = (_text(data.get("coefficient")) or _text(data.get("metric")) or "").lower()
+        if metric not in CORRELATIONS:
+            return None
+        for key in ("value", "ci_low", "ci_high", "low", "high"):
+            number = _number(data.get(key))
+            if number is not None and not -1 <= number <= 1:
+                return f"{key} {data.get(key)!r} is no {metric} correlation (they lie from -1 to 1)"
+        return None
 
     @staticmethod
     def judge_of(data: object) -> str | None:

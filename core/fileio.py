@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -32,6 +33,16 @@ def current_umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def widen_to_umask(folder: Path) -> None:
+    """The files under `folder` that a library wrote narrower than the umask allows (safetensors 0.8 writes
+    its weights 0600 under any umask) get the mode `open()` would have given them; none is widened beyond."""
+    mode = 0o666 & ~current_umask()
+    for path in folder.rglob("*"):
+        info = path.lstat()
+        if stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) != mode and not stat.S_IMODE(info.st_mode) & ~mode:
+            path.chmod(mode)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -64,8 +64,15 @@ def parse_settings(items: Iterable[str], option: str, example: str) -> dict[str,
 
 
 def parse_texts(items: Iterable[str], option: str, example: str, form: str = "KEY=VALUE") -> dict[str, str]:
-    """`KEY=TEXT` items by key (a repeated key: the last one wins), values as stripped text."""
-    return dict(split_item(item, option, example, form, text=True) for item in items)
+    """`KEY=TEXT` items by key, values as stripped text; a key given twice with two values is one InputError
+    (which one was meant cannot be known; the same value twice is harmless)."""
+    found: dict[str, str] = {}
+    for item in items:
+        key, value = split_item(item, option, example, form, text=True)
+        if found.get(key, value) != value:
+            raise InputError(f"{option} {key} is given twice, as {found[key]!r} and {value!r}: give it once")
+        found[key] = value
+    return found
 
 
 ENDPOINT_FORM = "NAME=URL[,URL...]"

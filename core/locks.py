@@ -10,9 +10,11 @@ pid, host and start time for the refusal message.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import socket
+import stat
 import sys
 import threading
 from collections.abc import Iterator
@@ -42,9 +44,32 @@ def _holder(fd: int) -> str:
 def _same_file(fd: int, path: Path) -> bool:
     """Whether `path` still names the file open as `fd` (a releasing holder may have removed it)."""
     try:
-        return os.path.samestat(os.fstat(fd), path.stat())
+        return os.path.samestat(os.fstat(fd), os.lstat(path))
     except FileNotFoundError:
         return False
+
+
+def _open_lock(lock_file: Path, what: Path | str) -> int:
+    """The lock file, opened for reading and writing (created if missing); only ever a regular file of its own.
+
+    A symbolic link planted at the lock path is never followed (O_NOFOLLOW): writing the holder's line
+    would truncate whatever it points to. A folder, a FIFO or a device there is refused the same way."""
+    refusal = f"{what}: its lock file {lock_file} is not a regular file"
+    try:
+        # no O_TRUNC: the holder's line stays; O_NONBLOCK: a FIFO there must not hang the open
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SpanjudgeError(
+                f"{refusal} but a symbolic link; spanjudge never writes through one: remove it"
+            ) from None
+        if exc.errno in (errno.EISDIR, errno.ENXIO):
+            raise SpanjudgeError(f"{refusal}; remove it (or choose another output)") from None
+        raise SpanjudgeError(f"{what}: cannot open its lock file {lock_file}: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SpanjudgeError(f"{refusal}; remove it (or choose another output)")
+    return fd
 
 
 def acquire(
@@ -55,7 +80,7 @@ def acquire(
     the file or folder the lock guards."""
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(10):  # bounded: only a holder removing the file as we open it makes us retry
-        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)  # no O_TRUNC: the holder's line stays
+        fd = _open_lock(lock_file, what)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -74,7 +99,7 @@ def acquire(
 
 def release(fd: int, lock_file: Path | None = None) -> None:
     """Release a lock; `lock_file` given: remove it first, so no lock file is left beside the data."""
-    if lock_file is not None:
+    if lock_file is not None and _same_file(fd, lock_file):  # never another file put at its path since
         with contextlib.suppress(FileNotFoundError):
             lock_file.unlink()
     os.close(fd)  # closing the descriptor releases the lock

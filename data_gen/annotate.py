@@ -2,8 +2,13 @@
 
 A reply that does not parse is asked again with light sampling (thesis §3.2.2), a few
 times, and then recorded as a parse failure with every raw reply kept. A call that fails
-(server down, timeout) is not a parse failure: the request stays *incomplete* so that a
-re-run, which finds everything else in the cache, finishes it.
+(server down, timeout) is not a parse failure: the call is recorded with its cause, the item is
+made from the annotators that answered, and a re-run, which finds everything else in the cache,
+asks the failed call again.
+
+A reply cut off at max_tokens is asked once more with twice the room (`ROOM_FACTOR`) before it
+counts as a failed call ("truncated"): a model that rambles past the limit once usually ends
+within twice it, and greedy decoding would only repeat the same cut-off reply.
 
 A reply that parses but carries a field over the ensemble's `field_limits` is rejected like an
 unparseable one (or has the field cut, with `too_long: cap`); both are counted per request.
@@ -14,14 +19,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from spanjudge.inference.backends.base import Backend, CallFailure, ChatRequest, SamplingParams
+from spanjudge.inference.backends.base import Backend, CallFailure, CallResult, ChatRequest, SamplingParams
 from spanjudge.inference.contract import AnnotatorEvaluation, ErrorAnnotation, ParseFailure
 
 from .config import FieldLimits, ParseRetry
 
 ParsedT = TypeVar("ParsedT")
+ROOM_FACTOR = 2  # a truncated reply is asked again with this many times its max_tokens, once
 
 
 def prompt_hash(prompt: str) -> str:
@@ -36,7 +42,9 @@ class Outcome(Generic[ParsedT]):
     replies: list[str] = field(default_factory=list)  # every raw reply, first try first
     parsed: ParsedT | None = None
     parse_failure: str | None = None  # the last parse failure's reason, when nothing parsed
-    call_failure: str | None = None  # the call never produced text: the request is incomplete
+    call_failure: str | None = None  # the call never produced a usable reply: its cause and reason
+    call_cause: str | None = None  # that failure's cause alone (truncated, refused, timed out, crashed ...)
+    more_room: int | None = None  # the max_tokens of a reply asked again because the first was cut off
     cached_calls: int = 0
     model_seconds: float = 0.0
     too_long: int = 0  # replies rejected because a field was over its limit
@@ -138,14 +146,14 @@ def run_with_retries(
         if not pending:
             break
         round_params = params if attempt == 0 else retry_params(params, retry, attempt)
-        requests = [ChatRequest.user(prompts[i], round_params) for i in pending]
-        results = backend.generate(requests)
+        results = _with_more_room(backend, [prompts[i] for i in pending], round_params, [outcomes[i] for i in pending])
         still_pending = []
         for index, result in zip(pending, results, strict=True):
             outcome = outcomes[index]
             if isinstance(result, CallFailure):
-                outcome.call_failure = f"{result.kind}: {result.reason}"
+                outcome.call_failure, outcome.call_cause = result.describe(), result.cause
             else:
+                outcome.call_failure = outcome.call_cause = None
                 outcome.replies.append(result.text)
                 outcome.cached_calls += int(result.cached)
                 outcome.model_seconds += result.seconds
@@ -162,3 +170,28 @@ def run_with_retries(
         for index in pending:  # out of retries: a final parse failure
             on_done(index, outcomes[index])
     return outcomes
+
+
+def _with_more_room(
+    backend: Backend, prompts: Sequence[str], params: SamplingParams, outcomes: Sequence[Outcome[Any]]
+) -> list[CallResult]:
+    """One round of calls; each reply cut off at max_tokens is asked once more with ROOM_FACTOR times the room
+    (recorded in its outcome), and only a second cut-off is a failed call, naming both limits."""
+    results = backend.generate([ChatRequest.user(prompt, params) for prompt in prompts])
+    cut = [i for i, result in enumerate(results) if isinstance(result, CallFailure) and result.kind == "truncated"]
+    if not cut:
+        return results
+    roomier = params.model_copy(update={"max_tokens": params.max_tokens * ROOM_FACTOR})
+    again = backend.generate([ChatRequest.user(prompts[i], roomier) for i in cut])
+    for index, result in zip(cut, again, strict=True):
+        outcomes[index].more_room = roomier.max_tokens
+        if isinstance(result, CallFailure):
+            first = results[index]
+            assert isinstance(first, CallFailure)
+            reason = (
+                f"cut off at max_tokens={params.max_tokens}, and asked again with {roomier.max_tokens}: "
+                f"{result.describe() if result.kind != 'truncated' else 'cut off again'}"
+            )
+            result = result.model_copy(update={"kind": "truncated", "reason": reason})
+        results[index] = result
+    return results

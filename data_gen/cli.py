@@ -15,6 +15,7 @@ from spanjudge.core.sharding import SHARD_HELP
 
 from .config import parse_endpoint_options
 from .merge import merge_shards
+from .pipeline import failure_lines
 from .stage import StageRun, annotate_outputs, generate_outputs, import_records, model_progress
 
 annotate = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -144,8 +145,9 @@ def annotate_command(settings: AnnotateSettings) -> None:
     console.print(f"statistics: {out / 'stats.md'}; histogram: {out / 'score_histogram.png'}")
     if part:
         console.print(f"shard {part.label} done; join all {part.count}: spanjudge merge --shards DIR1 ... --out DIR")
+    for line in failure_lines(s, out):
+        console.print(line)
     if s.incomplete:
-        console.print(f"[yellow]{s.incomplete} requests are incomplete[/yellow]: re-run the same command to finish")
         raise typer.Exit(1)
 
 

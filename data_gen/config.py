@@ -58,11 +58,12 @@ class EnsembleConfig(_Strict):
     supervisor_sampling: SamplingParams = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=1024, seed=0)
     parse_retry: ParseRetry = ParseRetry()
     field_limits: FieldLimits = FieldLimits()
-    min_annotators: int | None = Field(
-        default=None,
+    min_annotators: int = Field(
+        default=1,
         ge=1,
-        description="Annotators whose calls must succeed for a record (default: all). A lower value "
-        "lets a run finish without a model that stays down.",
+        description="Annotators that must answer an item for it to become a record (default 1: one member never "
+        "stops the ensemble; an item is merged from the annotators that answered, and its provenance names the "
+        "others and why they did not). An item with fewer answers is incomplete: a re-run asks again.",
     )
     one_model_at_a_time: bool = Field(
         default=False,
@@ -76,13 +77,9 @@ class EnsembleConfig(_Strict):
         names = [a.name for a in self.annotators] + [self.supervisor.name]
         if len(set(names[:-1])) != len(names) - 1:
             raise ValueError(f"annotator names repeat: {names[:-1]}")
-        if self.min_annotators is not None and self.min_annotators > len(self.annotators):
+        if self.min_annotators > len(self.annotators):
             raise ValueError(f"min_annotators ({self.min_annotators}) exceeds the {len(self.annotators)} annotators")
         return self
-
-    @property
-    def required_annotators(self) -> int:
-        return self.min_annotators or len(self.annotators)
 
     def with_endpoints(self, overrides: Mapping[str, Sequence[str]]) -> EnsembleConfig:
         """Point roles at other servers: {role name: [url, ...]} (a test, a cluster, ...)."""

@@ -12,7 +12,7 @@ call that already succeeded. One run at a time holds the output folder (folder_l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,6 +48,8 @@ from .shards import SHARD_RECORDS, finish_shard, settings_hash, start_shard
 from .sources import read_source
 from .stats import compute_stats, write_stats
 
+FAILED_CALLS = "failed_calls.jsonl"  # every failed model call of a run: id, role, cause, reason
+
 # progress: a Tracker (core/progress.py) given one row per role, with `cached` and `failed` tallies
 
 
@@ -76,9 +78,15 @@ class RunSummary(StageSummary):
     validation: int = 0
     unscored: int = 0
     incomplete: int = 0
+    partial: int = 0  # records made without some annotator (its call failed, or its reply did not parse)
+    failed_calls: dict[str, dict[str, int]] = field(default_factory=dict)  # role -> cause -> calls
     not_sampled: int = 0  # source rows the n_systems draw left out (thesis §3.3), by design
     beyond_limit_inputs: int = 0  # source rows of inputs past a source's limit_inputs
     decontamination: dict[str, Any] | None = None  # inputs of the meta-evaluation sets: excluded, or kept loudly
+
+    @property
+    def failed_call_count(self) -> int:
+        return sum(sum(causes.values()) for causes in self.failed_calls.values())
 
 
 def build_requests(
@@ -211,6 +219,7 @@ def _annotator_provenance(name: str, role_model: str, outcome: Outcome[Annotator
     return {
         "name": name,
         "model_id": role_model,
+        "status": _status(outcome),
         "prompt_hash": outcome.prompt_hash,
         "raw_replies": outcome.replies,
         "label": parsed.label.text if parsed else None,
@@ -223,14 +232,56 @@ def _annotator_provenance(name: str, role_model: str, outcome: Outcome[Annotator
     }
 
 
-def _limit_counts(outcome: Outcome[Any]) -> dict[str, int]:
-    """What the field limits did to this request's replies (stats.json sums them)."""
-    return {"rejected_too_long": outcome.too_long, "capped_fields": outcome.capped}
+def _status(outcome: Outcome[Any]) -> str:
+    """What became of one model's call, in a word: answered, unparsable, or the failed call's cause."""
+    if outcome.call_cause is not None:
+        return outcome.call_cause
+    return "answered" if outcome.parsed is not None else "unparsable"
 
 
-def _incomplete(record: Record, reason: str) -> Record:
+def _limit_counts(outcome: Outcome[Any]) -> dict[str, Any]:
+    """What the field limits did to this request's replies (stats.json sums them), and the room of a reply
+    asked again because the first was cut off."""
+    counts: dict[str, Any] = {"rejected_too_long": outcome.too_long, "capped_fields": outcome.capped}
+    if outcome.more_room is not None:
+        counts["asked_again_with_max_tokens"] = outcome.more_room
+    return counts
+
+
+def _incomplete(record: Record, reason: str, failures: Sequence[dict[str, Any]]) -> Record:
     keys = ("id", "dataset", "input_id", "system", "aspect_name")
-    return {**{k: record[k] for k in keys}, "reason": reason}
+    return {**{k: record[k] for k in keys}, "reason": reason, "failed_calls": list(failures)}
+
+
+def _failure(name: str, outcome: Outcome[Any]) -> dict[str, Any]:
+    return {"name": name, "cause": outcome.call_cause, "reason": outcome.call_failure}
+
+
+def failed_calls(records: Sequence[Record], incomplete: Sequence[Record]) -> list[dict[str, Any]]:
+    """Every failed model call of a run, one row each (id, role, cause, reason), from what its records keep:
+    the provenance of the records (scored or not) and the failures of the incomplete items."""
+    rows = []
+    for record in records:
+        provenance = record["provenance"]
+        for entry in [*provenance.get("annotators", []), provenance.get("supervisor") or {}]:
+            if entry.get("call_failure"):
+                rows.append({"id": record["id"], "role": entry["name"], "cause": entry.get("status"),
+                             "reason": entry["call_failure"]})  # fmt: skip
+    for row in incomplete:
+        rows += [
+            {"id": row["id"], "role": f["name"], "cause": f["cause"], "reason": f["reason"]}
+            for f in row.get("failed_calls", [])
+        ]
+    return rows
+
+
+def count_failed_calls(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """role -> cause -> failed calls."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        by_cause = counts.setdefault(row["role"], {})
+        by_cause[row["cause"]] = by_cause.get(row["cause"], 0) + 1
+    return counts
 
 
 def _base_record(request: EvalRequest, task: Task, ensemble: EnsembleConfig, seed: int) -> Record:
@@ -332,7 +383,7 @@ def _results_settings(ensemble: EnsembleConfig) -> dict[str, Any]:
         **ensemble.model_dump(
             mode="json", include={"name", "sampling", "supervisor_sampling", "parse_retry", "field_limits"}
         ),
-        "required_annotators": ensemble.required_annotators,
+        "required_annotators": ensemble.min_annotators,
     }
 
 
@@ -358,10 +409,25 @@ def write_dataset(
     write_split(out_dir, train, validation)
     atomic_write_jsonl(out_dir / "unscored.jsonl", unscored)
     atomic_write_jsonl(out_dir / "incomplete.jsonl", incomplete)
+    failures = failed_calls([*records, *unscored], incomplete)
+    atomic_write_jsonl(out_dir / FAILED_CALLS, failures)
     _write_stats(out_dir, records, unscored, annotators, summary)
     summary.records, summary.train, summary.validation = len(records), len(train), len(validation)
-    summary.unscored, summary.incomplete = len(unscored), len(incomplete)
+    _count(summary, records, unscored, incomplete, failures, annotators)
     atomic_write_json(out_dir / "run.json", {**summary.as_dict(), **extra})
+
+
+def _count(
+    summary: RunSummary,
+    records: Sequence[Record],
+    unscored: Sequence[Record],
+    incomplete: Sequence[Record],
+    failures: Sequence[Mapping[str, Any]],
+    annotators: Sequence[str],
+) -> None:
+    summary.unscored, summary.incomplete = len(unscored), len(incomplete)
+    summary.partial = sum(1 for r in records if len(r["provenance"].get("answered", annotators)) < len(annotators))
+    summary.failed_calls = count_failed_calls(failures)
 
 
 def _write_shard(
@@ -377,7 +443,8 @@ def _write_shard(
     atomic_write_jsonl(out_dir / "unscored.jsonl", unscored)
     atomic_write_jsonl(out_dir / "incomplete.jsonl", incomplete)
     _write_stats(out_dir, records, unscored, annotators, summary)
-    summary.records, summary.unscored, summary.incomplete = len(records), len(unscored), len(incomplete)
+    summary.records = len(records)
+    _count(summary, records, unscored, incomplete, failed_calls([*records, *unscored], incomplete), annotators)
     atomic_write_json(out_dir / "run.json", summary.as_dict())
 
 
@@ -406,11 +473,15 @@ def _aggregate(
         provenance = [_annotator_provenance(role.name, role.spec.model_id, o) for role, o in per_role]
         record["provenance"]["annotators"] = provenance
         answered = [o for _, o in per_role if o.complete]
-        if len(answered) < ensemble.required_annotators:
-            failures = "; ".join(f"{role.name}: {o.call_failure}" for role, o in per_role if not o.complete)
-            incomplete.append(_incomplete(record, f"model calls failed ({failures})"))
+        if len(answered) < ensemble.min_annotators:
+            failures = [_failure(role.name, o) for role, o in per_role if not o.complete]
+            said = "; ".join(f"{f['name']}: {f['reason']}" for f in failures)
+            need = f"{ensemble.min_annotators} (min_annotators)"
+            incomplete.append(_incomplete(record, f"{len(answered)} annotators answered, not {need}: {said}", failures))
             continue
         parsed = [(p, o.parsed) for p, (_, o) in zip(provenance, per_role, strict=True) if o.parsed is not None]
+        # who the record is made from, and why the others are not in it
+        record["provenance"]["answered"] = [p["name"] for p, _ in parsed]
         if not parsed:
             record["unscored_reason"] = "no annotator reply could be parsed"
             unscored.append(record)
@@ -456,13 +527,15 @@ def _merge(
             record["provenance"]["supervisor"] = {
                 "name": supervisor.name,
                 "model_id": supervisor.spec.model_id,
+                "status": _status(outcome),
                 "prompt_hash": outcome.prompt_hash,
                 "raw_replies": outcome.replies,
                 "parse_failure": outcome.parse_failure if outcome.parsed is None else None,
                 **_limit_counts(outcome),
             }
             if not outcome.complete:
-                incomplete.append(_incomplete(record, f"supervisor call failed ({outcome.call_failure})"))
+                reason = f"the supervisor's call failed: {outcome.call_failure}"
+                incomplete.append(_incomplete(record, reason, [_failure(supervisor.name, outcome)]))
                 continue
             if outcome.parsed is None:
                 record["unscored_reason"] = f"supervisor reply could not be parsed ({outcome.parse_failure})"
@@ -474,3 +547,23 @@ def _merge(
         record["evaluation"] = evaluation.model_dump()
         records.append(record)
     return records, unscored, incomplete
+
+
+def failure_lines(summary: RunSummary, out_dir: Path) -> list[str]:
+    """What failed in an annotation run, for the user: the failed calls by model and cause, the records made
+    without some annotator, and the items left without a record (which a re-run asks again)."""
+    lines = []
+    if summary.failed_calls:
+        calls = summary.failed_calls
+        parts = ", ".join(f"{role} {cause} ×{n}" for role, causes in calls.items() for cause, n in causes.items())
+        lines.append(
+            f"{summary.failed_call_count} model calls failed ({parts}): each is in {out_dir / FAILED_CALLS}; "
+            f"{summary.partial} records were made from the annotators that answered (their provenance names who "
+            "did and why the others did not); a re-run asks the failed calls again"
+        )
+    if summary.incomplete:
+        lines.append(
+            f"{summary.incomplete} items have no record (see {out_dir / 'incomplete.jsonl'}): too few annotators "
+            "answered them (min_annotators), or the supervisor's call failed; re-run the same command to ask again"
+        )
+    return lines

@@ -121,6 +121,7 @@ class Comparison:
     mixed: dict[str, dict[str, str]] | None = (
         None  # with allow_mixed: setting -> system -> its value, where they differ
     )
+    unrecorded: list[str] | None = None  # settings no system's rows record (hand-made rows): not checked
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -189,14 +190,18 @@ def _setting(value: object) -> str:
     return json.dumps(value, sort_keys=True) if isinstance(value, Mapping | list) else str(value)
 
 
+UNRECORDED = "(not recorded)"
+
+
 def differing_settings(systems: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, dict[str, str]]:
-    """setting -> system -> its value, for each setting (`SETTINGS`) on which the systems differ; a setting a
-    system's rows do not record is not compared. A system whose own rows differ is refused (InputError)."""
+    """setting -> system -> its value, for each setting (`SETTINGS`) on which the systems differ. A setting some
+    systems' rows record and others' do not differs too (it cannot be checked); one no system records is not
+    compared (`unrecorded_settings`). A system whose own rows differ is refused (InputError)."""
     found: dict[str, dict[str, str]] = {}
     for field, label in SETTINGS.items():
         values: dict[str, str] = {}
         for name, rows in systems.items():
-            own = {_setting(row[field]) for row in rows if row.get(field) is not None}
+            own = {_setting(row[field]) if row.get(field) is not None else UNRECORDED for row in rows}
             if len(own) > 1:
                 raise InputError(f"system '{name}' mixes rows of several {label}s ({', '.join(sorted(own))})")
             if own:
@@ -204,6 +209,15 @@ def differing_settings(systems: Mapping[str, Sequence[Mapping[str, Any]]]) -> di
         if len(set(values.values())) > 1:
             found[field] = values
     return found
+
+
+def unrecorded_settings(systems: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """The settings (task, aspect, judge ...) that no system's rows record: compare cannot check them."""
+    return [
+        label
+        for field, label in SETTINGS.items()
+        if all(row.get(field) is None for rows in systems.values() for row in rows)
+    ]
 
 
 def compare_systems(
@@ -289,7 +303,7 @@ def compare_systems(
             )
     return Comparison(
         list(systems), len(common), left_out, means, pairs, resamples, confidence, alpha, seed, errors_only,
-        mixed or None,
+        mixed or None, unrecorded_settings(systems) or None,
     )  # fmt: skip
 
 
@@ -321,6 +335,12 @@ def markdown(result: Comparison) -> str:
             f"| {p.measure} | {p.a} | {p.b} | {p.difference:+.3f} [{p.low:+.3f}, {p.high:+.3f}] | "
             f"{p.p_bootstrap:.4f} | {p.p_permutation:.4f} | {t} | {winner} |"
         )
+    if result.unrecorded:
+        lines += [
+            "",
+            f"Not checked: the rows record no {', '.join(result.unrecorded)}, so compare cannot tell whether the "
+            "systems were judged alike; the winners above hold only if they were.",
+        ]
     return "\n".join(lines) + "\n"
 
 

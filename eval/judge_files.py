@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spanjudge.core.digests import file_sha256, sha256_of
+from spanjudge.core.digests import file_sha256, folder_fingerprint, sha256_of
 from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.core.jsonl import iter_jsonl
 from spanjudge.core.keyvalue import yaml_value
@@ -154,7 +154,6 @@ def _first_difference(judged: str, expected: str) -> str:
 
 # weights, configs, and the templates that shape the prompt (the judge's own and the chat template)
 _MODEL_FILES = (".safetensors", ".bin", ".gguf", ".pt", ".json", ".jinja")
-_HASHED_MAX_BYTES = 256 << 20  # an adapter, its metadata, a small model: hashed; bigger: size and time
 
 
 def model_fingerprint(location: str) -> str:
@@ -164,19 +163,7 @@ def model_fingerprint(location: str) -> str:
     path and its files' contents (size and modification time for files too big to read on every
     run), so a retrained adapter in the same folder, or another adapter in a folder of the same
     name, gets its own store. Anything else (a Hub id, an alias such as @smollm2) names itself."""
-    path = Path(location).expanduser()
-    if path.is_file():
-        files = [path]
-    elif path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _MODEL_FILES)
-    else:
-        return location
-    parts = [str(path.resolve())]
-    for file in files:
-        stat = file.stat()
-        signature = sha256_of(file) if stat.st_size <= _HASHED_MAX_BYTES else f"{stat.st_size}:{stat.st_mtime_ns}"
-        parts.append(f"{file.name}={signature}")
-    return "|".join(parts)
+    return folder_fingerprint(location, lambda p: p.suffix in _MODEL_FILES) or location
 
 
 def error_spans(evaluation: Evaluation) -> list[list[int]]:

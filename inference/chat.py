@@ -31,10 +31,18 @@ if TYPE_CHECKING:
 Piece = tuple[str, bool]  # (text, whether it is a message's content) of a rendered chat
 JOINER = "\u2060"  # WORD JOINER: invisible, in no tokenizer's control tokens; breaks a spelling apart
 _SENTINEL = re.compile("\ue000(\\d+)\ue001")  # a message's place in the template's own rendering
-# control-token spellings of the common chat formats, for servers whose tokenizer is unknown here
-# (ChatML and Llama 3's <|...|>, Gemma's turns, Llama 2 / Mistral's [INST] and <<SYS>>, BOS/EOS names)
+# control-token spellings of the common chat formats, for servers whose tokenizer is unknown here (where it is
+# known, its own special tokens are used: `control_pattern`): ChatML, Llama 3 and Phi's <|...|>; DeepSeek's
+# <｜...｜> (fullwidth bars, e.g. <｜Assistant｜>, <｜end▁of▁sentence｜>); Gemma's turns and image markers; Llama 2
+# and Mistral's [INST] and <<SYS>>; Mistral's tekken markers ([SYSTEM_PROMPT], [TOOL_CALLS] ...); BOS/EOS names
+MISTRAL_MARKERS = (
+    "INST", "SYSTEM_PROMPT", "TOOL_CALLS", "AVAILABLE_TOOLS", "TOOL_RESULTS", "TOOL_CONTENT", "THINK", "IMG",
+    "IMG_BREAK", "IMG_END", "ARGS", "CALL_ID", "PREFIX", "MIDDLE", "SUFFIX",
+)  # fmt: skip
 GENERIC_CONTROL = re.compile(
-    r"<\|[^|<>\s]{1,48}\|>|<(?:start|end)_of_turn>|<(?:bos|eos|pad|unk|s|/s)>|\[/?INST\]|<</?SYS>>"
+    r"<\|[^|<>\s]{1,48}\|>|<\uff5c[^\uff5c<>\s]{1,48}\uff5c>"
+    r"|<(?:start|end)_of_(?:turn|image)>|<image_soft_token>|<(?:bos|eos|pad|unk|s|/s)>"
+    rf"|\[/?(?:{'|'.join(MISTRAL_MARKERS)})\]|<</?SYS>>"
 )
 _CONTROL_PATTERNS: weakref.WeakKeyDictionary[Any, re.Pattern[str] | None] = weakref.WeakKeyDictionary()
 

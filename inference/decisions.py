@@ -57,8 +57,9 @@ class DecisionRule(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    no_error_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
-    min_confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    # strict: a stored `true` or "0.5" is a mistake in the file, never read as 1.0 or 0.5
+    no_error_threshold: float | None = Field(default=None, ge=0.0, le=1.0, strict=True)
+    min_confidence: float | None = Field(default=None, ge=0.0, le=1.0, strict=True)
     fitted_on: FittedOn | None = None
 
     @property

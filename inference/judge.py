@@ -165,6 +165,7 @@ class Judge:
         if self.decisions is not None and not self.probabilities:
             raise SpanjudgeError("a decision rule reads the judge's probabilities: give probabilities=True too")
         self.decisions_skipped = setup.decisions_skipped
+        self.decisions_source = setup.decisions_source
         # the judge's own prompt (None: the built-in one); a request that names none is sent with it
         self.prompt_template = setup.prompt_template
         self.tokenizer = setup.tokenizer
@@ -207,6 +208,9 @@ class Judge:
             prompt_template=template,
             probability_reader=probability_reader,
             decisions=rule,
+            decisions_source="stored"
+            if rule is not None and rule == stored_rule(Path(location).expanduser())
+            else "given",
             decisions_skipped=skipped,
         )
         return cls(make_backend(spec), o, catalog, setup)
@@ -432,9 +436,7 @@ class Judge:
         if rule is None or reading is None:
             return judged
         kept, no_error = decide_reply(reading, rule)
-        applied = AppliedDecision(
-            **rule.thresholds(), source="stored" if rule.fitted_on else "given", kept=kept, no_error=no_error
-        )
+        applied = AppliedDecision(**rule.thresholds(), source=self.decisions_source, kept=kept, no_error=no_error)
         decided = [judged.errors[index] for index in kept]
         return judged.model_copy(update={"errors": decided, "written_errors": judged.errors, "decision": applied})
 

@@ -49,8 +49,10 @@ class JudgeSetup:
     json_replies:       replies come in the contract's JSON form, rendered to the text evaluation to parse
     prompt_template:    the judge's prompt (None: the built-in one)
     probability_reader: reads probabilities for an engine that does not itself (a served llama.cpp judge)
-    decisions:          the decision rule (`decisions.py`) applied to each reply; decisions_skipped: why the
-                        rule stored with the judge is not (its engine cannot read probabilities)
+    decisions:          the decision rule (`decisions.py`) applied to each reply; decisions_source: "stored"
+                        (with the judge, fitted or written there by hand) or "given" (thresholds as options);
+                        decisions_skipped: why the rule stored with the judge is not (its engine cannot read
+                        probabilities)
     """
 
     tokenizer: PreTrainedTokenizerBase | None = None
@@ -61,6 +63,7 @@ class JudgeSetup:
     prompt_template: PromptTemplate | None = None
     probability_reader: ProbabilitySource | None = None
     decisions: DecisionRule | None = None  # applied to each reply read with its probabilities
+    decisions_source: str = "given"
     decisions_skipped: str | None = None  # why the rule stored with the judge is not applied
 
 

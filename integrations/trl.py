@@ -11,8 +11,9 @@
 
 TRL calls the function with the batch's `prompts`, `completions` and every other dataset column as a
 list; it returns one float per completion, or None where the judge left the completion unscored
-(TRL then leaves it out of that reward: never a 0 for a reply that did not parse; an empty completion
-is not judged and gets None too). The completions
+(TRL then leaves it out of that reward: never a 0 for a reply that did not parse). A completion that
+cannot be judged gets None too, with its reason in the errors column, and the rest of the batch is judged:
+an empty one, one that is not text, a prompt without a user turn, a `None` in the input column. The completions
 are judged in one batch through `Judge.predict`. The judge's input is the completion's prompt (its
 last user message when conversational), or the `input_column` of the dataset; `reference_column`
 gives the task's reference input.
@@ -50,7 +51,7 @@ RewardKind = Literal["score", "errors", "expected"]
 REWARDS: tuple[RewardKind, ...] = ("score", "errors", "expected")
 ERRORS_COLUMN = "spanjudge errors"
 MAX_SEVERITY = 5  # an error of this severity costs 1 in the "errors" reward
-EMPTY = "unscored: an empty completion"  # what the errors column says of one (its reward is None)
+EMPTY = "an empty completion"  # why one is not judged (its reward is None)
 
 
 class SpanjudgeReward:
@@ -88,17 +89,19 @@ class SpanjudgeReward:
 
     def __call__(
         self,
-        prompts: Sequence[str | Sequence[Mapping[str, str]]],
-        completions: Sequence[str | Sequence[Mapping[str, str]]],
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
         log_extra: Callable[[str, list[Any]], None] | None = None,
         log_metric: Callable[[str, float], None] | None = None,
         **columns: Any,
     ) -> list[float | None]:
+        _check_lengths(prompts, completions, columns)
+        # each item to judge, or why it is not judged: one odd completion is left unscored, never the batch
         items = [
             self._item(i, prompt, completion, columns)
             for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True))
         ]
-        judged = [i for i, item in enumerate(items) if item["output"].strip()]  # an empty one: nothing to judge
+        judged = [i for i, item in enumerate(items) if isinstance(item, dict)]
         with self._lock:
             predictions = self.judge.predict(
                 [items[i] for i in judged], task=self.task, aspect=self.aspect,
@@ -107,7 +110,10 @@ class SpanjudgeReward:
         found: dict[int, Prediction] = dict(zip(judged, predictions, strict=True))
         rewards = [reward_of(found[i], self.reward) if i in found else None for i in range(len(items))]
         if log_extra is not None:
-            log_extra(ERRORS_COLUMN, [explained(found[i]) if i in found else EMPTY for i in range(len(items))])
+            log_extra(
+                ERRORS_COLUMN,
+                [explained(found[i]) if i in found else f"unscored: {items[i]}" for i in range(len(items))],
+            )
         if log_metric is not None:
             scored = [p for p in predictions if p.score is not None]
             log_metric("spanjudge_unscored", 1 - len(scored) / len(items) if items else 0.0)
@@ -115,20 +121,28 @@ class SpanjudgeReward:
                 log_metric("spanjudge_errors", sum(len(p.errors) for p in scored) / len(scored))
         return rewards
 
-    def _item(
-        self,
-        index: int,
-        prompt: str | Sequence[Mapping[str, str]],
-        completion: str | Sequence[Mapping[str, str]],
-        columns: Mapping[str, Any],
-    ) -> dict[str, str]:
-        item = {"id": str(index), "output": _text(completion, "assistant"), "input": _text(prompt, "user")}
+    def _item(self, index: int, prompt: Any, completion: Any, columns: Mapping[str, Any]) -> dict[str, str] | str:
+        """The judge's item for one completion, or why it is not judged (its reward is then None)."""
+        output, why = _text(completion, "assistant")
+        if why or not output.strip():
+            return why or EMPTY
+        item = {"id": str(index), "output": output}
         for key, column in (("input", self.input_column), ("reference", self.reference_column)):
-            if column is not None:
-                if column not in columns:
-                    have = sorted(name for name, values in columns.items() if isinstance(values, list))
-                    raise InputError(f"{key}_column {column!r} is not a column of the dataset ({', '.join(have)})")
-                item[key] = str(columns[column][index])
+            if column is None:
+                continue
+            if column not in columns:
+                have = sorted(name for name, values in columns.items() if isinstance(values, list))
+                raise InputError(f"{key}_column {column!r} is not a column of the dataset ({', '.join(have)})")
+            value = columns[column][index]
+            text = str(value) if isinstance(value, str | int | float) and not isinstance(value, bool) else ""
+            if not text.strip():  # None is no text (never the text "None")
+                return f"the dataset's {column!r} is {'empty' if isinstance(value, str) else repr(value)} in this row"
+            item[key] = text
+        if "input" not in item:
+            text, why = _text(prompt, "user")
+            if why or not text.strip():
+                return why or "an empty prompt: nothing to judge the completion against"
+            item["input"] = text
         return item
 
 
@@ -167,9 +181,33 @@ def explained(prediction: Prediction) -> str:
     return explained_errors(prediction)
 
 
-def _text(message: str | Sequence[Mapping[str, str]], role: str) -> str:
-    """A standard prompt or completion as it is; a conversational one as its last `role` message's content."""
+def _text(message: Any, role: str) -> tuple[str, str | None]:
+    """A standard prompt or completion as it is; a conversational one as its last `role` message's content
+    (a list of content parts: their text joined). The second value says why there is no text to judge."""
     if isinstance(message, str):
-        return message
-    contents = [turn.get("content", "") for turn in message if turn.get("role") == role]
-    return contents[-1] if contents else ""
+        return message, None
+    what = "prompt" if role == "user" else "completion"
+    if not isinstance(message, Sequence) or not all(isinstance(turn, Mapping) for turn in message):
+        return "", f"a {what} that is neither text nor a list of messages ({type(message).__name__})"
+    contents = [turn.get("content") for turn in message if turn.get("role") == role]
+    if not contents:
+        return "", f"no {role} message in the {what}"
+    content = contents[-1]
+    if isinstance(content, str):
+        return content, None
+    if isinstance(content, list):  # content parts ({"type": "text", "text": ...}; images and the like carry none)
+        texts = [part.get("text") for part in content if isinstance(part, Mapping)]
+        return "\n".join(text for text in texts if isinstance(text, str)), None
+    return "", f"the {role} message's content is {content!r}"
+
+
+def _check_lengths(prompts: Sequence[Any], completions: Sequence[Any], columns: Mapping[str, Any]) -> None:
+    """TRL gives one prompt, one completion and one value of every column per completion; anything else is a
+    caller's mistake, said in one line (zip would pair the wrong rows, or stop short)."""
+    if len(prompts) != len(completions):
+        raise InputError(f"the reward got {len(prompts)} prompts for {len(completions)} completions: one each")
+    for name, values in columns.items():
+        if isinstance(values, list) and len(values) != len(completions):
+            raise InputError(
+                f"the dataset column {name!r} has {len(values)} values for {len(completions)} completions: one each"
+            )

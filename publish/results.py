@@ -76,6 +76,10 @@ def _read_meta_eval(path: Path, results: MetaEvalFile, judge_name: str | None) -
     cells = [cell for cell in results.cells if cell.judge == judge]
     if not cells:
         raise InputError(f"{path}: no result cells for judge {judge!r}")
+    for cell in cells:
+        problem = ResultRow.implausible(cell.model_dump())
+        if problem:
+            raise InputError(f"{path}: the cell of {cell.dataset} / {cell.aspect}: {problem}")
     rows = [row for cell in cells if (row := cell.row()) is not None]
     return EvalResults(source=path.name, rows=rows, skipped=len(cells) - len(rows), judge=judge)
 
@@ -105,5 +109,9 @@ def _read_rows(path: Path, data: object, judge_name: str | None) -> EvalResults:
         candidates = [item for item in candidates if ResultRow.judge_of(item) == judge]
     elif judge_name is not None:
         raise InputError(f"--judge-name {judge_name!r}: the rows of {path} name no judge")
+    for number, item in enumerate(candidates, 1):
+        problem = ResultRow.implausible(item)
+        if problem:
+            raise InputError(f"{path}: result row {number} ({item.get('dataset')}): {problem}")
     rows = [row for item in candidates if (row := ResultRow.parse(item)) is not None]
     return EvalResults(source=path.name, rows=rows, skipped=len(candidates) - len(rows), judge=judge)

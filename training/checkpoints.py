@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from transformers import TrainerCallback
 
+from spanjudge.core.fileio import widen_to_umask
+
 if TYPE_CHECKING:
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
@@ -81,3 +83,16 @@ def _agreed(due: bool) -> bool:
     decision = [due]
     dist.broadcast_object_list(decision, src=0)
     return bool(decision[0])
+
+
+class CheckpointModes(TrainerCallback):  # type: ignore[misc]
+    """After each checkpoint is saved, its files get the modes of the umask (`fileio.widen_to_umask`): a team
+    sharing a run folder can read every checkpoint, whatever mode a library wrote a file with."""
+
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> TrainerControl:
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and folder.is_dir():
+            widen_to_umask(folder)
+        return control

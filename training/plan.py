@@ -42,9 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import InputError, SpanjudgeError
+from spanjudge.inference.cpu_precision import cpu_bf16
 from spanjudge.inference.hf_models import resolve_model_source
 
 from .config import TrainConfig
+from .precision import TrainingPrecision, training_precision
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -194,6 +196,13 @@ class Plan:
         return self.total_bytes <= self.gpu.memory_gib * GIB
 
 
+def gpu_precision(config: TrainConfig) -> TrainingPrecision:
+    """The config's precision on the planned GPU (every GPU of the table computes bf16)."""
+    return training_precision(
+        config.model.dtype, config.training.mixed_precision, on_cpu=False, gpu_bf16=True, cpu_bf16=cpu_bf16
+    )
+
+
 def weight_bytes(shape: ModelShape, dtype: str, quantization: str) -> tuple[float, str]:
     width = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}[dtype]
     if quantization == "none":
@@ -252,9 +261,10 @@ def plan(
     assumptions: list[str] | None = None,
 ) -> Plan:
     training, data = config.training, config.data
-    width = 4 if config.model.dtype == "float32" and training.mixed_precision == "no" else 2
+    precision = gpu_precision(config)
+    width = 4 if precision.dtype == "float32" and precision.mixed_precision == "no" else 2
     tokens = training.per_device_batch_size * data.max_length
-    weights, weights_how = weight_bytes(shape, config.model.dtype, config.model.quantization)
+    weights, weights_how = weight_bytes(shape, precision.dtype, config.model.quantization)
     parts = [
         Line("base weights", weights, weights_how),
         Line("LoRA (weights, gradients, AdamW)", shape.lora_params * LORA_BYTES, f"{shape.lora_params:,} × 16 bytes"),
@@ -366,6 +376,7 @@ def render(config: TrainConfig, result: Plan, thesis_hours: float | None = None)
         f"  per-device batch {config.training.per_device_batch_size} × max length {config.data.max_length}, "
         f"gradient checkpointing {'on' if config.training.gradient_checkpointing else 'off'}, "
         f"quantization {config.model.quantization}, LoRA r {config.lora.r}",
+        f"  {gpu_precision(config).line}",
         "",
         "Memory (GiB):",
     ]

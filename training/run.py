@@ -37,7 +37,7 @@ import yaml
 from spanjudge.core.artifacts import ADAPTER_METADATA, read_adapter_metadata
 from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import ConfigError, SpanjudgeError
-from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text, widen_to_umask
 from spanjudge.core.locks import Busy, folder_lock, this_command
 from spanjudge.core.overlap import RULE as OVERLAP_RULE
 from spanjudge.inference.backends.adapters import check_safetensors_adapter
@@ -51,7 +51,7 @@ from spanjudge.inference.hf_models import (
 from spanjudge.inference.judge_conversation import TEMPLATE_FILE
 from spanjudge.inference.prompts import template_sha256
 
-from .checkpoints import TimedSaves, resume_point
+from .checkpoints import CheckpointModes, TimedSaves, resume_point
 from .config import (
     LoraSection,
     TrainConfig,
@@ -65,6 +65,7 @@ from .cpu_memory import CPU_TILE_TOKENS, CPU_TILE_VOCABULARY, release_freed_memo
 from .data import TokenizedSplit, describe, tokenize_split
 from .decision import decision_weighted_trainer
 from .eval_loss import token_weighted_eval
+from .precision import TrainingPrecision, training_precision
 from .step_times import StepTimes, steady_speed
 from .world import World, gradient_accumulation
 
@@ -224,6 +225,10 @@ class TrainingRun:
         chat_template = load_chat_template(config, None)
         if chat_template is not None:  # saved with the adapter's tokenizer, which scoring loads
             self.tokenizer.chat_template = chat_template
+        self.precision = self._precision()
+        self.log(self.precision.line)
+        if self.precision.warning:
+            self.log(f"warning: {self.precision.warning}")
         self.check_trainer()  # seconds, before tokenizing everything
         catalog = load_catalog(config.data.catalog)
         self.template = load_prompt_template(config, None)
@@ -279,6 +284,7 @@ class TrainingRun:
             trainer.add_callback(TimedSaves(config.training.save_minutes))
         step_times = StepTimes()
         trainer.add_callback(step_times)
+        trainer.add_callback(CheckpointModes())
         layout = str(getattr(trainer.accelerator.distributed_type, "value", trainer.accelerator.distributed_type))
         self.log(f"the trainer's layout: {layout} over {self.world.size} process(es)")
         start = f"the adapter {config.lora.init_from}" if config.lora.init_from else "the base model"
@@ -315,6 +321,7 @@ class TrainingRun:
                 "skipped_too_long": len(self.train_split.too_long),
                 "inputs_cut_to_fit": len(self.train_split.cut),
                 "quantized_linear_layers": _count_quantized(trainer.model),
+                "precision": self.precision.record(),
             }
         )
         if trainer.is_world_process_zero():
@@ -338,8 +345,8 @@ class TrainingRun:
             lr_scheduler_type=training.lr_scheduler,
             warmup_steps=training.warmup_ratio,  # transformers 5: a float < 1 is a ratio
             gradient_checkpointing=training.gradient_checkpointing,
-            bf16=training.mixed_precision == "bf16",
-            fp16=training.mixed_precision == "fp16",
+            bf16=self.precision.mixed_precision == "bf16",
+            fp16=self.precision.mixed_precision == "fp16",
             # TRL 1.16 refuses max_length with padding_free but no packing (it could not enforce it);
             # tokenize_split has already enforced data.max_length (too_long: cut | error | skip) by then
             max_length=None if training.padding_free and not training.packing else config.data.max_length,
@@ -435,6 +442,19 @@ class TrainingRun:
         """Whether this run trains on CPU (the Trainer's own choice: training.use_cpu, or no GPU)."""
         return self.config.training.use_cpu or not _accelerator_present()
 
+    def _precision(self) -> TrainingPrecision:
+        """model.dtype and training.mixed_precision as this device runs them (training/precision.py)."""
+        from spanjudge.inference.cpu_precision import cpu_bf16
+
+        on_cpu = self.on_cpu
+        return training_precision(
+            self.config.model.dtype,
+            self.config.training.mixed_precision,
+            on_cpu=on_cpu,
+            gpu_bf16=not on_cpu and _gpu_bf16(),
+            cpu_bf16=cpu_bf16,
+        )
+
     def _fit_cpu_memory(self, model: PreTrainedModel) -> None:
         """The CPU's memory fixes (training/cpu_memory.py): the loss in small tiles, freed pages returned."""
 
@@ -462,7 +482,7 @@ class TrainingRun:
                 device_map = {"": self.world.local_rank}
         model = load_causal_lm(
             self.folder,
-            dtype=config.model.dtype,
+            dtype=self.precision.dtype,
             quantization=config.model.quantization,
             attn_implementation=config.model.attn_implementation,
             trust_remote_code=config.model.trust_remote_code,
@@ -486,6 +506,7 @@ class TrainingRun:
         trainer.save_model(str(self.adapter_dir))  # the adapter only, as safetensors
         (self.adapter_dir / "training_args.bin").unlink(missing_ok=True)  # a pickle; the YAML config says it all
         self.tokenizer.save_pretrained(str(self.adapter_dir))
+        widen_to_umask(self.adapter_dir)  # safetensors writes the weights 0600 under any umask
         if self.template is not None:  # scoring renders the prompt from this copy (spanjudge.json names it)
             atomic_write_text(self.adapter_dir / TEMPLATE_FILE, self.template.source)
         history = [dict(entry) for entry in trainer.state.log_history]
@@ -526,7 +547,8 @@ class TrainingRun:
             "base_kind": self.source.kind,
             "max_length": self.config.data.max_length,
             "quantization": self.config.model.quantization,
-            "dtype": self.config.model.dtype,
+            "dtype": self.precision.dtype,
+            "precision": self.precision.record(),
             "chat_template_sha256": _sha(str(self.tokenizer.chat_template)),
             "judge_prompt_sha256": template_sha256(self.template),
             "prompt_template": TEMPLATE_FILE if self.template else None,
@@ -551,6 +573,12 @@ def _accelerator_present() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def _gpu_bf16() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 
 
 def _module_names(folder: str, trust_remote_code: bool) -> list[str] | None:
@@ -619,7 +647,7 @@ def _unsloth_model(folder: str, config: TrainConfig) -> PeftModel:
     model, _ = FastLanguageModel.from_pretrained(
         model_name=folder,
         max_seq_length=config.data.max_length,
-        dtype=None if config.model.dtype == "auto" else torch_dtype(config.model.dtype),
+        dtype=torch_dtype("bfloat16" if config.model.dtype == "auto" else config.model.dtype),  # GPU only
         load_in_4bit=config.model.quantization == "4bit",
     )
     return FastLanguageModel.get_peft_model(

@@ -63,7 +63,7 @@ def annotate_step(ctx: DemoContext) -> StepOutput:
     from spanjudge.core.catalog import load_catalog
     from spanjudge.data_gen.config import load_ensemble, load_sources
     from spanjudge.data_gen.decontaminate import prepare
-    from spanjudge.data_gen.pipeline import run_pipeline
+    from spanjudge.data_gen.pipeline import failure_lines, run_pipeline
     from spanjudge.data_gen.stage import model_progress
 
     section = ctx.config.annotate
@@ -77,20 +77,19 @@ def annotate_step(ctx: DemoContext) -> StepOutput:
             ensemble, sources, sources_path, ctx.layout.annotate, load_catalog(), data_root=ctx.data_root,
             progress=progress, decontamination=clean,
         )  # fmt: skip
-    if summary.incomplete:
-        raise SpanjudgeError(
-            f"annotate: {summary.incomplete} requests are incomplete (a model server did not answer; "
-            f"see {ctx.layout.annotate / 'incomplete.jsonl'}); re-run the demo to finish them"
-        )
+    # one member of the ensemble never stops the demo: items are merged from the annotators that answered
+    for line in failure_lines(summary, ctx.layout.annotate):
+        ctx.console.print(f"[yellow]annotate:[/yellow] {line}")
     if not summary.train:
         raise SpanjudgeError(
             f"annotate: no training record was built from {summary.requests} requests "
-            f"(see {ctx.layout.annotate / 'unscored.jsonl'} for the reasons)"
+            f"(see {ctx.layout.annotate / 'unscored.jsonl'} and incomplete.jsonl for the reasons)"
         )
     text = (
         f"{summary.records} records ({summary.train} train / {summary.validation} validation) from "
-        f"{summary.requests} requests, {summary.unscored} unscored; model calls {summary.total_model_calls}, "
-        f"cache hits {sum(summary.cache_hits.values())}"
+        f"{summary.requests} requests, {summary.unscored} unscored, {summary.incomplete} without a record; "
+        f"model calls {summary.total_model_calls} ({summary.failed_call_count} failed, {summary.partial} records "
+        f"from the annotators that answered), cache hits {sum(summary.cache_hits.values())}"
     )
     return text, summary.as_dict()
 

@@ -64,8 +64,23 @@ class Completion(_Frozen):
     endpoint: str | None = None
 
 
-# "truncated": a reply cut off at max_tokens, refused by a caller that needs whole replies
-FailureKind = Literal["connection", "timeout", "server", "rate_limit", "client", "disabled", "truncated", "other"]
+# "truncated": a reply cut off at max_tokens, refused by a caller that needs whole replies; "crashed": the
+# server process died, or an in-process engine raised
+FailureKind = Literal[
+    "connection", "timeout", "server", "rate_limit", "client", "disabled", "truncated", "crashed", "other"
+]
+# what each kind means, in the words a user reads: only a server that could not be reached "did not answer"
+CAUSES: dict[str, str] = {
+    "connection": "did not answer",
+    "timeout": "timed out",
+    "server": "server error",
+    "rate_limit": "rate-limited",
+    "client": "refused",
+    "disabled": "not sent",
+    "truncated": "truncated",
+    "crashed": "crashed",
+    "other": "failed",
+}
 
 
 class CallFailure(_Frozen):
@@ -75,6 +90,14 @@ class CallFailure(_Frozen):
     kind: FailureKind
     attempts: int = 0
     endpoint: str | None = None
+
+    @property
+    def cause(self) -> str:
+        """The failure in a user's words: truncated, refused, timed out, crashed, did not answer ..."""
+        return CAUSES[self.kind]
+
+    def describe(self) -> str:
+        return f"{self.cause}: {self.reason}"
 
 
 CallResult = Completion | CallFailure

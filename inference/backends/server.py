@@ -283,6 +283,7 @@ class ServerBackend(Backend):
             crash = dead_server(endpoint.url)
             if crash is not None:  # its server died: every request left says so, none is sent
                 self._disabled_reason = reason = crash
+                kind = "crashed"
             failure = CallFailure(reason=reason, kind=kind, attempts=attempt, endpoint=endpoint.url)
             return failure, self._retry_after(error)
         finally:

@@ -24,13 +24,19 @@ arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of ou
   base weights once (`merge_and_unload`), so each decoding step runs one matrix product per
   projection instead of three (on a GPU at batch 16 an unmerged LoRA adds about 450 small kernels
   per token at 8B's shape). In float32 the replies are those of the unmerged model (tested); a
-  quantized base is never merged (its rounding would change the adapter);
+  quantized base is never merged (its rounding would change the adapter): `merge_adapter=true` on one
+  is refused;
+- `dtype` (default auto: the checkpoint's own): on a CPU without native bf16 (`cpu_precision.py`) auto
+  loads float32, since a bfloat16 checkpoint would run emulated, several times slower; a half dtype
+  written out there is kept, with a warning;
 - `continuous_batching` (default off): greedy requests (the judge's first reply; no stop strings, no
   grammar) go through transformers' continuous batching (`init_continuous_batching`: a paged KV
   cache, requests joining and leaving the running batch as they finish, shared prefixes cached),
   each result delivered as it finishes; sampled requests (retries, self-consistency) keep the
   batched `generate` path. In float32 the replies are those of that path (tested); it pays on a GPU,
-  where it runs CUDA graphs — on CPU it is slower than `generate`;
+  where it runs CUDA graphs — on CPU it is slower than `generate`, and its paged cache is sized to the
+  requests at hand (transformers' default takes most of the free memory: 10 GB for one row of SmolLM2
+  measured, 1.1 GB so). It needs the adapter merged and no grammar, and says so before weights load;
 - `grammar`: a GBNF grammar every reply is held to (constrained decoding), applied by
   xgrammar's logits processor (`xgrammar.contrib.hf.LogitsProcessor`; the optional extra
   `spanjudge[constrained]`). The grammar is compiled once for the tokenizer; each `generate`
@@ -55,6 +61,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import sys
 import time
 from collections.abc import Callable, Collection, Sequence
 from functools import partial
@@ -62,6 +69,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..chat import encode_chat, shared_length, turn_end_ids
 from ..contract import Evaluation
+from ..cpu_precision import cpu_judging_dtype
 from ..probabilities import ChoiceReader, ReplyProbabilities
 from .adapters import adapter_config, tokenizer_source
 from .base import (
@@ -85,6 +93,7 @@ if TYPE_CHECKING:
     from transformers import BatchEncoding, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 DEFAULT_BATCH_SIZE = 8
+CPU_BATCH_TOKENS = 2048  # tokens one continuous-batching step reads on a CPU (its attention masks grow with it)
 GRAMMAR_INSTALL_HINT = "option 'grammar' needs xgrammar: pip install 'spanjudge[constrained]'"
 
 
@@ -108,6 +117,8 @@ class TransformersBackend(Backend):
         self.continuous_batching = bool(options.pop("continuous_batching", False))
         if adapter:
             adapter_config(adapter)  # a folder or Hub id without an adapter: one line, before any weights load
+        if self.continuous_batching:
+            _check_continuous_batching(spec.model, bool(adapter), merge_adapter, grammar)
         if gguf_file:
             shared["gguf_file"] = gguf_file
         else:
@@ -124,15 +135,24 @@ class TransformersBackend(Backend):
         self.tokenizer.padding_side = "left"  # decoder-only models continue from the right edge
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        if "device_map" not in options and not torch.cuda.is_available():
+            options["dtype"], said = cpu_judging_dtype(options.get("dtype", "auto"))  # never emulated bf16 unasked
+            if said:
+                print(f"transformers model {spec.model}: {said}", file=sys.stderr, flush=True)
         self.model = AutoModelForCausalLM.from_pretrained(spec.model, **shared, **options)
         if adapter:
             from peft import PeftModel
 
             self.model = PeftModel.from_pretrained(self.model, adapter)
             quantized = getattr(self.model.config, "quantization_config", None) is not None
+            if quantized and merge_adapter:
+                raise BackendError(
+                    f"transformers model {spec.model!r}: merge_adapter=true on quantized weights; spanjudge never "
+                    "merges an adapter into them (their rounding would change what it learnt): leave it unset"
+                )
             if merge_adapter or (merge_adapter is None and not quantized):
                 self.model = self.model.merge_and_unload()
-        if self.continuous_batching and (grammar or not hasattr(self.model, "init_continuous_batching")):
+        if self.continuous_batching and not hasattr(self.model, "init_continuous_batching"):
             raise BackendError(
                 f"transformers model {spec.model!r}: continuous_batching needs an unquantized model with its adapter "
                 "merged (merge_adapter) and no grammar (constrained)"
@@ -219,8 +239,12 @@ class TransformersBackend(Backend):
 
         try:
             graphs = self.model.device.type == "cuda"  # the warm-up captures CUDA graphs; nothing to capture on CPU
+            needed = [len(ids) + params.max_tokens for ids in prompts.values()]
             with self.model.continuous_batching_context_manager(
-                generation_config=config, block=True, warmup=graphs
+                generation_config=config,
+                block=True,
+                warmup=graphs,
+                continuous_batching_config=None if graphs else _cpu_paged_cache(needed),
             ) as manager:
                 for request_id, ids in prompts.items():
                     manager.add_request(ids, request_id=request_id, max_new_tokens=params.max_tokens)
@@ -297,7 +321,7 @@ class TransformersBackend(Backend):
     @staticmethod
     def _failed(batch: list[ChatRequest], error: Exception) -> list[CallResult]:
         reason = f"generation failed: {type(error).__name__}: {short(error)}"
-        return [CallFailure(reason=reason, kind="other", attempts=1) for _ in batch]
+        return [CallFailure(reason=reason, kind="crashed", attempts=1) for _ in batch]
 
     def _generate_tokens(self, batch: list[ChatRequest]) -> tuple[list[list[int]], list[int]]:
         """New token ids of each request (padding included) and each prompt's length."""
@@ -441,6 +465,28 @@ def _groups(requests: Sequence[ChatRequest]) -> list[list[int]]:
         key = (params.temperature, params.top_p, params.max_tokens, params.seed, params.stop)
         groups.setdefault(key, []).append(index)
     return list(groups.values())
+
+
+def _check_continuous_batching(model: str, adapter: bool, merge_adapter: object, grammar: object) -> None:
+    """continuous_batching's conditions, in one line before any weights load: a merged adapter, no grammar."""
+    problem = None
+    if adapter and merge_adapter is not None and not merge_adapter:
+        problem = "it needs the adapter merged into the weights: leave merge_adapter unset (or true)"
+    elif grammar:
+        problem = "it takes no grammar: constrained replies go through batched generate (leave one of them off)"
+    if problem:
+        raise BackendError(f"transformers model {model!r}: continuous_batching: {problem}")
+
+
+def _cpu_paged_cache(token_counts: Sequence[int]) -> Any:
+    """A paged KV cache the size of these requests (prompt + room for the reply each), for continuous batching
+    on a CPU: transformers sizes it by default to most of the free memory (several GB for one row of a 135M
+    model), which on a GPU is what the cache is for and on a CPU is the machine's RAM."""
+    from transformers import ContinuousBatchingConfig
+
+    page = ContinuousBatchingConfig().page_size
+    blocks = sum(-(-count // page) for count in token_counts) + 1  # each request's own pages, and one spare
+    return ContinuousBatchingConfig(num_blocks=blocks, max_batch_tokens=min(CPU_BATCH_TOKENS, sum(token_counts)))
 
 
 def _end_token_ids(*ids: int | list[int] | None) -> frozenset[int]:

@@ -101,7 +101,7 @@ class VLLMBackend(Backend):
             outputs = self._llm.generate(prompts, sampling_params=sampling, use_tqdm=False, lora_request=self._lora)
         except Exception as error:  # an engine error fails the batch, not the run
             reason = f"vLLM engine error: {type(error).__name__}: {short(error)}"
-            results: list[CallResult] = [CallFailure(reason=reason, kind="other", attempts=1) for _ in requests]
+            results: list[CallResult] = [CallFailure(reason=reason, kind="crashed", attempts=1) for _ in requests]
         else:
             seconds = time.perf_counter() - started  # one batch: each request reports the batch's wall time
             results = [self._completion(output, seconds) for output in outputs]

@@ -123,12 +123,17 @@ def render_items(rows: Sequence[Mapping[str, Any]], prefix: str = "item") -> str
             flags.append(f'<p class="flag">unscored: {html.escape(row["unscored_reason"])}</p>')
         sections.append(
             f'<section class="item" id="{html.escape(str(row["id"]), quote=True)}">'
-            f'<div class="head"><span>{html.escape(str(row["id"]))} · {html.escape(row["task"])} · '
-            f"{html.escape(row['aspect'])}</span>{badge}</div>"
+            f'<div class="head"><span>{_heading(row)}</span>{badge}</div>'
             f'<div class="output">{_highlighted(row["output"], evaluation["errors"], item)}</div>'
             f"{_error_list(evaluation['errors'], item)}{''.join(flags)}</section>"
         )
     return "".join(sections)
+
+
+def _heading(row: Mapping[str, Any]) -> str:
+    """The item's id, task and aspect, as far as the row has them (rows from other tools may lack the last two)."""
+    parts = [row["id"], row.get("task"), row.get("aspect")]
+    return " · ".join(html.escape(str(part)) for part in parts if part is not None and str(part))
 
 
 def legend() -> str:

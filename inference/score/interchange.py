@@ -243,6 +243,8 @@ def write_factgenie_campaign(
 ) -> None:
     """The campaign folder: refuses a folder that already holds a campaign or anything else."""
 
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out} is a file: a campaign is a folder, written to a new or empty one")
     if out.exists() and any(out.iterdir()):
         raise InputError(f"{out} is not empty: a campaign is written to a new or empty folder")
     (out / "files").mkdir(parents=True, exist_ok=True)

@@ -52,6 +52,7 @@ def select_rows(results: Sequence[Sequence[Row]], n: int, by: str, seed: int = 0
         if rows.keys() != by_id[0].keys():
             missing = sorted(by_id[0].keys() ^ rows.keys())[:3]
             raise InputError(f"results file {number} does not score the same outputs as the first (e.g. {missing})")
+        _check_same_run(by_id[0], rows, number)
     scored = [row for row in first if all(_scored(rows[str(row["id"])]) for rows in by_id)]
     if by == "random":
         chosen = random.Random(seed).sample(scored, min(n, len(scored)))
@@ -64,10 +65,37 @@ def select_rows(results: Sequence[Sequence[Row]], n: int, by: str, seed: int = 0
 def _by_id(rows: Sequence[Row], where: str) -> dict[str, Row]:
     found: dict[str, Row] = {}
     for row in rows:
-        if str(row["id"]) in found:
+        item = str(row["id"])
+        if item in found:
             raise InputError(f"{where}: id '{row['id']}' appears twice")
-        found[str(row["id"])] = row
+        if "\t" in item or "\n" in item or "\r" in item:  # the printed list is one id a line, for `import --ids`
+            raise InputError(f"{where}: id {item!r} holds a tab or a line break, which a list of ids cannot carry")
+        found[item] = row
     return found
+
+
+# what must be the same for two judges' rows of one output to be compared (as `compare` checks them): the
+# output and its prompt, how it was judged; the judges themselves differ (one student per seed)
+SAME_OUTPUT = {"task": "task", "aspect": "aspect", "prompt_sha256": "prompt (inputs, output, aspect definition)"}
+SAME_RUN = {"decoding": "decoding", "prompt_template_sha256": "prompt template"}
+
+
+def _check_same_run(first: Mapping[str, Row], other: Mapping[str, Row], number: int) -> None:
+    """--by seeds: results file `number` judged the same outputs, the same way, as the first, by another judge."""
+    for item, row in first.items():
+        theirs = other[item]
+        for field, label in (*SAME_OUTPUT.items(), *SAME_RUN.items()):
+            if field in row and field in theirs and row[field] != theirs[field]:
+                raise InputError(
+                    f"results file {number}, id '{item}': another {label} than the first file's ({theirs[field]!r}, "
+                    f"not {row[field]!r}); --by seeds compares judges of the same outputs, judged the same way"
+                )
+    models = {str(row.get("model")) for row in first.values()} & {str(row.get("model")) for row in other.values()}
+    if models - {"None"}:
+        raise InputError(
+            f"results file {number} holds the same judge as the first ({sorted(models)[0]}): --by seeds compares "
+            "several judges (e.g. one student per training seed)"
+        )
 
 
 def _scored(row: Row) -> bool:
@@ -85,11 +113,22 @@ def _uncertainty(row: Row, by: str, judged: list[Row]) -> float:
             f"id '{row['id']}': no probabilities in the results; --by {by} needs a judge scored with "
             "`spanjudge score --probabilities` (or use --by seeds or random)"
         )
-    p_no_error = float(probabilities["p_no_error"])
+    p_no_error = _probability(probabilities.get("p_no_error"), row, "p_no_error")
     if by == "no-error":
         return 1 - abs(2 * p_no_error - 1)
-    confidences = [float(e["confidence"]) for e in row["evaluation"]["errors"] if e.get("confidence") is not None]
+    confidences = [
+        _probability(e["confidence"], row, f"error {number}'s confidence")
+        for number, e in enumerate(row["evaluation"]["errors"], 1)
+        if e.get("confidence") is not None
+    ]
     return 1 - min(confidences) if confidences else 1 - p_no_error
+
+
+def _probability(value: object, row: Row, name: str) -> float:
+    """A probability read from a results row, or one InputError naming the row and the field."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:  # NaN fails too
+        raise InputError(f"id '{row['id']}': {name} is {value!r}, not a probability from 0 to 1")
+    return float(value)
 
 
 def _characters(row: Row) -> set[int]:

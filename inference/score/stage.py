@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from spanjudge.core.catalog import Catalog, load_catalog
-from spanjudge.core.digests import file_sha256
+from spanjudge.core.digests import file_sha256, weights_digest
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_jsonl
 from spanjudge.core.keyvalue import parse_texts
@@ -147,12 +147,16 @@ def model_identity(
     model: str, base: str | None, engine: str, served_model: str | None, engine_options: Mapping[str, Any] | None = None
 ) -> str:
     """The judge as the resume key records it: a local folder by its absolute path (the same
-    judge from another working directory), with the base and the served name when given, and each
-    file an engine option names by its content (llama.cpp's gguf= and lora=: the same adapter folder
-    run on the bare GGUF and with its LoRA are two judges, and their rows never share a file)."""
+    judge from another working directory) and its weights' digest (more training into the same run
+    folder, or a replaced adapter, is another judge, whose rows never resume this one's), with the base
+    and the served name when given, and each file an engine option names by its content (llama.cpp's
+    gguf= and lora=: the same adapter folder run on the bare GGUF and with its LoRA are two judges)."""
 
     local = Path(model).expanduser()
     name = str(local.resolve()) if local.exists() else model
+    weights = weights_digest(model)
+    if weights is not None:
+        name += f" (weights {weights})"
     if base:
         name += f" (base {base})"
     if served_model and _served(engine):

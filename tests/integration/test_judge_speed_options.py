@@ -82,5 +82,18 @@ def test_the_default_merges_the_adapter_and_continuous_batching_refuses_a_gramma
 
     assert not isinstance(backend(model_and_adapter).model, PeftModel)
     assert isinstance(backend(model_and_adapter, merge_adapter=False).model, PeftModel)
-    with pytest.raises(BackendError, match=r"continuous_batching needs .* no grammar"):
+    with pytest.raises(BackendError, match=r"continuous_batching: it takes no grammar"):
         backend(model_and_adapter, continuous_batching=True, grammar='root ::= "x"')
+    with pytest.raises(BackendError, match=r"continuous_batching: it needs the adapter merged into the weights"):
+        backend(model_and_adapter, continuous_batching=True, merge_adapter=False)
+
+
+def test_an_adapter_is_never_merged_into_quantized_weights(model_and_adapter: tuple[Path, Path]) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import BitsAndBytesConfig
+
+    four_bit = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float32)
+    assert isinstance(backend(model_and_adapter, quantization_config=four_bit).model, PeftModel)
+    with pytest.raises(BackendError, match=r"merge_adapter=true on quantized weights; spanjudge never merges"):
+        backend(model_and_adapter, quantization_config=four_bit, merge_adapter=True)

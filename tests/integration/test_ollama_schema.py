@@ -25,8 +25,20 @@ SCHEMA = judge_json_schema()
 OUTPUT = "The Bruins won 3-1 at home."
 _LINE = st.text(st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=LINE_MAX_CHARS)
 _LINE = _LINE.map(str.strip).filter(lambda t: bool(t) and t[0] not in "<*_")
-# A location the contract reads as "no location" ("none", ".", "n/a") becomes None, which JSON cannot carry as a line.
-_LOCATION = _LINE.filter(lambda t: ErrorAnnotation(location=t, explanation="e", severity=1).location is not None)
+# A location the contract reads as "no location" ("none", ".", "n/a") becomes None, which JSON cannot carry as a line;
+# one quoted as a whole ('0', "x" -- a comment) is read as a model quoting its span, and loses its quotes: neither
+# is a text the contract writes back as it came, so neither can round-trip.
+
+
+def _round_trips(location: str) -> bool:
+    error = ErrorAnnotation(location=location, explanation="e", severity=1)
+    if error.location is None:
+        return False
+    [read] = parse_judge(render_judge(Evaluation(errors=[error], score=0))).errors
+    return read.location == location
+
+
+_LOCATION = _LINE.filter(_round_trips)
 
 
 def as_json(evaluation: Evaluation) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -97,3 +98,26 @@ def test_commands_run_from_the_installed_wheel(installed: Path, tmp_path: Path, 
     assert meta.returncode == 0, meta.stderr
     cells = json.loads((tmp_path / "meta" / "results.json").read_text())["cells"]
     assert {c["judge"] for c in cells} == {"metric:rouge1"} and any(c["value"] is not None for c in cells)
+
+
+def test_a_wheel_built_from_a_checkout_holds_only_the_checkouts_files(tmp_path: Path) -> None:
+    """`pip wheel .` in a git checkout: a scratch config git does not track, and a module an earlier build left in
+    build/lib (deleted from the source since), stay out of the wheel."""
+    from support.release import NOT_SOURCE
+
+    source = tmp_path / "checkout"
+    shutil.copytree(REPO, source, ignore=NOT_SOURCE)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(source)]
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "snapshot"]):
+        subprocess.run([*git, *step], check=True, capture_output=True, timeout=120)
+    (source / "configs" / "train" / "scratch.yaml").write_text("model: {base: mine}\n")
+    stale = source / "build" / "lib" / "spanjudge" / "core" / "deleted_module.py"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("REMOVED = True\n")
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", "dist", "."]
+    done = subprocess.run(command, cwd=source, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [wheel] = (source / "dist").glob("spanjudge-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "spanjudge/configs/train/smollm2_cpu_smoke.yaml" in names and "spanjudge/core/fileio.py" in names
+    assert "spanjudge/configs/train/scratch.yaml" not in names and "spanjudge/core/deleted_module.py" not in names

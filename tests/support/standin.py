@@ -23,6 +23,7 @@ class Reply:
     status: int = 200
     text: str = "stand-in reply"
     delay: float = 0.0
+    finish_reason: str | None = None  # default: "stop" for chat, "length" for completions
 
 
 @dataclass
@@ -71,7 +72,13 @@ class StandIn:
             "object": "chat.completion",
             "created": 0,
             "model": body.get("model"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text}, "finish_reason": "stop"}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": reply.text},
+                    "finish_reason": reply.finish_reason or "stop",
+                }
+            ],
             "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
         }
 
@@ -81,7 +88,9 @@ class StandIn:
             "object": "text_completion",
             "created": 0,
             "model": body.get("model"),
-            "choices": [{"index": 0, "text": reply.text, "finish_reason": "length", "logprobs": None}],
+            "choices": [
+                {"index": 0, "text": reply.text, "finish_reason": reply.finish_reason or "length", "logprobs": None}
+            ],
             "usage": {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8},
         }
 

@@ -63,34 +63,53 @@ def test_replies_that_never_parse_are_unscored_with_their_reasons(
     assert stats["parse_failure_rate"] == {"a": 1.0, "b": 1.0}
 
 
-@pytest.mark.parametrize("broken", [Reply(status=500), Reply(delay=5)], ids=["http-500", "hang-past-timeout"])
-def test_failing_server_leaves_incomplete_requests_that_a_rerun_finishes(
-    serve, tmp_path: Path, shared_data: Path, broken: Reply
+@pytest.mark.parametrize(
+    ("broken", "cause"), [(Reply(status=500), "server error"), (Reply(delay=5), "timed out")], ids=["http-500", "hang"]
+)
+def test_a_failing_member_leaves_records_from_the_others_that_a_rerun_completes(
+    serve, tmp_path: Path, shared_data: Path, broken: Reply, cause: str
 ) -> None:
     a, url_a = serve(good_annotator("Good"))
     b_broken, url_broken = serve([broken])
     _, url_sup = serve(good_annotator())
     first = run_annotation(tmp_path, {"a": url_a, "b": url_broken, "sup": url_sup}, shared_data)
-    assert (first.records, first.incomplete) == (0, 3)
+    # one member never stops the ensemble: every item is merged from the annotator that answered
+    assert (first.records, first.incomplete, first.partial) == (3, 0, 3)
+    assert first.failed_calls == {"b": {cause: 3}}
     assert b_broken.hits == 3 * 2  # every request tried, and retried once
-    reasons = [r["reason"] for r in read_lines(tmp_path / "out" / "incomplete.jsonl")]
-    assert all(("server" in r or "timeout" in r) and "b:" in r for r in reasons)
+    records = read_lines(tmp_path / "out" / "train.jsonl") + read_lines(tmp_path / "out" / "validation.jsonl")
+    for record in records:
+        assert record["provenance"]["answered"] == ["a"]
+        b = record["provenance"]["annotators"][1]
+        assert b["status"] == cause and b["call_failure"].startswith(f"{cause}: ")
+    failed = read_lines(tmp_path / "out" / "failed_calls.jsonl")
+    assert sorted(r["id"] for r in failed) == sorted(r["id"] for r in records)
+    assert {(r["role"], r["cause"]) for r in failed} == {("b", cause)}
 
     _, url_b = serve(good_annotator("Excellent"))
     again = run_annotation(tmp_path, {"a": url_a, "b": url_b, "sup": url_sup}, shared_data)
-    assert (again.records, again.incomplete) == (3, 0)
+    assert (again.records, again.incomplete, again.partial, again.failed_calls) == (3, 0, 0, {})
     assert again.model_calls["a"] == 0 and a.hits == 3  # a's answers came from the cache
 
 
-def test_min_annotators_lets_a_run_finish_without_a_dead_model(serve, tmp_path: Path, shared_data: Path) -> None:
+def test_min_annotators_makes_an_item_without_enough_answers_incomplete(
+    serve, tmp_path: Path, shared_data: Path
+) -> None:
     _, url_a = serve(good_annotator("Good"))
     _, url_sup = serve(good_annotator())
     dead = "http://127.0.0.1:9/v1"
-    summary = run_annotation(tmp_path, {"a": url_a, "b": dead, "sup": url_sup}, shared_data, min_annotators=1)
+    urls = {"a": url_a, "b": dead, "sup": url_sup}
+    summary = run_annotation(tmp_path, urls, shared_data, min_annotators=2)
+    assert (summary.records, summary.incomplete) == (0, 3)
+    [row, *_] = read_lines(tmp_path / "out" / "incomplete.jsonl")
+    assert "1 annotators answered, not 2 (min_annotators)" in row["reason"] and "b: did not answer" in row["reason"]
+    assert row["failed_calls"][0]["cause"] == "did not answer"  # only a server that cannot be reached
+
+    summary = run_annotation(tmp_path, urls, shared_data, out="default")  # min_annotators 1, the default
     assert (summary.records, summary.incomplete) == (3, 0)
-    record = read_lines(tmp_path / "out" / "train.jsonl")[0]
+    record = read_lines(tmp_path / "default" / "train.jsonl")[0]
     assert record["evaluation"]["score"] == 75
-    assert record["provenance"]["annotators"][1]["call_failure"].startswith("connection")
+    assert record["provenance"]["annotators"][1]["call_failure"].startswith("did not answer")
 
 
 def test_supervisor_result_is_capped_at_eight_most_severe_errors(serve, tmp_path: Path, shared_data: Path) -> None:

@@ -175,21 +175,43 @@ def test_a_cut_off_reply_is_a_failure_for_callers_that_need_whole_replies(raw_se
         assert isinstance(failed, CallFailure) and (whole.cache_hits, len(bodies)) == (0, 4)
 
 
-def test_a_cut_off_annotator_reply_leaves_the_request_incomplete_until_a_rerun_finishes_it(
+def test_a_cut_off_annotator_reply_is_asked_again_with_twice_the_room(
+    raw_serve, serve, tmp_path: Path, shared_data: Path
+) -> None:
+    _, url_a = serve(good_annotator("Good"))
+    _, url_sup = serve(good_annotator())
+    whole = good_annotator("Fair")
+
+    def room_needed(body: dict) -> Raw:  # a model that needs more than 64 tokens and ends within 128
+        return Raw(chat_reply(whole(body).text, finish_reason="length" if body["max_tokens"] < 128 else "stop"))
+
+    bodies, url_b = raw_serve(room_needed)
+    summary = run_annotation(tmp_path, {"a": url_a, "b": url_b, "sup": url_sup}, shared_data)
+    assert (summary.records, summary.partial, summary.failed_calls) == (3, 0, {})
+    assert sorted(body["max_tokens"] for body in bodies) == [64] * 3 + [128] * 3
+    record = read_lines(tmp_path / "out" / "train.jsonl")[0]
+    b = record["provenance"]["annotators"][1]
+    assert (b["status"], b["asked_again_with_max_tokens"], b["label"]) == ("answered", 128, "Fair")
+    again = run_annotation(tmp_path, {"a": url_a, "b": url_b, "sup": url_sup}, shared_data)
+    assert again.model_calls["b"] == 3 and len(bodies) == 9  # the cut-off reply is never stored; the roomier one is
+
+
+def test_a_member_that_always_runs_past_max_tokens_never_stops_the_run(
     raw_serve, serve, tmp_path: Path, shared_data: Path
 ) -> None:
     a, url_a = serve(good_annotator("Good"))
     _, url_sup = serve(good_annotator())
     cut_off = good_annotator("Fair")
-    _, url_b = raw_serve(lambda body: Raw(chat_reply(cut_off(body).text, finish_reason="length")))
+    bodies, url_b = raw_serve(lambda body: Raw(chat_reply(cut_off(body).text, finish_reason="length")))
     first = run_annotation(tmp_path, {"a": url_a, "b": url_b, "sup": url_sup}, shared_data)
-    assert (first.records, first.unscored, first.incomplete) == (0, 0, 3)
-    reasons = [r["reason"] for r in read_lines(tmp_path / "out" / "incomplete.jsonl")]
-    assert all("b: truncated: the reply was cut off at max_tokens=64" in r for r in reasons), reasons
+    assert (first.records, first.unscored, first.incomplete, first.partial) == (3, 0, 0, 3)
+    assert first.failed_calls == {"b": {"truncated": 3}} and len(bodies) == 6  # each asked once more, with room
+    [failure, *_] = read_lines(tmp_path / "out" / "failed_calls.jsonl")
+    assert failure["reason"].startswith("truncated: cut off at max_tokens=64, and asked again with 128: cut off again")
 
     _, healthy_b = serve(good_annotator("Excellent"))
     again = run_annotation(tmp_path, {"a": url_a, "b": healthy_b, "sup": url_sup}, shared_data)
-    assert (again.records, again.incomplete) == (3, 0)
+    assert (again.records, again.incomplete, again.partial) == (3, 0, 0)
     assert (again.model_calls["a"], again.model_calls["b"], a.hits) == (0, 3, 3)
 
 

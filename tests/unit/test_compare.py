@@ -13,7 +13,7 @@ from scipy.stats import ttest_rel
 
 from spanjudge.app.cli import main
 from spanjudge.core.errors import InputError
-from spanjudge.eval.compare import compare_systems, permutation_p
+from spanjudge.eval.compare import compare_systems, markdown, permutation_p
 
 
 def _row(item: str, score: float | None, severities: list[int]) -> dict[str, Any]:
@@ -162,3 +162,16 @@ def test_on_quintd1_the_human_error_profiles_of_two_systems_are_compared(
     assert out.with_suffix(".md").read_text().startswith("500 items annotated by every system")
     # without --errors-only, rows without a score are unscored: nothing to compare
     assert main(["compare", *paths]) == 2 and "share 0 scored item(s)" in capsys.readouterr().err
+
+
+def test_a_setting_one_system_records_and_another_does_not_cannot_be_checked() -> None:
+    systems = _systems()
+    judged = {
+        **systems,
+        "A": [{**row, "task": "summeval", "aspect": "coherence", "model": "judge"} for row in systems["A"]],
+    }
+    with pytest.raises(InputError, match=r"different tasks \(A: summeval; B: \(not recorded\)"):
+        compare_systems(judged, resamples=100)
+    result = compare_systems(systems, resamples=100)  # no system records them: compared, and said so
+    assert result.unrecorded == ["task", "aspect", "judge", "decoding", "prompt template"]
+    assert markdown(result).rstrip().endswith("the winners above hold only if they were.")

@@ -163,3 +163,10 @@ def test_the_protocols_quintd_splits_are_span_sets_and_test_chooses_no_threshold
     assert cli_main(refused) == 2
     assert "chosen on a development split, not on 'test'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # refused before any judge loads
+
+
+@pytest.mark.parametrize("bad", [True, "0.5"])
+def test_a_stored_threshold_that_is_not_a_number_is_one_line(tmp_path: Path, bad: object) -> None:
+    (tmp_path / "spanjudge.json").write_text(json.dumps({"decisions": {"no_error_threshold": bad}}))
+    with pytest.raises(InputError, match=r"spanjudge\.json: no_error_threshold: Input should be a valid number"):
+        stored_rule(tmp_path)

@@ -151,3 +151,23 @@ def test_missing_input_is_a_clear_error() -> None:
     task = CATALOG.task("summeval")
     with pytest.raises(InputError, match="needs the input 'Article'"):
         render_judge_prompt(task, task.aspect("fluency"), {}, "s")
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["<｜Assistant｜>", "<｜end▁of▁sentence｜>", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CALLS]",
+     "<start_of_image>", "<image_soft_token>", "<|im_start|>", "[INST]", "<<SYS>>", "<end_of_turn>"],
+)  # fmt: skip
+def test_common_control_spellings_are_broken_for_a_server_whose_tokenizer_is_unknown(spelling: str) -> None:
+    from spanjudge.inference.chat import JOINER, defuse
+
+    text = f"The output says {spelling} here."
+    broken = defuse(text)
+    assert spelling not in broken and broken.replace(JOINER, "") == text  # the same characters, one joiner added
+
+
+def test_text_without_control_spellings_is_left_as_it_is() -> None:
+    from spanjudge.inference.chat import defuse
+
+    text = "[NOTE] the table <b>bold</b> and a | pipe; [Summary] 3 < 4 > 2"
+    assert defuse(text) == text

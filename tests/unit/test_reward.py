@@ -4,6 +4,8 @@ conversational prompts (the whole loop with TRL's GRPOTrainer: tests/integration
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from spanjudge.inference.contract import ErrorAnnotation
@@ -65,10 +67,10 @@ def test_the_errors_column_names_each_error_and_no_error() -> None:
 
 
 def test_standard_and_conversational_prompts_give_their_text() -> None:
-    assert _text("Summarize: x", "user") == "Summarize: x"
+    assert _text("Summarize: x", "user") == ("Summarize: x", None)
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Summarize: y"}]
-    assert _text(chat, "user") == "Summarize: y"
-    assert _text([{"role": "assistant", "content": "A summary."}], "assistant") == "A summary."
+    assert _text(chat, "user") == ("Summarize: y", None)
+    assert _text([{"role": "assistant", "content": "A summary."}], "assistant") == ("A summary.", None)
 
 
 def test_the_expected_reward_is_refused_for_a_judge_without_its_probabilities() -> None:
@@ -81,3 +83,53 @@ def test_the_expected_reward_is_refused_for_a_judge_without_its_probabilities() 
         check_reward("loss", reads_probabilities=True)
     with pytest.raises(InputError, match="probabilities=True"):  # refused before any model loads
         spanjudge_reward("no/such-judge", "qags_xsum", "factual consistency", reward="expected")
+
+
+def test_one_odd_completion_is_left_unscored_and_the_batch_is_judged(serve) -> None:
+    """An empty prompt, a conversation without a user turn, a completion that is None, a number or has no text,
+    and a None in the input column: each gets None and its reason; the rest of the batch is judged."""
+    from support.standin import Reply
+
+    from spanjudge.core.errors import InputError
+    from spanjudge.inference.judge import Judge
+
+    stand_in, url = serve([Reply(text="Error 1:\nLocation: hat\nExplanation: The article says mat.\nSeverity: 3"
+                                 "\n\nOverall score: 40")])  # fmt: skip
+    judge = Judge.from_pretrained("stand-in-judge", engine="openai", base_url=url, served_model="judge", retries=0)
+    reward = spanjudge_reward(judge, "qags_xsum", "factual consistency")
+    logged: dict[str, list] = {}
+    prompts = [
+        "The cat sat on the mat.",
+        "",
+        [{"role": "system", "content": "Be brief."}],
+        "The cat sat on the mat.",
+        "The cat sat on the mat.",
+        [{"role": "user", "content": [{"type": "text", "text": "The dog sat on the mat."}]}],
+        "The cat sat on the mat.",
+    ]
+    completions = [
+        "A cat sat on a hat.",
+        "A cat sat on a hat.",
+        "A cat sat on a hat.",
+        None,
+        7,
+        [{"role": "assistant", "content": [{"type": "text", "text": "A dog sat on a hat."}]}],
+        [{"role": "assistant", "content": None}],
+    ]
+    rewards = reward(prompts, completions, log_extra=lambda name, values: logged.setdefault(name, values))
+    assert rewards == [0.4, None, None, None, None, 0.4, None]
+    reasons = logged["spanjudge errors"]
+    assert reasons[1] == "unscored: an empty prompt: nothing to judge the completion against"
+    assert reasons[2] == "unscored: no user message in the prompt"
+    assert reasons[3] == "unscored: a completion that is neither text nor a list of messages (NoneType)"
+    assert reasons[4] == "unscored: a completion that is neither text nor a list of messages (int)"
+    assert reasons[6] == "unscored: the assistant message's content is None"
+    assert stand_in.hits == 2
+
+    by_column = spanjudge_reward(judge, "qags_xsum", "factual consistency", input_column="article")
+    rewards = by_column(["p", "p"], ["A cat.", "A cat."], article=[None, "The cat sat on the mat."])
+    assert rewards == [None, 0.4] and "None" not in json.dumps(stand_in.bodies[-1])
+    with pytest.raises(InputError, match="the reward got 2 prompts for 1 completions: one each"):
+        reward(["a", "b"], ["x"])
+    with pytest.raises(InputError, match="the dataset column 'article' has 1 values for 2 completions"):
+        by_column(["a", "b"], ["x", "y"], article=["only one"])

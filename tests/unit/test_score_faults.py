@@ -228,3 +228,29 @@ def test_bytes_that_are_not_utf8_are_one_line_with_the_line(
     expected_line = 3 if suffix == "csv" else 2
     assert f"{data}:{expected_line}: not UTF-8 text (byte 0xe9" in line and "save the file as UTF-8" in line
     assert stand_in.hits == 0
+
+
+def test_a_judge_is_its_weights_not_its_folder(tmp_path: Path) -> None:
+    """More training into the same run folder, or a replaced adapter, is another judge: its rows never resume
+    the old one's. Metadata beside the weights (a stored decision rule) leaves the judge as it was."""
+    from spanjudge.core.errors import InputError
+    from spanjudge.inference.score.stage import model_identity
+    from spanjudge.inference.score_data import check_results_file
+
+    adapter = tmp_path / "run" / "adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text('{"r": 16, "lora_alpha": 32}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"first weights")
+    (adapter / "spanjudge.json").write_text('{"format": "spanjudge-judge/1"}')
+    first = model_identity(str(adapter), None, "transformers", None)
+    assert first.startswith(f"{adapter.resolve()} (weights ")
+    (adapter / "spanjudge.json").write_text('{"format": "spanjudge-judge/1", "decisions": {}}')
+    assert model_identity(str(adapter), None, "transformers", None) == first
+    (adapter / "adapter_model.safetensors").write_bytes(b"trained further")
+    second = model_identity(str(adapter), None, "transformers", None)
+    assert second != first and second.startswith(f"{adapter.resolve()} (weights ")
+
+    row = {"id": "item-0", "task": TASK, "aspect": ASPECT, "model": first, "decoding": {}, "prompt_sha256": "p"}
+    key = {**row, "model": second}
+    with pytest.raises(InputError, match=r"scores\.jsonl:1: id 'item-0' was scored with judge .*, not .* as now"):
+        check_results_file(tmp_path / "scores.jsonl", {"item-0": ("scores.jsonl:1", row)}, {"item-0": key})

@@ -108,3 +108,68 @@ def test_the_command_writes_the_chosen_outputs_as_a_factgenie_campaign(
     ]
     assert main(["select", str(results), "--by", "seeds"]) == 2  # one clear line, no traceback
     assert "two or more results files" in capsys.readouterr().err
+
+
+def test_seeds_compare_judges_of_the_same_outputs_judged_the_same_way() -> None:
+    """As `compare` checks results: another task, aspect or prompt (output), another decoding or template, or the
+    same judge twice, is one line, never a ranking."""
+
+    def judged(model: str, **changes: Any) -> list[dict]:
+        rows = [_row("a", [(0, 5, 1.0)]), _row("b", [])]
+        for row in rows:
+            row.update({"task": "qags_xsum", "aspect": "factual consistency", "model": model,
+                        "prompt_sha256": row["id"], "decoding": {"max_new_tokens": 96}, **changes})  # fmt: skip
+        return rows
+
+    first = judged("student-s1")
+    assert len(select_rows([first, judged("student-s2")], n=2, by="seeds").rows) == 2
+    for changes, named in [
+        ({"aspect": "fluency"}, "another aspect"),
+        ({"task": "summeval"}, "another task"),
+        ({"prompt_sha256": "other"}, r"another prompt \(inputs, output, aspect definition\)"),
+        ({"decoding": {"max_new_tokens": 200}}, "another decoding"),
+    ]:
+        with pytest.raises(InputError, match=f"results file 2, id 'a': {named} than the first file's"):
+            select_rows([first, judged("student-s2", **changes)], n=2, by="seeds")
+    with pytest.raises(InputError, match="results file 2 holds the same judge as the first"):
+        select_rows([first, judged("student-s1")], n=2, by="seeds")
+
+
+@pytest.mark.parametrize("bad", [None, "0.4", float("nan"), 1.5, True])
+def test_a_probability_that_is_not_one_is_one_line(bad: object) -> None:
+    row = _row("a", [(0, 5, 0.9)])
+    row["probabilities"]["p_no_error"] = bad
+    with pytest.raises(InputError, match=r"id 'a': p_no_error is .*, not a probability from 0 to 1"):
+        select_rows([[row]], n=1, by="no-error")
+    row = _row("a", [(0, 5, 0.9)])
+    row["evaluation"]["errors"][0]["confidence"] = bad if bad is not None else "x"
+    with pytest.raises(InputError, match=r"id 'a': error 1's confidence is .*, not a probability"):
+        select_rows([[row]], n=1, by="confidence")
+
+
+@pytest.mark.parametrize("item", ["a\tb", "a\nb"])
+def test_an_id_a_list_of_ids_cannot_carry_is_one_line(item: str) -> None:
+    with pytest.raises(InputError, match="holds a tab or a line break"):
+        select_rows([[_row(item, [], p_no_error=0.3)]], n=1, by="no-error")
+
+
+def test_a_campaign_is_never_written_over_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from spanjudge.app.cli import main
+
+    row = {**_row("a", [(0, 5, 0.9)]), "task": "qags_xsum", "aspect": "factual consistency"}
+    results = tmp_path / "scores.jsonl"
+    results.write_text(json.dumps(row) + "\n")
+    taken = tmp_path / "taken.txt"
+    taken.write_text("keep me\n")
+    for command in (["select", str(results), "--out", str(taken)], ["render", str(results), "--to", "factgenie",
+                                                                    "--out", str(taken)]):  # fmt: skip
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert f"{taken} is a file: a campaign is a folder" in err and "Traceback" not in err
+    assert taken.read_text() == "keep me\n"
+    del row["task"], row["aspect"]  # rows from another tool: the page shows what they have
+    results.write_text(json.dumps(row) + "\n")
+    assert main(["render", str(results), "--to", "html"]) == 0, capsys.readouterr().err
+    assert ">a</span>" in (tmp_path / "scores.html").read_text()

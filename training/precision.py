@@ -1,0 +1,79 @@
+"""The precision a training run computes in: the weights' dtype and the trainer's autocast.
+
+`model.dtype: auto` and `training.mixed_precision: auto` (the defaults) choose by the device:
+
+- on a GPU: bfloat16 weights and bf16 autocast (the thesis recipe; fp16 autocast on a GPU without bf16);
+- on a CPU: float32 weights, with bf16 autocast only where the CPU computes bf16 natively
+  (AVX512-BF16, AMX-BF16: `inference.cpu_precision`). Where it does not, bf16 is emulated and a
+  training step takes several times as long as in float32 (5.9× measured on an AVX2-only host),
+  so the run stays in float32 and says so.
+
+A value written out (`bfloat16`, `bf16` ...) is kept as written, with a warning when it is that slow path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from spanjudge.inference.cpu_precision import CpuBf16
+
+HALF_DTYPES = ("bfloat16", "float16")
+HALF_AUTOCAST = ("bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class TrainingPrecision:
+    """What a run loads and autocasts to, and one line saying why (`warning`: a setting on the slow path)."""
+
+    dtype: str  # the weights' dtype: float32, bfloat16, float16
+    mixed_precision: str  # the trainer's autocast: bf16, fp16 or no
+    line: str
+    warning: str | None = None
+
+    def record(self) -> dict[str, str]:
+        """What metrics.json and spanjudge.json keep of it."""
+        return {"dtype": self.dtype, "mixed_precision": self.mixed_precision, "why": self.line}
+
+
+def training_precision(
+    dtype: str, mixed_precision: str, *, on_cpu: bool, gpu_bf16: bool, cpu_bf16: Callable[[], CpuBf16]
+) -> TrainingPrecision:
+    """The run's precision from `model.dtype` and `training.mixed_precision` (either may be "auto").
+
+    `gpu_bf16`: the GPU computes bf16 (only read off a GPU run); `cpu_bf16` is asked only on a CPU run
+    where the answer matters (an auto setting, or a half-precision one to warn about)."""
+    if not on_cpu:
+        weights = "bfloat16" if dtype == "auto" else dtype
+        autocast = ("bf16" if gpu_bf16 else "fp16") if mixed_precision == "auto" else mixed_precision
+        chosen = " (auto on a GPU)" if "auto" in (dtype, mixed_precision) else ""
+        return TrainingPrecision(weights, autocast, f"precision: {_words(weights, autocast)}{chosen}")
+    asks_half = dtype in HALF_DTYPES or mixed_precision in HALF_AUTOCAST
+    if mixed_precision != "auto" and not asks_half:  # float32 throughout, as written: nothing to measure
+        weights = "float32" if dtype == "auto" else dtype
+        return TrainingPrecision(weights, mixed_precision, f"precision: {_words(weights, mixed_precision)} on CPU")
+    cpu = cpu_bf16()
+    weights = "float32" if dtype == "auto" else dtype
+    autocast = ("bf16" if cpu.native else "no") if mixed_precision == "auto" else mixed_precision
+    line = f"precision: {_words(weights, autocast)} on a CPU with {cpu.words}"
+    slow = [
+        f"{name} {value}"
+        for name, value, half in (
+            ("model.dtype", dtype, HALF_DTYPES),
+            ("training.mixed_precision", mixed_precision, HALF_AUTOCAST),
+        )
+        if value in half
+    ]
+    warning = None
+    if slow and not cpu.native:
+        warning = (
+            f"{' and '.join(slow)} on a CPU without native bf16 ({cpu.how}): half precision is emulated here, "
+            "several times slower than float32; set them to auto (or float32 / no) unless you mean it"
+        )
+    return TrainingPrecision(weights, autocast, line, warning)
+
+
+def _words(dtype: str, autocast: str) -> str:
+    if autocast == "no":
+        return f"{dtype} weights, no autocast" if dtype != "float32" else "float32 (no autocast)"
+    return f"{dtype} weights under {autocast} autocast"
