@@ -65,7 +65,7 @@ def _open_lock(lock_file: Path, what: Path | str) -> int:
             ) from None
         if exc.errno in (errno.EISDIR, errno.ENXIO):
             raise SpanjudgeError(f"{refusal}; remove it (or choose another output)") from None
-        raise SpanjudgeError(f"{what}: cannot open its lock file {lock_file}: {exc.strerror}") from None
+        raise  # a read-only or full disk: the command's one line names the path
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise SpanjudgeError(f"{refusal}; remove it (or choose another output)")

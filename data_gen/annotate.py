@@ -186,8 +186,6 @@ def _with_more_room(
     for index, result in zip(cut, again, strict=True):
         outcomes[index].more_room = roomier.max_tokens
         if isinstance(result, CallFailure):
-            first = results[index]
-            assert isinstance(first, CallFailure)
             reason = (
                 f"cut off at max_tokens={params.max_tokens}, and asked again with {roomier.max_tokens}: "
                 f"{result.describe() if result.kind != 'truncated' else 'cut off again'}"

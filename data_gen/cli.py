@@ -58,8 +58,8 @@ class AnnotateSettings:
     data_dir: Path | None = option(None, help=DATA_DIR_HELP)
     refresh_unscored: bool = option(
         False,
-        help="Ask the models again for every cached reply that did not parse (e.g. cached from a server that was "
-        "broken), instead of serving it from the cache.",
+        help="Ask the models again for every cached reply that did not parse or was cut off at max_tokens (e.g. "
+        "cached from a server that was broken, or whose context was too small), instead of serving it from the cache.",
     )
     decontaminate_against: Path | None = option(None, help=DECONTAMINATE_HELP)
     allow_overlap: bool = option(False, help=ALLOW_OVERLAP_HELP)

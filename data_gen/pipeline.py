@@ -141,9 +141,13 @@ class _Role:
         self.name = role.name
         self.spec = role.backend
         self.cache = LLMCache(cache_path)  # one connection per role: roles run in threads
-        # a reply cut off at max_tokens is a failed call here (never cached); with `parse`
-        # (--refresh-unscored), stored replies it cannot read are asked again
-        stale = (lambda c: isinstance(parse(c.text), ParseFailure)) if parse is not None else None
+        # a reply cut off at max_tokens is a failed call here (stored, as the model's reply); with `parse`
+        # (--refresh-unscored), stored replies it cannot read, or that were cut off, are asked again
+        stale = (
+            (lambda c: c.finish_reason == "length" or isinstance(parse(c.text), ParseFailure))
+            if parse is not None
+            else None
+        )
         self.backend = CachedBackend(make_backend(role.backend), self.cache, accept_truncated=False, stale=stale)
 
     def close(self) -> None:

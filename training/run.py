@@ -226,9 +226,6 @@ class TrainingRun:
         if chat_template is not None:  # saved with the adapter's tokenizer, which scoring loads
             self.tokenizer.chat_template = chat_template
         self.precision = self._precision()
-        self.log(self.precision.line)
-        if self.precision.warning:
-            self.log(f"warning: {self.precision.warning}")
         self.check_trainer()  # seconds, before tokenizing everything
         catalog = load_catalog(config.data.catalog)
         self.template = load_prompt_template(config, None)
@@ -252,6 +249,9 @@ class TrainingRun:
         )
         for line in describe([s for s in (self.train_split, self.validation_split) if s is not None]):
             self.log(line)
+        self.log(self.precision.line)
+        if self.precision.warning:
+            self.log(f"warning: {self.precision.warning}")
 
     def train(self) -> dict[str, Any]:
         """Train (resuming), holding the run folder (the main process) so no second run trains into it."""

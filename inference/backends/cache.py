@@ -4,10 +4,11 @@ A call's identity is `ChatRequest.cache_key(model_id)`: model, messages and samp
 parameters. Each successful completion is committed the moment it arrives, so a run that
 is killed keeps everything it finished, and a re-run asks the models only for the rest.
 Failures are never stored: a re-run tries them again. Neither is a reply without text (the
-backends report it as a failure), nor, for callers that need whole replies
-(`accept_truncated=False`, the annotation pipeline), one cut off at max_tokens: a stored
-one would be served to every re-run, even once the server that produced it is fixed.
-`stale` re-asks stored replies a caller could not use (`--refresh-unscored`).
+backends report it as a failure). A reply cut off at max_tokens is the model's reply and is
+stored, but callers that need whole replies (`accept_truncated=False`, the annotation pipeline)
+get it as a `truncated` failure, fresh or stored: they ask again with more room, and a re-run
+repeats none of it. `stale` re-asks stored replies a caller could not use (`--refresh-unscored`:
+a cut-off reply does not parse, so a server given a larger context is asked again then).
 
 The file uses SQLite's write-ahead log, so several processes (e.g. one per ensemble
 member) can share one cache file; a writer waits up to 30 s for another's lock. Within one
@@ -28,7 +29,7 @@ from typing import cast
 
 from spanjudge.core.errors import SpanjudgeError
 
-from .base import Backend, CallFailure, CallResult, ChatRequest, Completion, FailureKind, ResultCallback
+from .base import Backend, CallFailure, CallResult, ChatRequest, Completion, ResultCallback
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS completions (
@@ -145,8 +146,8 @@ class CachedBackend(Backend):
     cache (duplicates of a request sent in the same call are neither).
 
     `accept_truncated=False`: a reply cut off at max_tokens (finish_reason "length") comes
-    back as `CallFailure(kind="truncated")` and is not stored; one already stored is asked
-    again. `stale(completion)`: True for a stored reply to ask again (and replace).
+    back as `CallFailure(kind="truncated")`, whether it was just made (and stored) or stored
+    before. `stale(completion)`: True for a stored reply to ask again (and replace).
     """
 
     def __init__(
@@ -168,30 +169,25 @@ class CachedBackend(Backend):
     def _usable(self, completion: Completion) -> bool:
         """Whether a stored completion may answer a request (an empty one, stored before empty
         replies were refused, is asked again)."""
-        if not completion.text.strip() or (not self.accept_truncated and completion.finish_reason == "length"):
+        if not completion.text.strip():
             return False
         return self.stale is None or not self.stale(completion)
 
-    def _refused(self, result: CallResult, request: ChatRequest) -> CallResult:
-        """An empty reply as a failure (a 200 with `content: ""` is a server fault, never an
-        answer to keep), and a cut-off one for callers that need whole replies."""
+    def _delivered(self, result: CallResult, request: ChatRequest) -> CallResult:
+        """What the caller gets: an empty reply as a failure (a 200 with `content: ""` is a server fault, never
+        an answer to keep), and a cut-off one as `truncated` for callers that need whole replies."""
         if not isinstance(result, Completion):
             return result
-        kind: FailureKind
         if not result.text.strip():
-            reason, kind = f"the server answered with empty content (finish_reason: {result.finish_reason})", "server"
-        elif not self.accept_truncated and result.finish_reason == "length":
-            reason = f"the reply was cut off at max_tokens={request.params.max_tokens} (finish_reason: length)"
-            kind = "truncated"
-        else:
-            return result
-        hint = " (raise max_tokens, or the server's context size, if it persists)" if kind == "truncated" else ""
-        return CallFailure(
-            reason=f"{reason}; not cached: a re-run asks again{hint}",
-            kind=kind,
-            attempts=result.attempts,
-            endpoint=result.endpoint,
-        )
+            reason = f"the server answered with empty content (finish_reason: {result.finish_reason}); not cached"
+            return CallFailure(reason=reason, kind="server", attempts=result.attempts, endpoint=result.endpoint)
+        if not self.accept_truncated and result.finish_reason == "length":
+            reason = (
+                f"the reply was cut off at max_tokens={request.params.max_tokens} (finish_reason: length); raise "
+                "max_tokens, or the server's context size, if it persists"
+            )
+            return CallFailure(reason=reason, kind="truncated", attempts=result.attempts, endpoint=result.endpoint)
+        return result
 
     def generate(self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None) -> list[CallResult]:
         keys = [request.cache_key(self.model_id) for request in requests]
@@ -210,7 +206,9 @@ class CachedBackend(Backend):
                 waiting.setdefault(key, []).append(index)
             else:
                 self.cache_hits += 1
-                deliver(index, hit.model_copy(update={"cached": True, "seconds": 0.0}))
+                deliver(
+                    index, self._delivered(hit.model_copy(update={"cached": True, "seconds": 0.0}), requests[index])
+                )
         if waiting:
             self._send(requests, waiting, deliver)
         return cast("list[CallResult]", results)  # hits and every miss are delivered by now
@@ -223,9 +221,9 @@ class CachedBackend(Backend):
         def on_inner_result(position: int, result: CallResult) -> None:
             arrived.add(position)
             key = misses[position]
-            result = self._refused(result, requests[waiting[key][0]])
-            if isinstance(result, Completion):
+            if isinstance(result, Completion) and result.text.strip():  # a cut-off reply too: it is the model's
                 self.cache.put(key, self.model_id, result)
+            result = self._delivered(result, requests[waiting[key][0]])
             for index in waiting[key]:
                 deliver(index, result)
 

@@ -160,19 +160,17 @@ def test_a_cut_off_reply_is_a_failure_for_callers_that_need_whole_replies(raw_se
     with LLMCache(tmp_path / "cache.sqlite") as cache:
         whole = CachedBackend(make_backend(_spec("openai", url)), cache, accept_truncated=False)
         [failed] = whole.generate(_requests(1, max_tokens=8))
-        assert isinstance(failed, CallFailure) and failed.kind == "truncated"
+        assert isinstance(failed, CallFailure) and failed.kind == "truncated" and failed.cause == "truncated"
         assert "cut off at max_tokens=8" in failed.reason and failed.endpoint == url
-        assert len(cache) == 0
-        [failed] = whole.generate(_requests(1, max_tokens=8))  # nothing stored: asked again
-        assert isinstance(failed, CallFailure) and len(bodies) == 2
+        assert len(cache) == 1  # the model's reply, stored: a re-run never asks for it again
+        [failed] = whole.generate(_requests(1, max_tokens=8))
+        assert isinstance(failed, CallFailure) and failed.kind == "truncated" and len(bodies) == 1
+        assert whole.cache_hits == 1
 
-        # callers that take cut-off text as it is (output generation counts it) still get it, cached
+        # callers that take cut-off text as it is (output generation counts it) get the stored reply
         keeps = CachedBackend(make_backend(_spec("openai", url)), cache)
         [kept] = keeps.generate(_requests(1, max_tokens=8))
-        assert isinstance(kept, Completion) and kept.finish_reason == "length" and len(cache) == 1
-        # ... and one stored by them, or by an older version, is not served to a caller needing whole replies
-        [failed] = whole.generate(_requests(1, max_tokens=8))
-        assert isinstance(failed, CallFailure) and (whole.cache_hits, len(bodies)) == (0, 4)
+        assert isinstance(kept, Completion) and kept.finish_reason == "length" and kept.cached and len(bodies) == 1
 
 
 def test_a_cut_off_annotator_reply_is_asked_again_with_twice_the_room(
@@ -193,7 +191,7 @@ def test_a_cut_off_annotator_reply_is_asked_again_with_twice_the_room(
     b = record["provenance"]["annotators"][1]
     assert (b["status"], b["asked_again_with_max_tokens"], b["label"]) == ("answered", 128, "Fair")
     again = run_annotation(tmp_path, {"a": url_a, "b": url_b, "sup": url_sup}, shared_data)
-    assert again.model_calls["b"] == 3 and len(bodies) == 9  # the cut-off reply is never stored; the roomier one is
+    assert again.total_model_calls == 0 and len(bodies) == 6  # both replies are stored: a re-run asks nothing
 
 
 def test_a_member_that_always_runs_past_max_tokens_never_stops_the_run(
@@ -210,9 +208,12 @@ def test_a_member_that_always_runs_past_max_tokens_never_stops_the_run(
     assert failure["reason"].startswith("truncated: cut off at max_tokens=64, and asked again with 128: cut off again")
 
     _, healthy_b = serve(good_annotator("Excellent"))
-    again = run_annotation(tmp_path, {"a": url_a, "b": healthy_b, "sup": url_sup}, shared_data)
-    assert (again.records, again.incomplete, again.partial) == (3, 0, 0)
-    assert (again.model_calls["a"], again.model_calls["b"], a.hits) == (0, 3, 3)
+    urls = {"a": url_a, "b": healthy_b, "sup": url_sup}
+    again = run_annotation(tmp_path, urls, shared_data)  # the same model, the same request: its stored replies
+    assert (again.total_model_calls, again.partial) == (0, 3)
+    refreshed = _run_refresh(tmp_path, urls, shared_data)  # a server fixed (a larger context): asked again
+    assert (refreshed.records, refreshed.incomplete, refreshed.partial) == (3, 0, 0)
+    assert (refreshed.model_calls["a"], refreshed.model_calls["b"], a.hits) == (0, 3, 3)
 
 
 def test_refresh_unscored_asks_again_for_cached_replies_that_did_not_parse(
