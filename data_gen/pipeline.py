@@ -37,7 +37,7 @@ from spanjudge.inference.contract import (
 )
 from spanjudge.inference.prompts import render_annotator_prompt, render_supervisor_prompt
 
-from .aggregate import aggregate
+from .aggregate import UNION_RULE, aggregate, union_of_errors
 from .annotate import Outcome, limit_annotator, limit_supervisor, run_with_retries
 from .config import EnsembleConfig, ModelRole, SourcesConfig, resolve_source_path
 from .decontaminate import Decontamination
@@ -350,15 +350,12 @@ def run_pipeline(
     try:
         outcomes = _annotate_all(ensemble, annotators, prompts, progress)
         scored, unscored, incomplete = _aggregate(ensemble, requests, tasks, annotators, outcomes, sources.seed)
-        records, more_unscored, more_incomplete = _merge(ensemble, supervisor, scored, progress)
+        records = _merge(ensemble, supervisor, scored, progress)
     finally:
         for role in (*annotators, supervisor):
             summary.model_calls[role.name] = role.backend.model_calls
             summary.cache_hits[role.name] = role.backend.cache_hits
             role.close()
-    # in request order (not stage by stage), the order a merge of shards can restore
-    unscored = sorted(unscored + more_unscored, key=lambda row: position[row["id"]])
-    incomplete = sorted(incomplete + more_incomplete, key=lambda row: position[row["id"]])
     names = [a.name for a in ensemble.annotators]
     if shard is None:
         write_dataset(out_dir, records, unscored, incomplete, names, sources.validation_fraction, sources.seed, summary)
@@ -503,8 +500,9 @@ def _merge(
     supervisor: _Role,
     scored: Sequence[tuple[Record, list[AnnotatorEvaluation]]],
     progress: Tracker | None,
-) -> tuple[list[Record], list[Record], list[Record]]:
-    """The supervisor merges the annotators' error sets; scores are not shown to it."""
+) -> list[Record]:
+    """The supervisor merges the annotators' error sets; scores are not shown to it. Where its call fails or its
+    reply does not parse, the item is kept with the annotators' errors merged by `UNION_RULE`, and says so."""
     needs_merge = [i for i, (_, evaluations) in enumerate(scored) if any(e.errors for e in evaluations)]
     prompts = [
         render_supervisor_prompt(next(iter(scored[i][0]["outputs"].values())), [e.errors for e in scored[i][1]])
@@ -520,8 +518,8 @@ def _merge(
         limit_supervisor(ensemble.field_limits),
     )
     merged_by_index = dict(zip(needs_merge, merged, strict=True))
-    records, unscored, incomplete = [], [], []
-    for index, (record, _) in enumerate(scored):
+    records = []
+    for index, (record, evaluations) in enumerate(scored):
         outcome = merged_by_index.get(index)
         output = next(iter(record["outputs"].values()))
         if outcome is None:  # no annotator found an error: nothing to merge, no call
@@ -535,22 +533,19 @@ def _merge(
                 "prompt_hash": outcome.prompt_hash,
                 "raw_replies": outcome.replies,
                 "parse_failure": outcome.parse_failure if outcome.parsed is None else None,
+                "call_failure": outcome.call_failure,
                 **_limit_counts(outcome),
             }
-            if not outcome.complete:
-                reason = f"the supervisor's call failed: {outcome.call_failure}"
-                incomplete.append(_incomplete(record, reason, [_failure(supervisor.name, outcome)]))
-                continue
-            if outcome.parsed is None:
-                record["unscored_reason"] = f"supervisor reply could not be parsed ({outcome.parse_failure})"
-                unscored.append(record)
-                continue
-            errors = cap_errors(outcome.parsed)
+            if outcome.parsed is None:  # its call failed, or its reply did not parse: the item is kept all the same
+                errors = union_of_errors([e.errors for e in evaluations])
+                record["provenance"]["supervisor"]["merged_without_it"] = UNION_RULE
+            else:
+                errors = cap_errors(outcome.parsed)
         anchored = anchor_errors([e.model_copy(update={"aspect": record["aspect_name"]}) for e in errors], output)
         evaluation = Evaluation(errors=anchored, score=record["provenance"]["aggregated_score"])
         record["evaluation"] = evaluation.model_dump()
         records.append(record)
-    return records, unscored, incomplete
+    return records
 
 
 def failure_lines(summary: RunSummary, out_dir: Path) -> list[str]:
@@ -567,7 +562,7 @@ def failure_lines(summary: RunSummary, out_dir: Path) -> list[str]:
         )
     if summary.incomplete:
         lines.append(
-            f"{summary.incomplete} items have no record (see {out_dir / 'incomplete.jsonl'}): too few annotators "
-            "answered them (min_annotators), or the supervisor's call failed; re-run the same command to ask again"
+            f"{summary.incomplete} items have no record (see {out_dir / 'incomplete.jsonl'}): fewer annotators "
+            "answered them than min_annotators; re-run the same command to ask again"
         )
     return lines

@@ -34,7 +34,8 @@ class ModelSection(_Strict):
     )
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         default="auto",
-        description="the weights' dtype; auto: bfloat16 on a GPU, float32 on a CPU (training/precision.py)",
+        description="the weights' dtype; auto: bfloat16 on a GPU (float32 on one without bf16), float32 on a CPU "
+        "(training/precision.py)",
     )
     quantization: Literal["none", "4bit", "8bit"] = Field(
         default="none", description="4bit = QLoRA (NF4, double quantisation, bf16 compute) through bitsandbytes"

@@ -2,7 +2,8 @@
 
 `model.dtype: auto` and `training.mixed_precision: auto` (the defaults) choose by the device:
 
-- on a GPU: bfloat16 weights and bf16 autocast (the thesis recipe; fp16 autocast on a GPU without bf16);
+- on a GPU: bfloat16 weights and bf16 autocast (the thesis recipe; on a GPU without bf16, float32 weights
+  under fp16 autocast);
 - on a CPU: float32 weights, with bf16 autocast only where the CPU computes bf16 natively
   (AVX512-BF16, AMX-BF16: `inference.cpu_precision`). Where it does not, bf16 is emulated and a
   training step takes several times as long as in float32 (5.9× measured on an AVX2-only host),
@@ -43,8 +44,8 @@ def training_precision(
 
     `gpu_bf16`: the GPU computes bf16 (only read off a GPU run); `cpu_bf16` is asked only on a CPU run
     where the answer matters (an auto setting, or a half-precision one to warn about)."""
-    if not on_cpu:
-        weights = "bfloat16" if dtype == "auto" else dtype
+    if not on_cpu:  # a GPU without bf16 (V100, T4): float32 weights under fp16 autocast, the safe mixed precision
+        weights = ("bfloat16" if gpu_bf16 else "float32") if dtype == "auto" else dtype
         autocast = ("bf16" if gpu_bf16 else "fp16") if mixed_precision == "auto" else mixed_precision
         chosen = " (auto on a GPU)" if "auto" in (dtype, mixed_precision) else ""
         return TrainingPrecision(weights, autocast, f"precision: {_words(weights, autocast)}{chosen}")

@@ -85,11 +85,15 @@ def annotate_step(ctx: DemoContext) -> StepOutput:
             f"annotate: no training record was built from {summary.requests} requests "
             f"(see {ctx.layout.annotate / 'unscored.jsonl'} and incomplete.jsonl for the reasons)"
         )
+    failed = (
+        f" ({summary.failed_call_count} failed; {summary.partial} records made from the annotators that answered)"
+        if summary.failed_call_count
+        else ""
+    )
     text = (
         f"{summary.records} records ({summary.train} train / {summary.validation} validation) from "
         f"{summary.requests} requests, {summary.unscored} unscored, {summary.incomplete} without a record; "
-        f"model calls {summary.total_model_calls} ({summary.failed_call_count} failed, {summary.partial} records "
-        f"from the annotators that answered), cache hits {sum(summary.cache_hits.values())}"
+        f"model calls {summary.total_model_calls}{failed}, cache hits {sum(summary.cache_hits.values())}"
     )
     return text, summary.as_dict()
 

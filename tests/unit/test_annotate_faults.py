@@ -154,3 +154,27 @@ def test_malformed_source_line_stops_with_one_message(serve, tmp_path: Path) -> 
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "data.jsonl:2: not valid JSON" in lines[0]
     assert stand_in.hits == 0 and not (out / "train.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("supervisor", "status"),
+    [(Reply(status=500), "server error"), (Reply(text="I would merge them, but I will not."), "unparsable")],
+    ids=["its-call-fails", "its-reply-does-not-parse"],
+)
+def test_a_failing_supervisor_keeps_the_annotators_errors_merged_by_a_fixed_rule(
+    serve, tmp_path: Path, shared_data: Path, supervisor: Reply, status: str
+) -> None:
+    from spanjudge.data_gen.aggregate import UNION_RULE
+
+    _, url_a = serve(good_annotator("Good", severity=2))
+    _, url_b = serve(good_annotator("Fair", severity=4))
+    _, url_sup = serve([supervisor])
+    summary = run_annotation(tmp_path, {"a": url_a, "b": url_b, "sup": url_sup}, shared_data)
+    assert (summary.records, summary.unscored, summary.incomplete) == (3, 0, 0)
+    assert summary.failed_calls == ({"sup": {"server error": 3}} if status == "server error" else {})
+    for record in read_lines(tmp_path / "out" / "train.jsonl") + read_lines(tmp_path / "out" / "validation.jsonl"):
+        merged = record["provenance"]["supervisor"]
+        assert merged["status"] == status and merged["merged_without_it"] == UNION_RULE
+        # both annotators marked the same word: one error, the more severe one's
+        [error] = record["evaluation"]["errors"]
+        assert error["severity"] == 4 and error["location"] == record["outputs"]["Summary"].split()[0]

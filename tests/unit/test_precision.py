@@ -57,10 +57,10 @@ def test_float32_written_out_never_measures_the_cpu() -> None:
     assert (chosen.dtype, chosen.mixed_precision, chosen.warning) == ("float32", "no", None)
 
 
-@pytest.mark.parametrize(("gpu_bf16", "autocast"), [(True, "bf16"), (False, "fp16")])
-def test_auto_on_a_gpu_is_the_thesis_recipe(gpu_bf16: bool, autocast: str) -> None:
+@pytest.mark.parametrize(("gpu_bf16", "weights", "autocast"), [(True, "bfloat16", "bf16"), (False, "float32", "fp16")])
+def test_auto_on_a_gpu_is_the_thesis_recipe(gpu_bf16: bool, weights: str, autocast: str) -> None:
     chosen = training_precision("auto", "auto", on_cpu=False, gpu_bf16=gpu_bf16, cpu_bf16=_never)
-    assert (chosen.dtype, chosen.mixed_precision) == ("bfloat16", autocast)
+    assert (chosen.dtype, chosen.mixed_precision) == (weights, autocast)
     assert chosen.line.endswith("(auto on a GPU)")
 
 

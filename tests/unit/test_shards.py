@@ -52,7 +52,7 @@ def annotator(salt: str) -> Callable[[dict[str, Any]], Reply]:
         pick = _digest(prompt, salt)
         if pick % 7 == 0 and body["temperature"] == 0:
             return Reply(text="I would rather not say.")  # retried with light sampling
-        if pick % 11 == 0:
+        if pick % 11 == 0 or _digest(prompt, "every annotator") % 5 == 0:  # the latter: an item left unscored
             return Reply(text="Still not saying.")
         marker = "### Summary\n```\n" if "### Summary" in prompt else "### Model output\n```\n"
         word = prompt.split(marker, 1)[1].split()[0]
