@@ -555,10 +555,16 @@ def failure_lines(summary: RunSummary, out_dir: Path) -> list[str]:
     if summary.failed_calls:
         calls = summary.failed_calls
         parts = ", ".join(f"{role} {cause} ×{n}" for role, causes in calls.items() for cause, n in causes.items())
+        truncated = any("truncated" in causes for causes in calls.values())
         lines.append(
             f"{summary.failed_call_count} model calls failed ({parts}): each is in {out_dir / FAILED_CALLS}; "
             f"{summary.partial} records were made from the annotators that answered (their provenance names who "
             "did and why the others did not); a re-run asks the failed calls again"
+            + (
+                ", but keeps the replies cut off at max_tokens (--refresh-unscored asks them again)"
+                if truncated
+                else ""
+            )
         )
     if summary.incomplete:
         lines.append(

@@ -46,7 +46,8 @@ def demo_command(settings: DemoSettings) -> None:
     path is printed at the end.
 
     \b
-    Time: about 20 minutes on a 2-core CPU the first time. A second run
+    Time: about 11 minutes on a 2-core CPU the first time (whether or not it
+    computes bf16 natively: without, training runs in float32). A second run
     reuses the annotation cache, the imported records, the finished
     training run and every judgment store, and takes under a minute.
     Outputs: OUT (default runs/demo): annotate/, teacher/, train_data/,
