@@ -74,8 +74,7 @@ def host_key() -> str:
     import torch
 
     name, flags = _cpuinfo()
-    capped = ",".join(f"{k}={os.environ[k]}" for k in CAPPING_ENV if os.environ.get(k))
-    blob = "|".join([platform.machine(), name, " ".join(sorted(flags)), torch.__version__, capped])
+    blob = "|".join([platform.machine(), name, " ".join(sorted(flags)), torch.__version__, *_caps()])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -107,8 +106,13 @@ def _flags_phrase(flags: set[str]) -> str:
     return "the CPU reports no bf16 instructions" if flags else "the CPU's flags are unknown"
 
 
+def _caps() -> list[str]:
+    """The instruction-set caps set in this environment, as NAME=VALUE."""
+    return [f"{name}={os.environ[name]}" for name in CAPPING_ENV if os.environ.get(name)]
+
+
 def _decide(ratio: float, flags: set[str]) -> CpuBf16:
-    capped = [f"{k}={os.environ[k]}" for k in CAPPING_ENV if os.environ.get(k)]
+    capped = _caps()
     how = f"a bf16 matrix product took {ratio:.2g}× the float32 one; {_flags_phrase(flags)}"
     return CpuBf16(ratio <= NATIVE_MAX_RATIO, how + (f", capped by {' '.join(capped)}" if capped else ""))
 
