@@ -25,7 +25,9 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 CODE_FOLDERS = ("core", "inference", "data_gen", "training", "eval", "publish", "app", "integrations")
-CONFIG_PATTERNS = ("**/*.yaml", "**/*.jinja", "models/*/config.json")
+CONFIG_SUFFIXES = (".yaml", ".jinja")
+MODEL_CONFIGS = "models/*/config.json"
+CONFIG_PATTERNS = [f"**/*{suffix}" for suffix in CONFIG_SUFFIXES] + [MODEL_CONFIGS]
 
 
 def tracked_configs() -> list[str] | None:
@@ -37,9 +39,7 @@ def tracked_configs() -> list[str] | None:
     except (OSError, subprocess.SubprocessError):
         return None
     names = [name.removeprefix("configs/") for name in listed.split("\0") if name]
-    kept = [
-        name for name in names if name.endswith((".yaml", ".jinja")) or fnmatch.fnmatch(name, "models/*/config.json")
-    ]
+    kept = [name for name in names if name.endswith(CONFIG_SUFFIXES) or fnmatch.fnmatch(name, MODEL_CONFIGS)]
     return kept or None
 
 
@@ -61,6 +61,6 @@ packages = ["spanjudge", "spanjudge.configs"] + [
 setup(
     package_dir=package_dir,
     packages=packages,
-    package_data={"spanjudge.configs": tracked_configs() or list(CONFIG_PATTERNS)},
+    package_data={"spanjudge.configs": tracked_configs() or CONFIG_PATTERNS},
     cmdclass={"build_py": FreshBuild},
 )

@@ -195,7 +195,8 @@ class Judge:
         judge: `llamacpp.LlamaCppProbabilities(gguf, tokenizer, lora).read_probabilities`)."""
         o = judge_options(options, **changes)
         location = str(model_or_adapter)
-        rule, skipped = decision_rule_for(o, location, probability_reader)
+        stored = stored_rule(Path(location).expanduser())
+        rule, skipped = _applied_rule(o, stored, probability_reader)
         if rule is not None:
             o = replace(o, probabilities=True)
         declared = judge_engine(o, probability_reader)
@@ -208,9 +209,7 @@ class Judge:
             prompt_template=template,
             probability_reader=probability_reader,
             decisions=rule,
-            decisions_source="stored"
-            if rule is not None and rule == stored_rule(Path(location).expanduser())
-            else "given",
+            decisions_source="stored" if rule is not None and rule is stored else "given",
             decisions_skipped=skipped,
         )
         return cls(make_backend(spec), o, catalog, setup)
@@ -483,7 +482,14 @@ def decision_rule_for(
     """The decision rule the judge at `location` applies (`decisions.effective_rule`), and why a rule stored
     with it is not applied: an engine that cannot read probabilities judges with its written replies then
     (said, never silent); thresholds given by hand on such an engine are refused by `judge_engine`."""
-    stored = stored_rule(Path(location).expanduser())
+    return _applied_rule(options, stored_rule(Path(location).expanduser()), probability_reader)
+
+
+def _applied_rule(
+    options: JudgeOptions, stored: DecisionRule | None, probability_reader: ProbabilitySource | None
+) -> tuple[DecisionRule | None, str | None]:
+    """`decision_rule_for` with the judge's stored rule already read (`stored`: the very object, so that the
+    judge can tell its own rule from thresholds given as options)."""
     rule = effective_rule(options, stored)
     if rule is None or options.probabilities or rule is not stored:
         return rule, None

@@ -90,11 +90,11 @@ def _check_same_run(first: Mapping[str, Row], other: Mapping[str, Row], number: 
                     f"results file {number}, id '{item}': another {label} than the first file's ({theirs[field]!r}, "
                     f"not {row[field]!r}); --by seeds compares judges of the same outputs, judged the same way"
                 )
-    models = {str(row.get("model")) for row in first.values()} & {str(row.get("model")) for row in other.values()}
-    if models - {"None"}:
+    models = ({row.get("model") for row in first.values()} & {row.get("model") for row in other.values()}) - {None}
+    if models:
         raise InputError(
-            f"results file {number} holds the same judge as the first ({sorted(models)[0]}): --by seeds compares "
-            "several judges (e.g. one student per training seed)"
+            f"results file {number} holds the same judge as the first ({sorted(map(str, models))[0]}): --by seeds "
+            "compares several judges (e.g. one student per training seed)"
         )
 
 
