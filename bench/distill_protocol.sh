@@ -16,7 +16,8 @@
 # chose: smollm2-mixed-s42, -s1 and -s2. From issue #49 on, runs cut long training inputs as judging
 # does (recipe smollm2-mixed-cut) and keep their judgments in bench/results/distill_judgments/: on dev,
 # smollm2-mixed-cut-s42, -s1 and -s2; gemma3-mixed-cut-s42, -s1 and -s2 (dev chose gemma3-mixed-cut);
-# on test, gemma3-mixed-cut-s42, -s1 and -s2.
+# on test, gemma3-mixed-cut-s42, -s1 and -s2. Issue #66: the teacher the ensemble study chose on dev
+# (bench/results/ensemble_quintd.md: GPT-4's two samples merged by vote), recipe gemma3-vote-cut.
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
@@ -46,6 +47,9 @@ RUNS=(
   "gemma3-mixed-cut-s42 --recipe gemma3-mixed-cut --student gemma3 --train-seed 42 --domains wikidata ice_hockey owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
   "gemma3-mixed-cut-s1 --recipe gemma3-mixed-cut --student gemma3 --train-seed 1 --domains wikidata ice_hockey owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
   "gemma3-mixed-cut-s2 --recipe gemma3-mixed-cut --student gemma3 --train-seed 2 --domains wikidata ice_hockey owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
+  "gemma3-vote-cut-s42 --recipe gemma3-vote-cut --student gemma3 --train-seed 42 --domains wikidata ice_hockey owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml"
+  "gemma3-vote-cut-s1 --recipe gemma3-vote-cut --student gemma3 --train-seed 1 --domains wikidata ice_hockey owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml"
+  "gemma3-vote-cut-s2 --recipe gemma3-vote-cut --student gemma3 --train-seed 2 --domains wikidata ice_hockey owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml"
 )
 case "$SPLIT" in
   dev) log_suffix="" ;;

@@ -61,8 +61,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--domains", nargs="+", help="training domains (default: %(default)s)")
     parser.add_argument(
         "--train-source",
-        choices=("gpt-4", "human"),
-        help="whose quintd-1 spans train the student: the teacher's, or the humans' (the reference row)",
+        choices=("gpt-4", "human", "config"),
+        help="whose quintd-1 spans train the student: GPT-4's, the humans' (the reference row), or the teacher "
+        "--import-config names (e.g. configs/import/quintd1_vote_gpt4_twice.yaml: a vote of two annotators)",
     )
     parser.add_argument(
         "--train-tables",

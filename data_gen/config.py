@@ -17,6 +17,8 @@ from spanjudge.core.keyvalue import parse_endpoints as parse_endpoint_options  #
 from spanjudge.inference.backends.base import SamplingParams
 from spanjudge.inference.backends.spec import BackendSpec
 
+from .vote import MergeRule
+
 ENDPOINT_ENV_PREFIX = "SPANJUDGE_ENDPOINT_"
 
 
@@ -53,7 +55,12 @@ class EnsembleConfig(_Strict):
     description: str = ""
     definitions: dict[str, Any] = Field(default_factory=dict, description="Free space for YAML anchors.")
     annotators: tuple[ModelRole, ...] = Field(min_length=1)
-    supervisor: ModelRole
+    supervisor: ModelRole | None = Field(default=None, description="The LLM that merges (merge method supervisor).")
+    merge: MergeRule = Field(
+        default=MergeRule(),
+        description="How the annotators' errors become one set: the supervisor LLM's merge (default) or "
+        "{method: vote, min_votes: K, extent: union|majority|shortest} (data_gen/vote.py; no model call).",
+    )
     sampling: SamplingParams = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=1024, seed=0)
     supervisor_sampling: SamplingParams = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=1024, seed=0)
     parse_retry: ParseRetry = ParseRetry()
@@ -74,16 +81,27 @@ class EnsembleConfig(_Strict):
 
     @model_validator(mode="after")
     def _names_unique(self) -> EnsembleConfig:
-        names = [a.name for a in self.annotators] + [self.supervisor.name]
-        if len(set(names[:-1])) != len(names) - 1:
-            raise ValueError(f"annotator names repeat: {names[:-1]}")
+        names = [a.name for a in self.annotators]
+        if len(set(names)) != len(names):
+            raise ValueError(f"annotator names repeat: {names}")
         if self.min_annotators > len(self.annotators):
             raise ValueError(f"min_annotators ({self.min_annotators}) exceeds the {len(self.annotators)} annotators")
+        if self.merge.method == "supervisor" and self.supervisor is None:
+            raise ValueError("merge method 'supervisor' needs a `supervisor:` model (or merge: {method: vote, ...})")
+        if self.merge.method == "vote" and self.supervisor is not None:
+            raise ValueError("merge method 'vote' calls no model: leave `supervisor:` out")
+        if self.merge.min_votes > len(self.annotators):
+            raise ValueError(f"merge.min_votes ({self.merge.min_votes}) exceeds the {len(self.annotators)} annotators")
         return self
+
+    @property
+    def roles(self) -> tuple[ModelRole, ...]:
+        """Every model the ensemble calls: the annotators, then the supervisor where it merges."""
+        return (*self.annotators, *([self.supervisor] if self.supervisor is not None else []))
 
     def with_endpoints(self, overrides: Mapping[str, Sequence[str]]) -> EnsembleConfig:
         """Point roles at other servers: {role name: [url, ...]} (a test, a cluster, ...)."""
-        roles = {r.name: r for r in (*self.annotators, self.supervisor)}
+        roles = {r.name: r for r in self.roles}
         unknown = sorted(set(overrides) - set(roles))
         if unknown:
             raise InputError(f"endpoint override for unknown model '{unknown[0]}'; models: {', '.join(roles)}")
@@ -94,9 +112,8 @@ class EnsembleConfig(_Strict):
                 return role
             return role.model_copy(update={"backend": role.backend.model_copy(update={"endpoints": tuple(urls)})})
 
-        return self.model_copy(
-            update={"annotators": tuple(swap(a) for a in self.annotators), "supervisor": swap(self.supervisor)}
-        )
+        supervisor = None if self.supervisor is None else swap(self.supervisor)
+        return self.model_copy(update={"annotators": tuple(swap(a) for a in self.annotators), "supervisor": supervisor})
 
 
 def env_endpoint_overrides(names: Sequence[str], environ: Mapping[str, str] = os.environ) -> dict[str, list[str]]:
@@ -111,7 +128,7 @@ def env_endpoint_overrides(names: Sequence[str], environ: Mapping[str, str] = os
 
 def load_ensemble(path: Path, endpoint_overrides: Mapping[str, Sequence[str]] | None = None) -> EnsembleConfig:
     ensemble = load_yaml_model(EnsembleConfig, path)
-    roles = [r.name for r in (*ensemble.annotators, ensemble.supervisor)]
+    roles = [r.name for r in ensemble.roles]
     merged = env_endpoint_overrides(roles) | dict(endpoint_overrides or {})
     return ensemble.with_endpoints(merged) if merged else ensemble
 

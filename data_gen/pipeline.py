@@ -26,6 +26,7 @@ from spanjudge.core.progress import Tracker
 from spanjudge.core.sharding import Shard, input_key
 from spanjudge.inference.backends import CachedBackend, LLMCache, engine, make_backend
 from spanjudge.inference.contract import (
+    MAX_ERRORS,
     AnnotatorEvaluation,
     ErrorAnnotation,
     Evaluation,
@@ -47,6 +48,7 @@ from .selection import EvalRequest, sample_requests
 from .shards import SHARD_RECORDS, finish_shard, settings_hash, start_shard
 from .sources import read_source
 from .stats import compute_stats, write_stats
+from .vote import MergeRule, Vote, vote_merge
 
 FAILED_CALLS = "failed_calls.jsonl"  # every failed model call of a run: id, role, cause, reason
 
@@ -344,15 +346,19 @@ def run_pipeline(
         _Role(_keep_loaded(a, ensemble), cache_path, parse_annotator if refresh_unscored else None)
         for a in ensemble.annotators
     ]
-    supervisor = _Role(
-        _keep_loaded(ensemble.supervisor, ensemble), cache_path, parse_supervisor if refresh_unscored else None
+    supervisor = (
+        None
+        if ensemble.supervisor is None  # merged by vote: no model call
+        else _Role(
+            _keep_loaded(ensemble.supervisor, ensemble), cache_path, parse_supervisor if refresh_unscored else None
+        )
     )
     try:
         outcomes = _annotate_all(ensemble, annotators, prompts, progress)
         scored, unscored, incomplete = _aggregate(ensemble, requests, tasks, annotators, outcomes, sources.seed)
-        records = _merge(ensemble, supervisor, scored, progress)
+        records = _merge(ensemble, supervisor, scored, progress) if supervisor else _vote(ensemble.merge, scored)
     finally:
-        for role in (*annotators, supervisor):
+        for role in (*annotators, *([supervisor] if supervisor else [])):
             summary.model_calls[role.name] = role.backend.model_calls
             summary.cache_hits[role.name] = role.backend.cache_hits
             role.close()
@@ -378,13 +384,13 @@ def run_pipeline(
 def _results_settings(ensemble: EnsembleConfig) -> dict[str, Any]:
     """What of the ensemble decides the records: the models and how they are asked, not
     where their servers are nor how the calls are scheduled (shards run on other hosts)."""
-    roles = [*ensemble.annotators, ensemble.supervisor]
     return {
-        "roles": [(r.name, r.backend.model_id, _model_options(r)) for r in roles],
+        "roles": [(r.name, r.backend.model_id, _model_options(r)) for r in ensemble.roles],
         **ensemble.model_dump(
             mode="json", include={"name", "sampling", "supervisor_sampling", "parse_retry", "field_limits"}
         ),
         "required_annotators": ensemble.min_annotators,
+        **({"merge": ensemble.merge.model_dump(mode="json")} if ensemble.merge.method == "vote" else {}),
     }
 
 
@@ -544,6 +550,41 @@ def _merge(
         anchored = anchor_errors([e.model_copy(update={"aspect": record["aspect_name"]}) for e in errors], output)
         evaluation = Evaluation(errors=anchored, score=record["provenance"]["aggregated_score"])
         record["evaluation"] = evaluation.model_dump()
+        records.append(record)
+    return records
+
+
+def _vote(rule: MergeRule, scored: Sequence[tuple[Record, list[AnnotatorEvaluation]]]) -> list[Record]:
+    """The annotators' errors merged by vote (`data_gen.vote`, no model call): each annotator's errors placed on
+    the output, the clusters of overlapping spans that `rule.min_votes` annotators mark kept (at most 8, the most
+    severe, as the supervisor's are); each kept error's votes and members in the record's provenance."""
+    records = []
+    for record, evaluations in scored:
+        output = next(iter(record["outputs"].values()))
+        votes = [
+            Vote(name, e.start, e.end, e.severity, e.explanation, e.location)
+            for name, evaluation in zip(record["provenance"]["answered"], evaluations, strict=True)
+            for e in anchor_errors(evaluation.errors, output)
+        ]
+        merged = vote_merge(votes, rule)
+        kept = sorted(sorted(range(len(merged)), key=lambda i: (-merged[i].severity, i))[:MAX_ERRORS])
+        errors = [
+            ErrorAnnotation(
+                location=m.chosen.location if m.start is None else output[m.start : m.end],
+                explanation=m.explanation,
+                severity=m.severity,
+                start=m.start,
+                end=m.end,
+                aspect=record["aspect_name"],
+                anchor=None if m.start is None else "exact",
+            )
+            for m in (merged[i] for i in kept)
+        ]
+        record["provenance"]["merge"] = {
+            "rule": rule.describe(),
+            "errors": [{"votes": merged[i].votes, "members": list(merged[i].members)} for i in kept],
+        }
+        record["evaluation"] = Evaluation(errors=errors, score=record["provenance"]["aggregated_score"]).model_dump()
         records.append(record)
     return records
 

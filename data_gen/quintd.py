@@ -24,7 +24,10 @@ from spanjudge.core.jsonl import iter_jsonl
 
 QUINTD_DOMAINS: tuple[str, ...] = ("gsmarena", "ice_hockey", "openweather", "owid", "wikidata")
 QUINTD_MODELS: tuple[str, ...] = ("gpt-3.5", "llama2", "mistral", "zephyr")
-QUINTD_ANNOTATORS: tuple[str, ...] = ("human", "human_corr", "gpt-4")
+# the LLM annotators of every output: GPT-4 (quintd's own metric), then `annotations/other/` (MANIFEST.md): a
+# second GPT-4 sample at temperature 1, GPT-3.5 with GPT-4's prompt, and the open-weight Llama 3
+QUINTD_LLM_ANNOTATORS: tuple[str, ...] = ("gpt-4", "gpt-4-temperature-1", "gpt-3.5", "llama3")
+QUINTD_ANNOTATORS: tuple[str, ...] = ("human", "human_corr", *QUINTD_LLM_ANNOTATORS)
 # Span types, from quintd's evaluation/generate_paper_results.py (quintd1/MANIFEST.md).
 QUINTD_CATEGORIES: dict[int, str] = {0: "Incorrect", 1: "Not checkable", 2: "Misleading", 3: "Other"}
 
@@ -128,6 +131,13 @@ def _span_fields(annotation: object, where: str) -> tuple[int, str, str, str | N
     return start, text, QUINTD_CATEGORIES[kind], reason if isinstance(reason, str) else None
 
 
+def annotator_folder(root: Path, annotator: str) -> Path:
+    """Where `annotator`'s records are: annotations/<name>/, or annotations/other/<name>/ for the annotators
+    added later."""
+    own = root / "annotations" / annotator
+    return own if annotator in ("human", "human_corr", "gpt-4") else root / "annotations" / "other" / annotator
+
+
 def read_quintd(
     root: Path,
     annotator: str,
@@ -150,7 +160,7 @@ def read_quintd(
     bad = [d for d in domains if d not in QUINTD_DOMAINS]
     if bad:
         raise InputError(f"unknown quintd-1 domain(s) {', '.join(bad)}; known: {', '.join(QUINTD_DOMAINS)}")
-    folder = root / "annotations" / annotator
+    folder = annotator_folder(root, annotator)
     files = sorted(folder.glob("*.jsonl"))
     if not files:
         raise InputError(f"{folder}: no annotation files found")

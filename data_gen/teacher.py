@@ -19,7 +19,7 @@ a bad input is one message naming the file and line, and nothing is half-written
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -40,6 +40,7 @@ from .decontaminate import Decontamination
 from .quintd import QUINTD_CATEGORIES, QUINTD_DOMAINS, Mismatch, QuintdOutput, read_quintd
 from .records import Record, split_by_input, task_fields, write_split
 from .stats import compute_stats, write_stats
+from .vote import MergeRule, Vote, vote_merge
 
 
 class _Strict(BaseModel):
@@ -84,9 +85,18 @@ class ScoreRule(_Strict):
         )
 
 
+QuintdAnnotator = Literal["gpt-4", "gpt-4-temperature-1", "gpt-3.5", "llama3", "human"]
+
+
 class QuintdImport(_Strict):
     format: Literal["quintd1"]
-    annotator: Literal["gpt-4", "human"] = "gpt-4"
+    annotator: QuintdAnnotator = Field(
+        default="gpt-4", description="whose spans: gpt-4, gpt-4-temperature-1, gpt-3.5, llama3 or human"
+    )
+    annotators: tuple[QuintdAnnotator, ...] = Field(
+        default=(), description="several annotators as one teacher, their spans merged by `merge` (not `annotator`)"
+    )
+    merge: MergeRule | None = Field(default=None, description="with `annotators`: {method: vote, min_votes, extent}")
     domains: tuple[str, ...] = Field(default=("wikidata",), min_length=1)
     table_range: tuple[int, int] | None = Field(
         default=None, description="[first, stop) table indices to import (all systems of each); default all"
@@ -113,7 +123,26 @@ class QuintdImport(_Strict):
             raise ValueError(f"rule.severity needs every quintd-1 span type; missing {missing}")
         if self.table_range is not None and not 0 <= self.table_range[0] < self.table_range[1]:
             raise ValueError(f"table_range {list(self.table_range)} is not [first, stop) with 0 <= first < stop")
+        if self.annotators or self.merge is not None:
+            self._check_ensemble()
         return self
+
+    def _check_ensemble(self) -> None:
+        if "annotator" in self.model_fields_set:
+            raise ValueError("set `annotator` (one teacher) or `annotators` (merged), not both")
+        if len(set(self.annotators)) < 2 or len(set(self.annotators)) != len(self.annotators):
+            raise ValueError(f"`annotators` names two or more different annotators, got {list(self.annotators)}")
+        if self.merge is None or self.merge.method != "vote":
+            raise ValueError("`annotators` are merged by `merge: {method: vote, min_votes: K}` (import calls no model)")
+        if self.merge.min_votes > len(self.annotators):
+            raise ValueError(f"merge.min_votes {self.merge.min_votes} exceeds the {len(self.annotators)} annotators")
+
+    @property
+    def teacher_name(self) -> str:
+        """The teacher in provenance and stats: the annotator, or the vote over several."""
+        if not self.annotators or self.merge is None:
+            return self.annotator
+        return f"vote{self.merge.min_votes}-{self.merge.extent}({'+'.join(self.annotators)})"
 
 
 class OpenlgaugeImport(_Strict):
@@ -191,15 +220,28 @@ class IdList:
 # --- quintd-1 -------------------------------------------------------------------------------------
 
 
-def quintd_record(item: QuintdOutput, source: QuintdImport, task: Task, summary: ImportSummary) -> Record:
-    """One quintd output as a training record; the rule turns its spans into errors and a score."""
-    rule = source.rule
+@dataclass(frozen=True)
+class QuintdSpans:
+    """One output's teacher errors: one annotator's spans, or several annotators' merged by vote."""
+
+    item: QuintdOutput  # the output (the first annotator's record of it: its data, text and place)
+    errors: list[ErrorAnnotation]  # in the output's order
+    span_types: list[str]
+    teacher: str
+    annotators: tuple[str, ...]
+    marked: int  # spans the annotators marked (before any vote)
+    merge: dict[str, Any] | None = None  # the vote's rule and each error's votes and members
+    read: tuple[QuintdOutput, ...] = ()  # every annotator's record of the output (default: `item`)
+
+
+def quintd_spans(item: QuintdOutput, source: QuintdImport) -> QuintdSpans:
+    """One annotator's spans as errors; the rule gives each span type its severity."""
     spans = sorted(item.spans, key=lambda s: (s.start, s.end))
     errors = [
         ErrorAnnotation(
             location=item.output[s.start : s.end],
             explanation=s.reason or s.category,
-            severity=rule.severity_of(s.category, item.where),
+            severity=source.rule.severity_of(s.category, item.where),
             start=s.start,
             end=s.end,
             aspect=source.aspect,
@@ -207,15 +249,77 @@ def quintd_record(item: QuintdOutput, source: QuintdImport, task: Task, summary:
         )
         for s in spans
     ]
-    score = rule.score([e.severity for e in errors])
-    kept = cap_errors(errors)
-    summary.spans += len(spans)
-    summary.relocated += [
-        f"{item.where}: span moved from {s.moved_from} to {s.start}" for s in spans if s.moved_from is not None
+    return QuintdSpans(item, errors, [s.category for s in spans], item.annotator_id, (item.annotator_id,), len(spans))
+
+
+def voted_spans(present: dict[str, QuintdOutput], source: QuintdImport) -> QuintdSpans:
+    """The annotators' spans on one output merged by the import's vote (`data_gen.vote`)."""
+    assert source.merge is not None
+    item = next(iter(present.values()))
+    votes = [
+        Vote(
+            member=name,
+            start=s.start,
+            end=s.end,
+            severity=source.rule.severity_of(s.category, found.where),
+            explanation=s.reason or s.category,
+            location=found.output[s.start : s.end],
+            label=s.category,
+        )
+        for name, found in present.items()
+        for s in found.spans
     ]
-    summary.dropped += [f"{item.where}: {d}" for d in item.dropped]
+    merged = vote_merge(votes, source.merge)
+    errors = [
+        ErrorAnnotation(
+            location=item.output[m.start : m.end],
+            explanation=m.explanation,
+            severity=m.severity,
+            start=m.start,
+            end=m.end,
+            aspect=source.aspect,
+            anchor="exact",
+        )
+        for m in merged
+        if m.start is not None and m.end is not None  # quintd spans are always placed
+    ]
+    merge = {
+        "rule": source.merge.describe(),
+        "annotators": list(source.annotators),
+        "absent": [name for name in source.annotators if name not in present],
+        "sources": [found.where for found in present.values()],
+        "errors": [{"votes": m.votes, "members": list(m.members)} for m in merged],
+    }
+    labels = [m.chosen.label or "" for m in merged]
+    return QuintdSpans(
+        item, errors, labels, source.teacher_name, tuple(present), len(votes), merge, tuple(present.values())
+    )
+
+
+def quintd_record(found: QuintdSpans, source: QuintdImport, task: Task, summary: ImportSummary) -> Record:
+    """One quintd output as a training record; the rule turns its errors' severities into a score."""
+    item, errors = found.item, found.errors
+    score = source.rule.score([e.severity for e in errors])
+    kept = cap_errors(errors)
+    summary.spans += found.marked
+    for record in found.read or (item,):
+        summary.relocated += [
+            f"{record.where}: span moved from {s.moved_from} to {s.start}"
+            for s in record.spans
+            if s.moved_from is not None
+        ]
+        summary.dropped += [f"{record.where}: {d}" for d in record.dropped]
     if len(kept) < len(errors):
         summary.capped.append(f"{item.where} ({len(errors)} spans, {MAX_ERRORS} most severe kept)")
+    provenance: dict[str, Any] = {
+        "source": item.where,
+        "teacher": found.teacher,
+        "rule": source.rule.describe(),
+        "span_types": found.span_types,
+        "annotators": [{"name": name, "parse_failure": None, "dropped_outlier": False} for name in found.annotators],
+    }
+    if found.merge is not None:
+        provenance["merge"] = found.merge
     return {
         "id": quintd_record_id(item, source.aspect),
         "dataset": "quintd1",
@@ -225,13 +329,7 @@ def quintd_record(item: QuintdOutput, source: QuintdImport, task: Task, summary:
         "outputs": {task.output: item.output},
         **task_fields(task, source.aspect),
         "evaluation": Evaluation(errors=kept, score=score).model_dump(),
-        "provenance": {
-            "source": item.where,
-            "teacher": item.annotator_id,
-            "rule": rule.describe(),
-            "span_types": [s.category for s in spans],
-            "annotators": [{"name": item.annotator_id, "parse_failure": None, "dropped_outlier": False}],
-        },
+        "provenance": provenance,
     }
 
 
@@ -256,15 +354,40 @@ def _quintd_records(
     summary.rule = source.rule.describe()
     root = data_dir(data_root or source.data_root) / "spans" / "quintd1"
     records, example = [], None
-    for item in read_quintd(
-        root, source.annotator, domains=source.domains, on_mismatch=source.on_mismatch, empty_spans=source.empty_spans
-    ):
+    for found in teacher_spans(root, source):
+        item = found.item
         if source.table_range is not None and not source.table_range[0] <= item.index < source.table_range[1]:
             continue
         example = example or quintd_record_id(item, source.aspect)
         if wanted is None or quintd_record_id(item, source.aspect) in wanted:  # the others leave no count behind
-            records.append(quintd_record(item, source, task, summary))
+            records.append(quintd_record(found, source, task, summary))
     return records, example
+
+
+def teacher_spans(root: Path, source: QuintdImport) -> Iterator[QuintdSpans]:
+    """Every output's teacher errors: the annotator's in file order, or the annotators' merged by vote in the
+    order of domain, system and table (an output some annotator lacks is merged from the others, and says so)."""
+
+    def read(annotator: str) -> Iterator[QuintdOutput]:
+        return read_quintd(
+            root, annotator, domains=source.domains, on_mismatch=source.on_mismatch, empty_spans=source.empty_spans
+        )
+
+    if not source.annotators:
+        yield from (quintd_spans(item, source) for item in read(source.annotator))
+        return
+    outputs: dict[tuple[str, str, int], dict[str, QuintdOutput]] = {}
+    for annotator in source.annotators:
+        for item in read(annotator):
+            present = outputs.setdefault((item.domain, item.model, item.index), {})
+            if annotator in present:
+                raise InputError(
+                    f"{item.where}: {annotator} annotates {item.input_id} ({item.model}) twice "
+                    f"(also {present[annotator].where}); a vote takes one record per annotator"
+                )
+            present[annotator] = item
+    for key in sorted(outputs):
+        yield voted_spans(outputs[key], source)
 
 
 # --- OpeNLGauge ---------------------------------------------------------------------------------

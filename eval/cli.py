@@ -48,7 +48,9 @@ class MetaEvalSettings:
         None,
         help="Judge to evaluate (repeatable; the first is paired-tested against the others): "
         "scores:FILE.jsonl | distilled:MODEL_OR_ADAPTER | prompted:ENSEMBLE.yaml[#model,...] | "
-        "metric:rouge1|rouge2|rougeL[-recall|-precision]|bleu|chrf",
+        "metric:rouge1|rouge2|rougeL[-recall|-precision]|bleu|chrf | "
+        "teacher:ANNOTATOR|IMPORT.yaml (--spans quintd1: a quintd-1 annotator's spans, e.g. teacher:llama3, or "
+        "the teacher an import config merges)",
     )
     data_dir: Path | None = option(None, help="Shared data folder (default ../shared/data or $SPANJUDGE_DATA).")
     dataset: list[str] | None = option(None, help="Only these sets of the suite (repeatable).")

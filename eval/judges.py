@@ -5,6 +5,8 @@
     prompted:<ensemble.yaml>[#a,b]  LLMs with the annotator prompt; several = plain average (§4.3)
     metric:<name>                   a classic metric (rouge1, rouge2, rougeL, rougeLsum[-recall|-precision],
                                     bleu, chrf; +stem, +refs=max|mean: see eval/baselines.py)
+    teacher:<annotator or config>   a quintd-1 annotator's spans (gpt-4, gpt-4-temperature-1, gpt-3.5, llama3,
+                                    human) or an import config's teacher (a vote of several), for --spans quintd1
 
 A judge returns, per item, a score or an unscored reason; it never invents a score (the interface
 every kind implements is in `judgment.py`).
@@ -43,6 +45,7 @@ JUDGE_KINDS: Registry[JudgeFactory] = Registry(
         "distilled": "spanjudge.eval.judge_files:distilled_judge",
         "prompted": "spanjudge.eval.prompted_judge:prompted_judge",
         "metric": "spanjudge.eval.baselines:metric_judge",
+        "teacher": "spanjudge.eval.spans.teacher_judge:teacher_judge",
     },
 )
 

@@ -130,7 +130,8 @@ def import_teacher(work: Path, args: StudySettings) -> dict[str, Any]:
     # quintd-1's spans on wikidata quote their outputs well; other domains' misquote more often: their spans
     # that match nowhere are dropped (counted in stats.md)
     mismatch = {} if args.domains == ["wikidata"] else {"on_mismatch": "relocate_or_drop"}
-    source = {} if args.train_source == "gpt-4" else {"annotator": args.train_source}
+    # gpt-4 and config: the import config's own teacher (gpt-4 in the default config; a vote in an ensemble's)
+    source = {} if args.train_source in ("gpt-4", "config") else {"annotator": args.train_source}
     imported = import_quintd(work, "teacher", args.import_config, args.domains, args.train_tables, **mismatch, **source)
     if not args.extra_domains:
         return imported

@@ -356,7 +356,9 @@ def _walls_and_note(s: dict[str, Any]) -> str:
 def protocol_run_section(label: str, s: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     """One protocol run: what it trained on and how, and every judge's row per split and domain."""
     t = s["train"]
-    source = "GPT-4" if s["train_source"] == "gpt-4" else s["train_source"]
+    source = {"gpt-4": "GPT-4", "config": f"{s.get('import_config')}'s teacher"}.get(
+        s["train_source"], s["train_source"]
+    )
     lines = [
         "",
         f"## Run `{label}` (recipe `{s['recipe']}`, training seed {s['train_seed']})",

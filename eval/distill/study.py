@@ -27,7 +27,7 @@ class StudySettings:
     recipe: str | None = None
     work: Path | None = None
     domains: list[str] = field(default_factory=lambda: ["wikidata", "ice_hockey", "owid"])
-    train_source: str = "gpt-4"  # gpt-4 or human
+    train_source: str = "gpt-4"  # gpt-4, human, or config (the import config's teacher: a vote of several)
     train_tables: tuple[int, int] = (0, 25)
     dev_tables: tuple[int, int] = QUINTD_SPLITS["dev"]
     split: str = "dev"  # dev or test

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.quintd_files import DATA, GOOD, RULE, quintd_config, write_quintd
+from support.quintd_files import DATA, GOOD, RULE, quintd_config, write_annotator, write_quintd
 
 from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import InputError
@@ -120,6 +120,65 @@ def test_real_quintd_wikidata_import(tmp_path: Path, shared_data: Path) -> None:
         output = row["outputs"]["Text"]
         assert all(output[e["start"] : e["end"]] == e["location"] for e in row["evaluation"]["errors"])
     assert max(int(r["input_id"].split("/")[1]) for r in rows) < 80  # held-out tables 80-99 never imported
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for name in ("train", "validation")
+        for line in (out / f"{name}.jsonl").read_text().splitlines()
+    ]
+
+
+def test_quintd_annotators_merged_by_vote(tmp_path: Path) -> None:
+    """GPT-4 and Llama 3 on the same two outputs: the span both mark (overlapping) is kept with the union of their
+    extents, the higher severity, two votes and both members; the span only GPT-4 marks is not."""
+    root = write_quintd(tmp_path / "data", GOOD)  # gpt-4: "Hundertwasser's Rainy Day" [0, 25) Incorrect, "1966"
+    write_annotator(root, "llama3", [[{"type": 2, "text": "Rainy Day is a", "start": 16, "reason": "Misleading."}], []])
+    merge = {"method": "vote", "min_votes": 2, "extent": "union"}
+    config = quintd_config(root, annotators=["gpt-4", "llama3"], merge=merge)
+    summary = import_annotations(config, tmp_path, tmp_path / "out", load_catalog())
+    assert (summary.records, summary.spans) == (2, 3)  # the annotators' spans, before the vote
+    by_index = {r["input_id"]: r for r in _records(tmp_path / "out")}
+    first = by_index["wikidata/0"]
+    (error,) = first["evaluation"]["errors"]
+    assert (error["start"], error["end"], error["severity"]) == (0, 30, 4)  # [0, 25) + [16, 30); Incorrect > Misleading
+    assert error["location"] == first["outputs"]["Text"][0:30] and error["explanation"] == "Wrong title. | Misleading."
+    merged = first["provenance"]["merge"]
+    assert merged["errors"] == [{"votes": 2, "members": ["gpt-4", "llama3"]}] and merged["absent"] == []
+    assert first["provenance"]["teacher"] == "vote2-union(gpt-4+llama3)" and first["evaluation"]["score"] == 60
+    assert by_index["wikidata/1"]["evaluation"]["errors"] == []
+
+
+def test_quintd_vote_settings_are_checked(tmp_path: Path) -> None:
+    root = write_quintd(tmp_path / "data", GOOD)
+    vote = {"method": "vote", "min_votes": 2}
+    for source, message in [
+        ({"annotator": "gpt-4", "annotators": ["gpt-4", "llama3"], "merge": vote}, "not both"),
+        ({"annotators": ["gpt-4", "llama3"]}, "merged by `merge: {method: vote"),
+        ({"annotators": ["gpt-4", "llama3"], "merge": {"method": "supervisor"}}, "import calls no model"),
+        ({"annotators": ["gpt-4"], "merge": vote}, "two or more different annotators"),
+        ({"annotators": ["gpt-4", "llama3"], "merge": {"method": "vote", "min_votes": 3}}, "exceeds the 2 annotators"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            quintd_config(root, **source)
+
+
+def test_real_quintd_vote_of_gpt4s_two_samples(tmp_path: Path, shared_data: Path) -> None:
+    """The shipped vote teacher on the real spans: every kept error is marked by both GPT-4 samples and quotes the
+    output where it sits; no output lacks a sample."""
+    config = load_import_config(REPO / "configs/import/quintd1_vote_gpt4_twice.yaml")
+    summary = import_annotations(config, REPO / "configs/import", tmp_path, load_catalog())
+    assert summary.records == 100  # wikidata tables 0-24, four systems
+    rows = _records(tmp_path)
+    kept = 0
+    for row in rows:
+        output, merge = row["outputs"]["Text"], row["provenance"]["merge"]
+        assert merge["absent"] == [] and len(merge["errors"]) == len(row["evaluation"]["errors"])
+        assert all(e == {"votes": 2, "members": ["gpt-4", "gpt-4-temperature-1"]} for e in merge["errors"])
+        assert all(output[e["start"] : e["end"]] == e["location"] for e in row["evaluation"]["errors"])
+        kept += len(merge["errors"])
+    assert 0 < kept < summary.spans / 2  # a vote of two keeps fewer errors than either sample marks
 
 
 # --- OpeNLGauge ------------------------------------------------------------------------------------------------------

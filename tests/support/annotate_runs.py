@@ -52,6 +52,8 @@ def write_configs(tmp_path: Path, urls: dict[str, str], inputs: int = 3, **ensem
         "supervisor_sampling": {"max_tokens": 64},
         **ensemble_extra,
     }
+    if ensemble.get("merge", {}).get("method") == "vote":  # a vote calls no supervisor
+        del ensemble["supervisor"]
     sources = {
         "seed": 0,
         "n_systems": 1,

@@ -58,3 +58,14 @@ GOOD = [
     ],
     [],
 ]
+
+
+def write_annotator(root: Path, name: str, annotations: list[dict[str, Any]]) -> None:
+    """Another annotator's records of the same outputs (annotations/other/NAME/, as quintd keeps the later ones)."""
+    folder = root / "spans" / "quintd1" / "annotations" / "other" / name
+    folder.mkdir(parents=True)
+    lines = [
+        json.dumps({"annotator_id": name, "dataset": "wikidata", "model": "llama2", "table_idx": i, "annotations": s})
+        for i, s in enumerate(annotations)
+    ]
+    (folder / f"{name}-wikidata-test-llama2.jsonl").write_text("\n".join(lines) + "\n")

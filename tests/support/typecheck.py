@@ -31,6 +31,10 @@ CHECKED = (
     "eval/spans/calibration.py",
     "eval/spans/decision_fit.py",
     "eval/spans/recalibration.py",
+    "eval/spans/teachers.py",
+    "eval/spans/teacher_judge.py",
+    "data_gen/vote.py",
+    "data_gen/teacher.py",
 )
 STAGE = REPO / "build" / "typecheck"
 
