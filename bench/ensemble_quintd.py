@@ -43,6 +43,7 @@ from spanjudge.eval.spans.teachers import (
     candidates,
     dev_choice,
     no_error_interval,
+    paired_difference,
     teacher_predictions,
     vote_name,
     with_derived,
@@ -96,20 +97,26 @@ def main() -> None:
     docs = quintd_tables("human", QUINTD_SPLITS[args.split], QUINTD_SPLIT_DOMAINS)
     teachers = [t for t in candidates() if args.split == "dev" or t.merge is None or t.name == chosen]
     rows: dict[str, list[dict[str, Any]]] = {}
+    spans: dict[str, dict[str, Any]] = {}
     started = time.monotonic()
     for number, teacher in enumerate(teachers, 1):
-        rows[teacher.name] = measure(teacher.name, docs, teacher_predictions(teacher, rule, docs), args.split, args)
+        spans[teacher.name] = teacher_predictions(teacher, rule, docs)
+        rows[teacher.name] = measure(teacher.name, docs, spans[teacher.name], args.split, args)
         print(f"[{number}/{len(teachers)} {time.monotonic() - started:.0f}s] {teacher.name}", flush=True)
     supervised = supervisor_teacher(args.split)
     if supervised is not None:
+        spans[supervised[0]] = supervised[1]
         rows[supervised[0]] = measure(supervised[0], docs, supervised[1], args.split, args)
     pooled = {name: next(r for r in found if r["domain"] == "pooled") for name, found in rows.items()}
     members = {t.name: t for t in candidates() if t.merge is None}
-    verdicts = {
-        t.name: beats_best_member(pooled[t.name], [pooled[m] for m in t.members])
-        for t in teachers
-        if t.merge is not None
-    }
+    merges = {t.name: t.members for t in teachers if t.merge is not None}
+    if supervised is not None:  # the supervisor merges all four members
+        merges[supervised[0]] = tuple(members)
+    verdicts = {name: beats_best_member(pooled[name], [pooled[m] for m in merged]) for name, merged in merges.items()}
+    for name, merged in merges.items():  # the difference from its best member (by the objective), paired
+        best = max(merged, key=lambda m: pooled[m]["objective"])
+        difference = paired_difference(docs, spans[name], spans[best], args.resamples, args.seed)
+        verdicts[name]["difference"] = {"member": best, **difference}
     saved["splits"][args.split] = {"rows": rows, "verdicts": verdicts, "outputs": len(docs)}
     if args.split == "dev":  # does agreement say which spans the humans mark too? (every cluster kept)
         saved["splits"]["dev"]["agreement"] = [
@@ -144,6 +151,12 @@ def _no_error(row: dict[str, Any]) -> str:
     if row.get("no_error_rate") is None:
         return "–"
     return f"{_cell(row, 'no_error_rate')} ({row['human_no_error_rate']:.3f})"
+
+
+def _signed(found: dict[str, Any]) -> str:
+    if found["difference"] is None:
+        return "–"
+    return f"{found['difference']:+.3f} [{found['low']:+.3f}, {found['high']:+.3f}]"
 
 
 HEADER = (
@@ -189,12 +202,13 @@ def markdown(saved: dict[str, Any]) -> str:
             lines += ["", f"## {split} split: the merges (pooled; per domain in the JSON)", "", *HEADER]
             lines += [_line(n, pooled[n]) for n in sorted(others, key=lambda n: -pooled[n]["objective"])]
         verdicts = found.get("verdicts", {})
-        if split == "dev" and verdicts:
+        if verdicts:
+            everywhere = sorted(name for name, verdict in verdicts.items() if verdict["all"])
             lines += [
                 "",
                 "Merges that beat the best of their own members on every column (overlap F1, token F1, count r, "
-                "token r, γ, 'No Error' gap to the humans), pooled: "
-                + (", ".join(choice.get("merges_beating_best_member_everywhere", [])) or "none")
+                f"token r, γ, 'No Error' gap to the humans), pooled, on {split}: "
+                + (", ".join(everywhere) or "none")
                 + ". Columns each merge beats its best member on:",
                 "",
                 "| merge | " + " | ".join(COLUMNS) + " |",
@@ -206,6 +220,21 @@ def markdown(saved: dict[str, Any]) -> str:
                     for c in COLUMNS
                 )
                 lines.append(f"| {name} | {marks} |")
+            lines += [
+                "",
+                f"The best merges minus their best member (by the objective, on {split}), pooled, with a 95 % "
+                "interval over the same input resamples (paired):",
+                "",
+                "| merge | best member | overlap F1 | token F1 | count r | token r | objective |",
+                "|---|---|---:|---:|---:|---:|---:|",
+            ]
+            for name in sorted(verdicts, key=lambda n: -pooled[n]["objective"])[:5]:
+                difference = verdicts[name]["difference"]
+                cells = " | ".join(
+                    _signed(difference[c])
+                    for c in ("overlap_f1", "token_f1", "count_pearson", "token_pearson", "objective")
+                )
+                lines.append(f"| {name} | {difference['member']} | {cells} |")
         if split == "dev" and found.get("agreement"):
             lines += [
                 "",

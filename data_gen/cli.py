@@ -107,7 +107,11 @@ class MergeSettings:
 
 
 def annotate_command(settings: AnnotateSettings) -> None:
-    """Annotate outputs with an LLM ensemble, merge with a supervisor, and build training data.
+    """Annotate outputs with an LLM ensemble, merge with a supervisor (or by vote), and build training data.
+
+    The ensemble YAML names the annotators and how their errors merge: a `supervisor:` LLM (thesis
+    Fig. A.17), or `merge: {method: vote, min_votes: K, extent: union|majority|shortest}` (no model
+    call; each kept error's votes and members are in its record's provenance).
 
     Writes OUT/train.jsonl, OUT/validation.jsonl, OUT/hf_dataset/ (a Hugging Face
     DatasetDict), OUT/unscored.jsonl, OUT/incomplete.jsonl, OUT/stats.{json,md} and

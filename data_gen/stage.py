@@ -56,7 +56,7 @@ def annotate_outputs(
     progress: Tracker | None = None,
     warn: Say | None = None,
 ) -> StageRun:
-    """Annotate the sources' outputs with the ensemble, merge with its supervisor and build the
+    """Annotate the sources' outputs with the ensemble, merge with its supervisor (or by vote) and build the
     training data in `out` (see `spanjudge annotate --help`). `warn` hears, before the run,
     that `allow_overlap` keeps meta-evaluation inputs."""
 

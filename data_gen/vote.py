@@ -12,8 +12,9 @@ span, the earliest on a tie), the distinct explanations joined in the order of t
 
 An error the output cannot place (its location not found) clusters with the errors whose location reads
 the same, whitespace and case aside; errors without a location (omissions) form one cluster. Every kept
-error records its votes and the annotators behind it (in the order the votes were given). Used by `spanjudge annotate` (the ensemble's
-`merge: {method: vote}`) and by `spanjudge import` (several quintd-1 annotators as one teacher).
+error records its votes and the annotators behind it (in the order the votes were given). Used by
+`spanjudge annotate` (the ensemble's `merge: {method: vote}`) and by `spanjudge import` (several quintd-1
+annotators as one teacher).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ number of annotators behind a span says how likely the humans mark it too. No mo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from spanjudge.data_gen.teacher import QuintdImport, QuintdSpans, ScoreRule, tea
 from spanjudge.data_gen.vote import Extent, MergeRule
 from spanjudge.inference.contract import ErrorAnnotation
 
+from .agreement import agreement_resamples, span_agreement
 from .decision_fit import AGREEMENT, row_objective
 from .documents import SpanDocument, default_root
 from .recalibration import auc
@@ -182,3 +183,28 @@ def _voted(
         for spans in teacher_spans(default_root(root) / "spans" / "quintd1", teacher.source(rule, domains))
         if (doc_id := f"quintd1/{spans.item.domain}/{spans.item.model}/{spans.item.index}") in wanted
     }
+
+
+def paired_difference(
+    docs: Sequence[SpanDocument], merged: Mapping[str, Any], member: Mapping[str, Any], resamples: int, seed: int
+) -> dict[str, dict[str, float | None]]:
+    """The merge's value minus the member's, per agreement column and for the objective, with a 95 % interval
+    over the same input resamples (paired: `agreement_resamples` draws them from the inputs and the seed)."""
+    ours = agreement_resamples(docs, merged, n_resamples=resamples, seed=seed)
+    theirs = agreement_resamples(docs, member, n_resamples=resamples, seed=seed)
+    point_ours, point_theirs = span_agreement(docs, merged, n_resamples=1), span_agreement(docs, member, n_resamples=1)
+    ours["objective"] = sum(np.nan_to_num(ours[c]) for c in AGREEMENT) / len(AGREEMENT)
+    theirs["objective"] = sum(np.nan_to_num(theirs[c]) for c in AGREEMENT) / len(AGREEMENT)
+    point_ours["objective"], point_theirs["objective"] = row_objective(point_ours), row_objective(point_theirs)
+    found: dict[str, dict[str, float | None]] = {}
+    for column in (*AGREEMENT, "objective"):
+        diffs = ours[column] - theirs[column]
+        diffs = diffs[~np.isnan(diffs)]
+        a, b = point_ours[column], point_theirs[column]
+        low, high = np.percentile(diffs, [2.5, 97.5]) if diffs.size else (np.nan, np.nan)
+        found[column] = {
+            "difference": None if a is None or b is None else a - b,
+            "low": None if np.isnan(low) else float(low),
+            "high": None if np.isnan(high) else float(high),
+        }
+    return found

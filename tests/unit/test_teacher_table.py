@@ -43,3 +43,19 @@ def test_the_candidates_are_every_member_and_every_vote() -> None:
     assert names[:4] == ["gpt-4", "gpt-4-temperature-1", "gpt-3.5", "llama3"]
     assert "vote2-union(gpt4-twice)" in names and "vote4-shortest(all)" in names
     assert len(names) == 4 + 3 * (4 + 3 + 2 + 2) and len(set(names)) == len(names)
+
+
+def test_the_committed_tables_are_what_their_committed_rows_give() -> None:
+    """bench/results/ensemble_quintd.md is the committed JSON's report, dev's choice is the best objective on dev,
+    and the test split was read for the members and dev's choice alone."""
+    import json
+
+    from support.scripts import REPO, load_script
+
+    bench = load_script("bench/ensemble_quintd.py")
+    saved = json.loads((REPO / "bench/results/ensemble_quintd.json").read_text())
+    assert bench.markdown(saved) == (REPO / "bench/results/ensemble_quintd.md").read_text()
+    pooled = {n: next(r for r in rows if r["domain"] == "pooled") for n, rows in saved["splits"]["dev"]["rows"].items()}
+    assert saved["choice"]["teacher"] == dev_choice(pooled)
+    members = ["gpt-4", "gpt-4-temperature-1", "gpt-3.5", "llama3"]
+    assert list(saved["splits"]["test"]["rows"]) == [*members, saved["choice"]["teacher"]]
