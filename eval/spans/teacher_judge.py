@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import get_args
 
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import InputError
 from spanjudge.core.progress import Advance
-from spanjudge.data_gen.quintd import QUINTD_ANNOTATORS, QUINTD_DOMAINS
-from spanjudge.data_gen.teacher import QuintdImport, QuintdSpans, load_import_config, teacher_spans
+from spanjudge.data_gen.quintd import QUINTD_DOMAINS
+from spanjudge.data_gen.teacher import QuintdAnnotator, QuintdImport, QuintdSpans, load_import_config, teacher_spans
 
 from ..datasets import MetaDataset, MetaItem
 from ..judges import JudgeContext
@@ -26,12 +27,13 @@ from ..judgment import Judgment
 from ..suite import AspectSpec
 from .documents import default_root
 
+ANNOTATORS: tuple[str, ...] = get_args(QuintdAnnotator)  # one record an output each (not human_corr's pairs)
 GPT4_RULE = configs_dir() / "import" / "quintd1_gpt4_wikidata.yaml"  # its rule gives an annotator's spans a score
 
 
 def _source(value: str) -> QuintdImport:
     """The import source NAME names: an annotator read with the GPT-4 teacher's rule, or a config's own."""
-    if value in QUINTD_ANNOTATORS:
+    if value in ANNOTATORS:
         shipped = load_import_config(GPT4_RULE).source
         assert isinstance(shipped, QuintdImport)
         return shipped.model_copy(
@@ -39,7 +41,7 @@ def _source(value: str) -> QuintdImport:
         )
     path = Path(value)
     if not path.is_file():
-        names = ", ".join(QUINTD_ANNOTATORS)
+        names = ", ".join(ANNOTATORS)
         raise InputError(f"teacher:{value}: neither a quintd-1 annotator ({names}) nor an import config file")
     source = load_import_config(path).source
     if not isinstance(source, QuintdImport):
