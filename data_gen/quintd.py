@@ -75,6 +75,11 @@ class QuintdOutput:
         """All systems' outputs of one table share it (splits and bootstraps are by input)."""
         return f"{self.domain}/{self.index}"
 
+    @property
+    def output_id(self) -> str:
+        """The output's id in the span sets (`eval.spans.quintd`): quintd1/<domain>/<model>/<table>."""
+        return f"quintd1/{self.domain}/{self.model}/{self.index}"
+
 
 def _read_generated(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():

@@ -334,7 +334,7 @@ def quintd_record(found: QuintdSpans, source: QuintdImport, task: Task, summary:
 
 
 def quintd_record_id(item: QuintdOutput, aspect: str) -> str:
-    return f"quintd1/{item.domain}/{item.model}/{item.index}/{aspect}"
+    return f"{item.output_id}/{aspect}"
 
 
 def _quintd_records(

@@ -51,7 +51,7 @@ def load_quintd1(
         repeated = (o.domain, o.model, o.index) in repeats
         documents.append(
             SpanDocument(
-                id=f"quintd1/{o.domain}/{o.model}/{o.index}" + (f"@{o.annotator_id}" if repeated else ""),
+                id=o.output_id + (f"@{o.annotator_id}" if repeated else ""),
                 dataset=f"quintd1-{annotator}",
                 task_id=QUINTD_TASK_ID,
                 inputs={QUINTD_INPUT_HEADER: o.data},

@@ -63,9 +63,7 @@ class TeacherJudge:
         if key not in self._found:
             root = default_root(self.source.data_root) / "spans" / "quintd1"
             source = self.source.model_copy(update={"domains": key})
-            self._found[key] = {
-                f"quintd1/{s.item.domain}/{s.item.model}/{s.item.index}": s for s in teacher_spans(root, source)
-            }
+            self._found[key] = {s.item.output_id: s for s in teacher_spans(root, source)}
         return self._found[key]
 
     def judge(

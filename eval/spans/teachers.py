@@ -178,11 +178,8 @@ def _voted(
 ) -> dict[str, QuintdSpans]:
     domains = sorted({d.input_id.split("/")[0] for d in docs})
     wanted = {d.id for d in docs}
-    return {
-        doc_id: spans
-        for spans in teacher_spans(default_root(root) / "spans" / "quintd1", teacher.source(rule, domains))
-        if (doc_id := f"quintd1/{spans.item.domain}/{spans.item.model}/{spans.item.index}") in wanted
-    }
+    found = teacher_spans(default_root(root) / "spans" / "quintd1", teacher.source(rule, domains))
+    return {spans.item.output_id: spans for spans in found if spans.item.output_id in wanted}
 
 
 def paired_difference(
