@@ -87,8 +87,8 @@ def main() -> None:
             backend, prompts, SAMPLING, ParseRetry(attempts=1), parse_supervisor, progress,
             limit_supervisor(FieldLimits()),
         )  # fmt: skip
-    spans: dict[str, list[list[int]]] = {d.id: [] for d in docs if d.id not in {a.id for a in asked}}
-    status: dict[str, str] = {d.id: "no errors to merge" for d in docs if d.id in spans}
+    spans: dict[str, list[list[int]]] = {d.id: [] for d in docs if not any(sets[d.id])}
+    status: dict[str, str] = dict.fromkeys(spans, "no errors to merge")
     replies: dict[str, list[str]] = {}
     for doc, outcome in zip(asked, outcomes, strict=True):
         merged = cap_errors(outcome.parsed) if outcome.parsed is not None else union_of_errors(sets[doc.id])

@@ -26,6 +26,7 @@ from ..judges import JudgeContext
 from ..judgment import Judgment
 from ..suite import AspectSpec
 from .documents import default_root
+from .teachers import Teacher
 
 ANNOTATORS: tuple[str, ...] = get_args(QuintdAnnotator)  # one record an output each (not human_corr's pairs)
 GPT4_RULE = configs_dir() / "import" / "quintd1_gpt4_wikidata.yaml"  # its rule gives an annotator's spans a score
@@ -33,12 +34,10 @@ GPT4_RULE = configs_dir() / "import" / "quintd1_gpt4_wikidata.yaml"  # its rule 
 
 def _source(value: str) -> QuintdImport:
     """The import source NAME names: an annotator read with the GPT-4 teacher's rule, or a config's own."""
-    if value in ANNOTATORS:
+    if value in ANNOTATORS:  # read as the ensemble study reads a member (`teachers.Teacher.source`)
         shipped = load_import_config(GPT4_RULE).source
         assert isinstance(shipped, QuintdImport)
-        return shipped.model_copy(
-            update={"annotator": value, "on_mismatch": "relocate_or_drop", "empty_spans": "drop", "table_range": None}
-        )
+        return Teacher(value, (value,)).source(shipped.rule, QUINTD_DOMAINS)
     path = Path(value)
     if not path.is_file():
         names = ", ".join(ANNOTATORS)

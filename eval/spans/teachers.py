@@ -1,9 +1,10 @@
 """quintd-1's LLM annotators as teachers, alone and merged by vote, against the human spans.
 
 A teacher here is what `spanjudge import` trains on: one annotator's spans, or several annotators' merged by
-the import's vote (`data_gen.teacher.teacher_spans`, the same code). `teacher_rows` scores a teacher on a
-split's outputs (agreement per domain and pooled, with input-bootstrap intervals; γ; the 'No Error' rate with
-its interval); `beats_best_member` says, column by column, whether a merge beats the best of its members;
+the import's vote (`data_gen.teacher.teacher_spans`, the same code). `teacher_predictions` gives a teacher's
+spans on a split's outputs, `no_error_interval` its 'No Error' rate with an interval (bench/ensemble_quintd.py
+adds the agreement rows and γ); `paired_difference` compares two teachers over the same resamples;
+`beats_best_member` says, column by column, whether a merge beats the best of its members;
 `dev_choice` picks the teacher with the protocol's objective on dev; `agreement_signal` asks whether the
 number of annotators behind a span says how likely the humans mark it too. No model runs.
 """
