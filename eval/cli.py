@@ -36,7 +36,7 @@ class MetaEvalSettings:
         None,
         help="Instead of --suite: error-span P/R/F1 against human spans: rotowire, quintd1 (quintd1:dev, "
         "quintd1:test: the distillation protocol's splits), or factgenie:FOLDER (any factgenie annotation "
-        "campaign; judges are then scores files, matched by id).",
+        "campaign; judges are then scores files or exported campaigns, matched by id).",
     )
     dhp_weight: list[str] | None = option(
         None,
@@ -50,7 +50,7 @@ class MetaEvalSettings:
         "scores:FILE.jsonl | distilled:MODEL_OR_ADAPTER | prompted:ENSEMBLE.yaml[#model,...] | "
         "metric:rouge1|rouge2|rougeL[-recall|-precision]|bleu|chrf | "
         "teacher:ANNOTATOR|IMPORT.yaml (--spans quintd1: a quintd-1 annotator's spans, e.g. teacher:llama3, or "
-        "the teacher an import config merges)",
+        "the teacher an import config merges) | factgenie:FOLDER (a campaign `render --to factgenie` exported)",
     )
     data_dir: Path | None = option(None, help="Shared data folder (default ../shared/data or $SPANJUDGE_DATA).")
     dataset: list[str] | None = option(None, help="Only these sets of the suite (repeatable).")

@@ -7,6 +7,7 @@
                                     bleu, chrf; +stem, +refs=max|mean: see eval/baselines.py)
     teacher:<annotator or config>   a quintd-1 annotator's spans (gpt-4, gpt-4-temperature-1, gpt-3.5, llama3,
                                     human) or an import config's teacher (a vote of several), for --spans quintd1
+    factgenie:<campaign folder>     the spans and scores of a campaign spanjudge exported (render --to factgenie)
 
 A judge returns, per item, a score or an unscored reason; it never invents a score (the interface
 every kind implements is in `judgment.py`).
@@ -46,6 +47,7 @@ JUDGE_KINDS: Registry[JudgeFactory] = Registry(
         "prompted": "spanjudge.eval.prompted_judge:prompted_judge",
         "metric": "spanjudge.eval.baselines:metric_judge",
         "teacher": "spanjudge.eval.spans.teacher_judge:teacher_judge",
+        "factgenie": "spanjudge.eval.spans.factgenie:campaign_judge",
     },
 )
 

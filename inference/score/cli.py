@@ -80,14 +80,16 @@ class RenderSettings:
 
     results: Path = option(argument=True, help="Results JSONL written by `spanjudge score`.")
     out: Path | None = option(
-        None, help="Page, JSONL or campaign folder (default: beside RESULTS, .html, .xcomet.jsonl, -factgenie)."
+        None,
+        help="Page, JSONL or campaign folder (default: beside RESULTS, .html, .xcomet.jsonl, -factgenie); "
+        "a campaign folder's name is a slug, as factgenie opens it.",
     )
     to: str = option(
         "html", help="html: the page; xcomet: JSONL with xCOMET-style error_spans; factgenie: a campaign folder."
     )
-    dataset: str | None = option(None, help="factgenie: the outputs' dataset id (default: the rows' task).")
-    split: str = option("test", help="factgenie: the split of the outputs.")
-    setup: str = option("outputs", help="factgenie: the setup id (the system that wrote the outputs).")
+    dataset: str | None = option(None, help="factgenie: the outputs' dataset id (default: the rows' task; slugified).")
+    split: str = option("test", help="factgenie: the split of the outputs (slugified).")
+    setup: str = option("outputs", help="factgenie: the setup id, the system that wrote the outputs (slugified).")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +106,9 @@ class SelectSettings:
         "disagreement between the judges of the results files; random: a uniform draw (the control arm).",
     )
     seed: int = option(0, help="--by random: the draw's seed.")
-    out: Path | None = option(None, help="Campaign folder (default: beside the first RESULTS, -select-BY).")
+    out: Path | None = option(
+        None, help="Campaign folder, named by a slug (default: beside the first RESULTS, -select-BY)."
+    )
     dataset: str | None = option(None, help="The outputs' dataset id (default: the rows' task).")
     split: str = option("test", help="The split of the outputs.")
     setup: str = option("outputs", help="The setup id (the system that wrote the outputs).")
@@ -147,9 +151,9 @@ def render_command(settings: RenderSettings) -> None:
         rows = xcomet_rows(read_results(results, required=("task", "aspect", "output"), complete=True))
         atomic_write_text(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     else:
-        from .interchange import factgenie_campaign, write_factgenie_campaign
+        from .interchange import campaign_folder, factgenie_campaign, write_factgenie_campaign
 
-        target = out or results.with_name(f"{results.stem}-factgenie")
+        target = campaign_folder(out, results, "factgenie")
         rows = read_results(results, required=("task", "aspect", "output"), complete=True)
         tasks = sorted({str(r["task"]) for r in rows})
         metadata, records = factgenie_campaign(
@@ -175,7 +179,7 @@ def select_command(settings: SelectSettings) -> None:
     cover); --by random draws uniformly (--seed), the control arm. Unscored outputs are left out and
     counted. Each record's metadata holds its uncertainty; the chosen ids are printed.
     """
-    from .interchange import factgenie_campaign, write_factgenie_campaign
+    from .interchange import campaign_folder, factgenie_campaign, write_factgenie_campaign
     from .select import select_rows
 
     s = settings
@@ -184,7 +188,7 @@ def select_command(settings: SelectSettings) -> None:
             raise InputError(f"results file not found: {path}")
     results = [read_results(path, required=("task", "aspect", "output"), complete=True) for path in s.results]
     chosen = select_rows(results, s.n, s.by, s.seed)
-    target = s.out or s.results[0].with_name(f"{s.results[0].stem}-select-{s.by}")
+    target = campaign_folder(s.out, s.results[0], f"select-{s.by}")
     tasks = sorted({str(row["task"]) for row in chosen.rows})
     metadata, records = factgenie_campaign(
         chosen.rows, campaign_id=target.name, dataset=s.dataset or "+".join(tasks), split=s.split, setup_id=s.setup

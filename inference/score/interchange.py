@@ -15,16 +15,24 @@ annotation campaign; and factgenie campaigns read back as spans on their outputs
   `metadata` and `annotations` of `{reason, text, type, start}`. The categories are the five
   severities (`type` = severity − 1); a row's spanjudge id, task, aspect and score are kept in
   the record's `metadata`. Unlocated errors are left out (factgenie spans are located) and
-  counted in the record's metadata.
+  counted in the record's metadata. As factgenie 1.2 needs to list, browse and compare it: the
+  metadata has `created`; the campaign id, its folder's name, and each record's dataset, split and
+  setup id are slugs (factgenie slugifies every id it reads, then looks the folder up by it); and
+  `db.csv` marks every output `finished` (factgenie's agreement commands read the status there).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from slugify import slugify
 
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_text, first_line
@@ -85,14 +93,36 @@ def xcomet_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return converted
 
 
+# the columns of db.csv in factgenie's own external campaigns (factgenie.datasets.propaganda_techniques)
+DB_COLUMNS = (
+    *("dataset", "split", "example_idx", "setup_id", "batch_idx"),
+    *("annotator_id", "annotator_group", "status", "start", "end"),
+)
+
+
+def campaign_folder(out: Path | None, results: Path, suffix: str) -> Path:
+    """The campaign's folder: `--out`, refused unless its name is a slug, or RESULTS-SUFFIX beside the results
+    made one. factgenie reads a campaign's id, slugifies it and opens the folder of that name, so under any
+    other name the campaign is listed but cannot be opened."""
+    if out is None:
+        return results.with_name(slugify(f"{results.stem}-{suffix}"))
+    slug = slugify(out.name)
+    if out.name != slug:
+        raise InputError(f"--out {out}: factgenie opens a campaign by its slugified name; call it '{slug}'")
+    return out
+
+
 def factgenie_campaign(
     rows: Sequence[Mapping[str, Any]], campaign_id: str, dataset: str, split: str, setup_id: str
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(metadata.json, the records of files/*.jsonl) of a factgenie campaign holding the judge's spans.
-    Unscored rows are left out: an output the judge did not evaluate has no annotation."""
+    Unscored rows are left out: an output the judge did not evaluate has no annotation. The ids are
+    slugified as factgenie slugifies them when it reads a campaign."""
+    campaign_id, dataset, split, setup_id = (slugify(name) for name in (campaign_id, dataset, split, setup_id))
     metadata = {
         "id": campaign_id,
         "mode": "external",
+        "created": datetime.now().strftime("%Y-%m-%d %H:%M:%S"),  # factgenie's format; it sorts campaigns by it
         "config": {
             "annotation_span_categories": FACTGENIE_CATEGORIES,
             "flags": [],
@@ -241,7 +271,7 @@ def _records(path: Path, categories: tuple[str, ...]) -> Iterator[AnnotatedOutpu
 def write_factgenie_campaign(
     out: Path, metadata: Mapping[str, Any], records: Sequence[Mapping[str, Any]], file_name: str
 ) -> None:
-    """The campaign folder: refuses a folder that already holds a campaign or anything else."""
+    """The campaign folder with its db.csv: refuses a folder that already holds a campaign or anything else."""
 
     if out.exists() and not out.is_dir():
         raise InputError(f"{out} is a file: a campaign is a folder, written to a new or empty one")
@@ -251,3 +281,17 @@ def write_factgenie_campaign(
     atomic_write_text(out / "metadata.json", json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     atomic_write_text(out / "files" / f"{file_name}.jsonl", lines)
+    atomic_write_text(out / "db.csv", _db_csv(records))
+
+
+def _db_csv(records: Sequence[Mapping[str, Any]]) -> str:
+    """Every record's output as finished, one batch each, as factgenie's external campaigns list them."""
+    table = io.StringIO()
+    writer = csv.writer(table, lineterminator="\n")
+    writer.writerow(DB_COLUMNS)
+    for batch, r in enumerate(records):
+        group = r["metadata"].get("annotator_group", 0)
+        annotator = r["metadata"].get("annotator_id", "")
+        key = (r["dataset"], r["split"], r["example_idx"], r["setup_id"])
+        writer.writerow([*key, batch, annotator, group, "finished", "", ""])
+    return table.getvalue()

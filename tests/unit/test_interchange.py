@@ -4,6 +4,7 @@ back: the round trip keeps every located span, its category and its reason."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,25 @@ def test_render_writes_each_format_beside_the_results(tmp_path: Path, capsys: py
     assert cli_main(["render", str(results), "--to", "factgenie"]) == 2  # never over an earlier campaign
     assert cli_main(["render", str(results), "--to", "pdf"]) == 2
     assert "--to must be one of html, xcomet, factgenie" in capsys.readouterr().err
+
+
+def test_a_campaign_is_named_and_listed_as_factgenie_opens_it(tmp_path: Path) -> None:
+    results = tmp_path / "more_scores.jsonl"  # factgenie slugifies ids: it would look for more-scores-...
+    results.write_text("".join(json.dumps(row) + "\n" for row in _rows()))
+    assert cli_main(["render", str(results), "--to", "factgenie", "--dataset", "Sum Eval", "--setup", "GPT_4"]) == 0
+    folder = tmp_path / "more-scores-factgenie"
+    metadata = json.loads((folder / "metadata.json").read_text())
+    assert metadata["id"] == folder.name and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", metadata["created"])
+    assert [r.key for r in read_factgenie_campaign(folder)] == [
+        ("sum-eval", "test", "gpt-4", 0),
+        ("sum-eval", "test", "gpt-4", 1),
+    ]
+    db = (folder / "db.csv").read_text().splitlines()
+    assert db == [
+        "dataset,split,example_idx,setup_id,batch_idx,annotator_id,annotator_group,status,start,end",
+        "sum-eval,test,0,gpt-4,0,adapter,0,finished,,",
+        "sum-eval,test,1,gpt-4,1,spanjudge,0,finished,,",  # a row with no model: the default name
+    ]
 
 
 def _human_campaign(folder: Path, spans: list[str], **record_meta: Any) -> None:

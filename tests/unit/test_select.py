@@ -161,7 +161,7 @@ def test_a_campaign_is_never_written_over_a_file(tmp_path: Path, capsys: pytest.
     row = {**_row("a", [(0, 5, 0.9)]), "task": "qags_xsum", "aspect": "factual consistency"}
     results = tmp_path / "scores.jsonl"
     results.write_text(json.dumps(row) + "\n")
-    taken = tmp_path / "taken.txt"
+    taken = tmp_path / "taken"  # a slug, as a campaign folder is named
     taken.write_text("keep me\n")
     for command in (["select", str(results), "--out", str(taken)], ["render", str(results), "--to", "factgenie",
                                                                     "--out", str(taken)]):  # fmt: skip
