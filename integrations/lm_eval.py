@@ -20,11 +20,15 @@ judge could not evaluate it: `scored_mean` leaves it out, never counts it as 0) 
 explanation; None when unscored), which `--log_samples` writes with the sample. The judge loads on the first
 document, with the keyword options of `Judge.from_pretrained`; the task and aspect are checked then. A document
 the judge cannot take (no input text, an empty or missing generation) is unscored (None), never the end of the
-whole lm-eval run.
+whole lm-eval run; each reason is logged the first time it occurs (`JudgedResults.unscored` counts them), and
+`scored_mean` logs how many documents were unscored, with a warning when all were: an instruct model run without
+`--apply_chat_template` often writes nothing before the task's stop sequence.
 """
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,10 @@ from spanjudge.inference.judge import Judge
 from . import check_task_aspect
 
 UNSCORED = {"spanjudge_score": None, "spanjudge_errors": None}  # not an output without errors: no evaluation
+ALL_UNSCORED_HINT = (
+    "an instruct model run without --apply_chat_template often writes nothing before the task's stop sequence"
+)
+log = logging.getLogger("spanjudge.lm_eval")
 
 
 class JudgedResults:
@@ -54,6 +62,7 @@ class JudgedResults:
         self.task, self.aspect, self.aspect_definition = task, aspect, aspect_definition
         self.input_field, self.reference_field = input_field, reference_field
         self._checked = False  # the task and aspect, checked once before the first document
+        self.unscored: Counter[str] = Counter()  # why documents were unscored, each reason logged once
 
     def __deepcopy__(self, memo: dict[int, Any]) -> JudgedResults:
         return self  # lm-eval copies a task's config to log it: the loaded model is shared, not copied
@@ -80,16 +89,27 @@ class JudgedResults:
             [prediction] = judge.predict(
                 [item], task=self.task, aspect=self.aspect, aspect_definition=self.aspect_definition
             )
-        except InputError:  # this document's texts (the task and aspect were checked at load): unscored
-            return dict(UNSCORED)
-        errors = prediction.to_dict()["errors"]  # start, end, text, severity, explanation
-        # unscored: no score and no error list (not an output without errors)
-        return {"spanjudge_score": prediction.score, "spanjudge_errors": None if prediction.score is None else errors}
+        except InputError as exc:  # this document's texts (the task and aspect were checked at load): unscored
+            return self._unscored(str(exc))
+        if prediction.score is None:  # no score and no error list (not an output without errors)
+            return self._unscored(prediction.unscored_reason or "no score")
+        return {"spanjudge_score": prediction.score, "spanjudge_errors": prediction.to_dict()["errors"]}
+
+    def _unscored(self, reason: str) -> dict[str, Any]:
+        if not self.unscored[reason]:
+            log.warning("spanjudge: a document is unscored: %s (later ones for this reason are only counted)", reason)
+        self.unscored[reason] += 1
+        return dict(UNSCORED)
 
 
 def scored_mean(scores: Sequence[float | None]) -> float | None:
-    """The mean of the scored documents' scores (None where none was scored)."""
+    """The mean of the scored documents' scores (None where none was scored, with a warning)."""
     scored = [s for s in scores if s is not None]
+    unscored = len(scores) - len(scored)
+    if scores and not scored:
+        log.warning("spanjudge: all %d documents are unscored, so the score is None: %s", unscored, ALL_UNSCORED_HINT)
+    elif unscored:
+        log.info("spanjudge: %d of %d documents are unscored and left out of the mean", unscored, len(scores))
     return sum(scored) / len(scored) if scored else None
 
 

@@ -1,24 +1,29 @@
 """spanjudge inside inspect_ai and lm-evaluation-harness: a real `inspect_ai.eval` and a real
 `lm_eval.simple_evaluate` of two-sample tasks whose outputs the smoke judge (trained in this
-session, transformers on CPU) grades. The model under evaluation is a stand-in in both (inspect's
-own mock model; a model class of the test for lm-eval): the outputs are QAGS-XSum summaries."""
+session, transformers on CPU) grades. inspect's model under evaluation is its own mock model (the
+outputs are QAGS-XSum summaries); lm-eval's is SmolLM2-135M-Instruct, run by lm-eval itself."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
+import pytest
 from inspect_ai import Task
 from inspect_ai import eval as inspect_eval
 from inspect_ai.dataset import Sample
 from inspect_ai.model import ModelOutput, ModelUsage, get_model
 from inspect_ai.solver import generate
+from support.docs_examples import REPO, fenced
 from support.judge_records import qags_xsum_records
 from support.training_runs import TrainedRun
 
+from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import JudgedEvaluation
 from spanjudge.inference.predictions import Prediction
+from spanjudge.inference.shipped_models import smollm2_gguf
 from spanjudge.integrations.inspect import score_of, spanjudge_scorer
 
 
@@ -66,59 +71,55 @@ def test_an_unscored_output_is_excluded_from_the_metrics_never_a_zero() -> None:
     assert score.explanation == "no parseable reply in 1 try" and score.answer == "An output."
 
 
-def test_an_lm_eval_task_names_the_judge_in_its_yaml_and_logs_the_spans(
-    trained_judge: TrainedRun, shared_data: Path, tmp_path: Path
+def test_the_lm_eval_how_to_runs_as_written_with_an_instruct_model(
+    trained_judge: TrainedRun,
+    shared_data: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """lm-eval reads a task YAML whose `process_results` and aggregations are spanjudge's (through
-    `!function utils.…`, as a user writes it); a model class of the test stands in for the system
-    under evaluation and writes QAGS-XSum's own summaries."""
+    """docs/howto/lm-eval.md's utils.py and task YAML, as the page shows them (the judge's path aside), run by
+    lm-eval's own `simple_evaluate` with the page's command's arguments: SmolLM2-135M-Instruct (lm-eval's `hf`
+    model) writes the summaries through its chat template, and the smoke judge grades them."""
     from lm_eval import simple_evaluate
-    from lm_eval.api.model import LM
     from lm_eval.tasks import TaskManager
 
-    records = qags_xsum_records(shared_data, 2, offset=20)
-    rows = [{"article": r["inputs"]["Article"], "summary": r["outputs"]["Summary"]} for r in records]
-    task_dir = tmp_path / "tasks"
-    task_dir.mkdir()
-    (task_dir / "docs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    (task_dir / "utils.py").write_text(
-        "from spanjudge.integrations.lm_eval import JudgedResults, errors_per_output, scored_mean\n"
-        f"process_results = JudgedResults({str(trained_judge.adapter)!r}, task='qags_xsum',\n"
-        "    aspect='factual consistency', input_field='article', max_new_tokens=96, retries=0)\n"
-    )
-    (task_dir / "spanjudge_summaries.yaml").write_text(
-        f"task: spanjudge_summaries\ndataset_path: json\ndataset_kwargs:\n  data_files: {task_dir / 'docs.jsonl'}\n"
-        "test_split: train\noutput_type: generate_until\ndoc_to_text: '{{article}}'\ndoc_to_target: ''\n"
-        "process_results: !function utils.process_results\nmetric_list:\n"
-        "  - {metric: spanjudge_score, aggregation: !function utils.scored_mean, higher_is_better: true}\n"
-        "  - {metric: spanjudge_errors, aggregation: !function utils.errors_per_output, higher_is_better: false}\n"
-    )
+    from spanjudge.integrations.lm_eval import scored_mean
 
-    class Summaries(LM):  # the system under evaluation: it "writes" each article's summary
-        def generate_until(self, requests: list) -> list[str]:
-            return [request.doc["summary"] for request in requests]
-
-        def loglikelihood(self, requests: list) -> list:
-            raise NotImplementedError
-
-        def loglikelihood_rolling(self, requests: list) -> list:
-            raise NotImplementedError
-
+    page = REPO / "docs" / "howto" / "lm-eval.md"
+    [utils] = [code for code in fenced(page, "python") if "process_results = JudgedResults(" in code]
+    [task] = fenced(page, "yaml")
+    assert "runs/quickstart/judge/adapter" in utils and "--apply_chat_template" in page.read_text()
+    monkeypatch.chdir(tmp_path)  # lm-eval runs in the task's folder, as the page says
+    (tmp_path / "utils.py").write_text(utils.replace("runs/quickstart/judge/adapter", str(trained_judge.adapter)))
+    (tmp_path / "summaries.yaml").write_text(task)
+    records = qags_xsum_records(shared_data, 2, offset=20)  # after the 20 the judge trained and validated on
+    articles = [r["inputs"]["Article"] for r in records]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"article": a}) + "\n" for a in articles))
     results = simple_evaluate(
-        model=Summaries(),
-        tasks=["spanjudge_summaries"],
-        task_manager=TaskManager(include_path=str(task_dir), include_defaults=False),  # not lm-eval's own thousands
+        model="hf",
+        model_args=f"pretrained={convert_gguf(smollm2_gguf())},device=cpu",
+        apply_chat_template=True,
+        tasks=["judged_summaries"],
+        task_manager=TaskManager(include_path=str(tmp_path), include_defaults=False),  # not lm-eval's thousands
         log_samples=True,
         bootstrap_iters=0,
     )
-    metrics = results["results"]["spanjudge_summaries"]
-    samples = results["samples"]["spanjudge_summaries"]
-    assert len(samples) == 2
-    for sample, row in zip(samples, rows, strict=True):
-        errors = sample["spanjudge_errors"]
-        assert (sample["spanjudge_score"] is None) == (errors is None)
-        for error in errors or []:
-            if error["start"] is not None:
-                assert row["summary"][error["start"] : error["end"]] == error["text"]
+    assert results is not None
+    metrics = results["results"]["judged_summaries"]
+    samples = results["samples"]["judged_summaries"]
+    assert len(samples) == 2 and all(s["resps"][0][0].strip() for s in samples)  # the chat template: text written
     scored = [s["spanjudge_score"] for s in samples if s["spanjudge_score"] is not None]
-    assert metrics["spanjudge_score,none"] == (sum(scored) / len(scored) if scored else None)
+    assert scored, [s["spanjudge_errors"] for s in samples]  # constrained replies always parse
+    assert metrics["spanjudge_score,none"] == sum(scored) / len(scored)
+    assert metrics["spanjudge_errors,none"] is not None
+    for sample in samples:
+        generation = sample["filtered_resps"][0]
+        for error in sample["spanjudge_errors"] or []:
+            if error["start"] is not None:
+                assert generation[error["start"] : error["end"]] == error["text"]
+    # what a run in which nothing was scored says, beside its null metric
+    with caplog.at_level(logging.INFO, logger="spanjudge.lm_eval"):
+        assert scored_mean([None, None]) is None and scored_mean([None, 80.0]) == 80.0
+    assert "all 2 documents are unscored" in caplog.text and "--apply_chat_template" in caplog.text
+    assert "1 of 2 documents are unscored" in caplog.text

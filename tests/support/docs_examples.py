@@ -58,6 +58,11 @@ def examples(page: Path) -> list[Example]:
     return found
 
 
+def fenced(page: Path, language: str) -> list[str]:
+    """The code of every block of `language` on the page (yaml too): what a test runs exactly as the page shows it."""
+    return [f["code"] for f in _FENCE.finditer(page.read_text(encoding="utf-8")) if f["language"] == language]
+
+
 def pages_in_reading_order() -> list[Path]:
     """README.md, then the site's pages on disk in the order of mkdocs.yml's nav."""
 
