@@ -20,7 +20,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, find_packages, setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
@@ -57,6 +57,9 @@ package_dir = {"spanjudge": "spanjudge", "spanjudge.configs": "configs"} | {
 packages = ["spanjudge", "spanjudge.configs"] + [
     f"spanjudge.{folder}{'.' + sub if sub else ''}" for folder in CODE_FOLDERS for sub in ["", *find_packages(folder)]
 ]
+# configs/' folders hold data, not code, but setuptools warns about any folder of a package that ships files and is
+# not itself declared a package: declared (as namespace packages), they ship the same files, with no warning
+packages += [f"spanjudge.configs.{sub}" for sub in sorted(find_namespace_packages("configs"))]
 
 setup(
     package_dir=package_dir,

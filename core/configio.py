@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import sys
 from pathlib import Path
 from typing import TypeVar, get_args
 
@@ -26,7 +27,31 @@ def configs_dir() -> Path:
     return Path(next(iter(package.__path__)))
 
 
+_NOTED: set[Path] = set()  # the shipped configs a note was printed for, once each
+
+
+def shipped_config(path: Path) -> Path | None:
+    """The config spanjudge ships that a relative `configs/...` path names, where no such file is here: the
+    README's commands name `configs/...` as in a checkout, and a wheel keeps them in `spanjudge.configs`."""
+    if path.is_absolute() or path.parts[:1] != ("configs",) or path.exists():
+        return None
+    shipped = configs_dir().joinpath(*path.parts[1:])
+    return shipped if shipped.is_file() else None
+
+
+def resolve_config(path: Path) -> Path:
+    """`path`, or the shipped config it names when it is not here (said once on stderr, with which is used)."""
+    shipped = shipped_config(path)
+    if shipped is None:
+        return path
+    if shipped not in _NOTED:
+        _NOTED.add(shipped)
+        print(f"note: no {path} in this folder; using the one spanjudge ships: {shipped}", file=sys.stderr)
+    return shipped
+
+
 def read_yaml(path: Path) -> object:
+    path = resolve_config(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

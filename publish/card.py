@@ -5,6 +5,7 @@ intended use, usage snippets, training, data provenance, meta-evaluation table).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -162,5 +163,7 @@ def render_card(run: RunFolder, options: CardOptions) -> str:
         training=_training(run),
         provenance=_provenance(run),
         meta_eval=_meta_eval(options.eval_results),
+        # the version that trained it (what loads it), else the one publishing
+        spanjudge_version=run.metadata.versions.get("spanjudge") or version("spanjudge"),
     )
     return str(ModelCard(text))

@@ -195,6 +195,10 @@ def test_dry_run_stages_only_the_allow_list_with_a_valid_card(
     ]
     for expected in wanted:
         assert expected in card, expected
+    # no release on the index yet: the wheel of the version that trained the judge, or the repository
+    trained_with = json.loads((runs["run"] / "adapter" / "spanjudge.json").read_text())["versions"]["spanjudge"]
+    assert f'pip install "spanjudge-{trained_with}-py3-none-any.whl[llamacpp,constrained,gguf]"' in card
+    assert "pypi.org" not in card and "pip install spanjudge\n" not in card
     # machine-local paths are rewritten to what a Hub user has
     assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == HUB_BASE
     staged_meta = json.loads((out / "spanjudge.json").read_text())

@@ -1,7 +1,8 @@
 """The documentation as a newcomer meets it: the site builds offline with warnings as errors,
 its command-line reference is generated from the commands, and the README's quick starts and
-every runnable example of the docs run as written, in reading order, in a folder laid out like
-the repository root (its configs/ and the shared data), with the results they promise."""
+every runnable example of the docs run as written, in reading order, from the installed wheel in an
+empty folder outside the checkout (the shared data given by $SPANJUDGE_DATA), with the results they
+promise: a `configs/...` name there is the config the wheel ships."""
 
 from __future__ import annotations
 
@@ -50,10 +51,10 @@ def test_the_quick_starts_and_every_runnable_example_run_as_written(
     tmp_path: Path, shared_data: Path, installed: Path
 ) -> None:
     """From the release's wheel installed in a fresh venv (`installed`, tests/support/release.py), as a user
-    who ran `pip install spanjudge` would: the `spanjudge` command and the Python of that venv."""
-    work = tmp_path / "checkout"
+    who ran `pip install spanjudge` would: the `spanjudge` command and the Python of that venv, in a folder
+    with no configs/ of its own."""
+    work = tmp_path / "elsewhere"
     work.mkdir()
-    (work / "configs").symlink_to(REPO / "configs")
     env = reader_env(shared_data, installed)
     python = str(installed / "python")
     printed = {

@@ -43,6 +43,7 @@ def test_the_release_builds_passes_twine_check_and_says_its_version(release: Rel
     [version] = re.findall(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.M)
     assert release.sdist.name == f"spanjudge-{version}.tar.gz"
     assert release.wheel.name == f"spanjudge-{version}-py3-none-any.whl"
+    assert "absent from the `packages` configuration" not in release.log  # setuptools' warning for configs/ folders
     check = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", str(release.sdist), str(release.wheel)],
                            capture_output=True, text=True, timeout=120)  # fmt: skip
     assert check.returncode == 0 and check.stdout.count("PASSED") == 2, check.stdout + check.stderr

@@ -28,6 +28,7 @@ NOT_SOURCE = shutil.ignore_patterns(
 class Release:
     sdist: Path
     wheel: Path
+    log: str  # what `python -m build` printed
 
 
 def build_release(root: Path) -> Release:
@@ -40,7 +41,7 @@ def build_release(root: Path) -> Release:
     if done.returncode != 0:
         raise AssertionError(f"python -m build failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     [sdist], [wheel] = sorted(dist.glob("spanjudge-*.tar.gz")), sorted(dist.glob("spanjudge-*.whl"))
-    return Release(sdist, wheel)
+    return Release(sdist, wheel, done.stdout + done.stderr)
 
 
 def install_wheel(wheel: Path, env_dir: Path) -> Path:
