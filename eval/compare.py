@@ -14,6 +14,11 @@ The tests, all paired over the items every system has a score for:
 The winner of a pair is named only when the permutation test's p < `alpha`; otherwise the pair is
 "no significant difference".
 
+Where two systems' rows hold the same output texts (two judges, or a judge and imported human spans, of the
+same outputs), the comparison also reads their **span agreement**: B's error spans against A's, with the span
+metrics of `eval.spans.metrics` (overlap, token and MPP precision / recall / F1, micro), each table naming its
+matching rule.
+
 Only like with like: every system's rows must be judged on one task and aspect by one judge (its model,
 decoding and prompt template, as the results rows record them); results that differ are refused unless
 `allow_mixed`, and the table then says what differs. Rows are checked first (`check_rows`): ids unique
@@ -107,6 +112,19 @@ class PairTest:
 
 
 @dataclass(frozen=True)
+class SpanAgreement:
+    """B's located error spans against A's (the reference) on the `items` outputs both scored, which are the
+    same texts: each variant's micro counts and P / R / F1 (`eval.spans.metrics`)."""
+
+    a: str
+    b: str
+    items: int
+    overlap: dict[str, float | int]
+    token: dict[str, float | int]
+    mpp: dict[str, float | int]
+
+
+@dataclass(frozen=True)
 class Comparison:
     systems: list[str]
     items: int  # items every system scored
@@ -122,6 +140,7 @@ class Comparison:
         None  # with allow_mixed: setting -> system -> its value, where they differ
     )
     unrecorded: list[str] | None = None  # settings no system's rows record (hand-made rows): not checked
+    span_agreement: list[SpanAgreement] | None = None  # pairs whose rows hold the same outputs
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -303,8 +322,37 @@ def compare_systems(
             )
     return Comparison(
         list(systems), len(common), left_out, means, pairs, resamples, confidence, alpha, seed, errors_only,
-        mixed or None, unrecorded_settings(systems) or None,
+        mixed or None, unrecorded_settings(systems) or None, span_agreements(scored, common) or None,
     )  # fmt: skip
+
+
+def _located(row: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """The row's errors that are spans of its output (an omission, or a quote not found, is none)."""
+    spans = [(e.get("start"), e.get("end")) for e in _errors(row)]
+    return [(start, end) for start, end in spans if isinstance(start, int) and isinstance(end, int) and end > start]
+
+
+def span_agreements(
+    scored: Mapping[str, Mapping[str, Mapping[str, Any]]], common: Sequence[str]
+) -> list[SpanAgreement]:
+    """For each pair of systems whose rows hold the same output on every common item, the second's spans
+    against the first's; pairs of different outputs (the usual case: two systems' own texts) have none."""
+    from .spans.metrics import PartialPRF, from_matches, micro_total, mpp, overlap_matches, token_prf
+
+    found = []
+    for a, b in itertools.combinations(scored, 2):
+        texts = [scored[a][i].get("output") for i in common]
+        if any(not isinstance(text, str) for text in texts) or texts != [scored[b][i].get("output") for i in common]:
+            continue
+        overlap, token, partial = [], [], PartialPRF(0.0, 0.0, 0, 0)
+        for i, text in zip(common, texts, strict=True):
+            gold, predicted = _located(scored[a][i]), _located(scored[b][i])
+            overlap.append(from_matches(overlap_matches(predicted, gold), len(predicted)))
+            token.append(token_prf(predicted, gold, text))
+            partial += mpp(predicted, gold)
+        totals = micro_total(overlap).as_dict(), micro_total(token).as_dict(), partial.as_dict()
+        found.append(SpanAgreement(a, b, len(common), *totals))
+    return found
 
 
 def markdown(result: Comparison) -> str:
@@ -335,6 +383,25 @@ def markdown(result: Comparison) -> str:
             f"| {p.measure} | {p.a} | {p.b} | {p.difference:+.3f} [{p.low:+.3f}, {p.high:+.3f}] | "
             f"{p.p_bootstrap:.4f} | {p.p_permutation:.4f} | {t} | {winner} |"
         )
+    if result.span_agreement:
+        from .spans.metrics import MATCHING
+
+        lines += [
+            "",
+            "Span agreement on the same outputs: B's error spans against A's (the reference), micro over the items. "
+            "Matching rules:",
+            "",
+            *(f"- {MATCHING[variant]}" for variant in ("overlap", "token", "mpp")),
+            "",
+            "| A (reference) | B | items | overlap P / R / F1 | token P / R / F1 | MPP P / R / F1 |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for agreement in result.span_agreement:
+            cells = [
+                " / ".join(f"{measured[k]:.3f}" for k in ("precision", "recall", "f1"))
+                for measured in (agreement.overlap, agreement.token, agreement.mpp)
+            ]
+            lines.append(f"| {agreement.a} | {agreement.b} | {agreement.items} | {' | '.join(cells)} |")
     if result.unrecorded:
         lines += [
             "",

@@ -9,6 +9,7 @@ from typing import Any
 
 from spanjudge.eval.spans.calibration import MEASURES
 from spanjudge.eval.spans.decision_fit import AGREEMENT, OBJECTIVE
+from spanjudge.eval.spans.metrics import MATCHING
 from spanjudge.inference.decisions import DecisionRule
 
 from .study import IMPORT_CONFIG, checkout_free
@@ -92,6 +93,15 @@ def write_results(results: Path, rows: list[dict[str, Any]], settings: dict[str,
     results.with_suffix(".md").write_text(markdown(runs))
 
 
+# the agreement columns the tables show: the objective's four (AGREEMENT) and MPP F1 beside the two span F1s
+SHOWN = ("overlap_f1", "token_f1", "mpp_f1", "count_pearson", "token_pearson")
+MATCHING_LINE = (
+    "Matching rules (micro over the scored outputs): "
+    + "; ".join(MATCHING[variant] for variant in ("overlap", "token", "mpp"))
+    + ". MPP is shown, not part of the objective or the bar (runs recorded before it have –)."
+)
+
+
 def seed_stats(values: list[float | None]) -> dict[str, Any]:
     """Mean, lowest and highest over seeds (all None when a seed has none)."""
     if not values or any(v is None for v in values):
@@ -131,7 +141,7 @@ def recipes(runs: dict[str, Any]) -> list[dict[str, Any]]:
                 seeds = [run["settings"]["train_seed"] for run, _ in found]
                 entry = {"recipe": recipe + suffix, "split": split, "domain": domain, "seeds": seeds}
                 entry["mean"], entry["min"], entry["max"] = ({}, {}, {})
-                for column in (*AGREEMENT, "gamma"):
+                for column in (*SHOWN, "gamma"):
                     stats = seed_stats([row.get(column) for _, row in found])
                     for what in ("mean", "min", "max"):
                         entry[what][column] = stats[what]
@@ -144,7 +154,7 @@ def recipes(runs: dict[str, Any]) -> list[dict[str, Any]]:
                 entry["human_no_error_outputs"] = found[0][1].get("human_no_error_outputs")
                 for reference in ("teacher", "number_baseline"):
                     row = find(found[0][0], reference)
-                    entry[reference] = {c: None if row is None else row.get(c) for c in (*AGREEMENT, "gamma")}
+                    entry[reference] = {c: None if row is None else row.get(c) for c in (*SHOWN, "gamma")}
                 base = find(found[0][0], "base")
                 entry["base"] = None if base is None else {c: base.get(c) for c in ("scored", "asked", *AGREEMENT)}
                 out.append(entry)
@@ -168,6 +178,8 @@ def protocol_tables(entries: list[dict[str, Any]]) -> list[str]:
         "fitted on the run's dev judgments (`spanjudge.eval.spans.decision_fit`: 'No Error' when P(no error) ≥ τ₀, "
         "a span kept at confidence ≥ τ; on dev, the fit's own outputs). `+consensus`: self-consistency, the spans "
         "that at least half of N sampled replies mark (`--samples N`, temperature 0.7), on the same outputs.",
+        "",
+        MATCHING_LINE,
     ]
     for split in ("dev", "test"):
         chosen = [e for e in entries if e["split"] == split]
@@ -177,14 +189,14 @@ def protocol_tables(entries: list[dict[str, Any]]) -> list[str]:
             "",
             f"### {split} split",
             "",
-            "| recipe | domain | seeds | parsed | says 'No Error' (humans) | overlap F1 | token F1 | count Pearson | "
-            "token Pearson | teacher (overlap / token F1 / count r / token r) | number baseline count r | "
-            "γ (teacher) |",
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+            "| recipe | domain | seeds | parsed | says 'No Error' (humans) | overlap F1 | token F1 | MPP F1 | "
+            "count Pearson | token Pearson | teacher (overlap / token F1 / count r / token r) | "
+            "number baseline count r | γ (teacher) |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
         ]
         for e in chosen:
             cells = []
-            for column in AGREEMENT:
+            for column in SHOWN:
                 mean, low, high = e["mean"][column], e["min"][column], e["max"][column]
                 if mean is None:
                     cells.append("–")
@@ -374,16 +386,16 @@ def protocol_run_section(label: str, s: dict[str, Any], rows: list[dict[str, Any
         + _walls_and_note(s),
         *_decisions_line(s.get("decisions")),
         "",
-        "| split | domain | judge | parsed | says 'No Error' (humans) | overlap F1 | token F1 | count Pearson | "
-        "token Pearson | γ | evals/s | inputs cut / skipped |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| split | domain | judge | parsed | says 'No Error' (humans) | overlap F1 | token F1 | MPP F1 | "
+        "count Pearson | token Pearson | γ | evals/s | inputs cut / skipped |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         cut = f"{row['inputs_cut']} / {row['skipped_too_long']}" if "inputs_cut" in row else "–"
         lines.append(
             f"| {row['split']} | {row['domain']} | {row['judge']} | {row['scored']}/{row['asked']} | "
             f"{row['no_error_outputs']} ({row['human_no_error_outputs']}) | "
-            + " | ".join(_cell(row, key) for key in (*AGREEMENT, "gamma"))
+            + " | ".join(_cell(row, key) for key in (*SHOWN, "gamma"))
             + f" | {row.get('evaluations_per_s', '–')} | {cut} |"
         )
     return lines
@@ -636,15 +648,16 @@ def markdown(runs: dict[str, Any]) -> str:
             + ("; replies held to the output contract's grammar" if s.get("constrained") else "")
             + _walls_and_note(s),
             "",
-            "| judge | parse rate | overlap P / R / F1 | token P / R / F1 | count Pearson | token Pearson | "
-            "evals/s | retries |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| judge | parse rate | overlap P / R / F1 | token P / R / F1 | MPP P / R / F1 | count Pearson | "
+            "token Pearson | evals/s | retries |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for row in run["rows"]:
             lines.append(
                 f"| {row['judge']} | {row['scored']}/{row['n_outputs']} | "
                 f"{_cell(row, 'overlap_precision')} / {_cell(row, 'overlap_recall')} / {_cell(row, 'overlap_f1')} | "
                 f"{_cell(row, 'token_precision')} / {_cell(row, 'token_recall')} / {_cell(row, 'token_f1')} | "
+                f"{_cell(row, 'mpp_precision')} / {_cell(row, 'mpp_recall')} / {_cell(row, 'mpp_f1')} | "
                 f"{_cell(row, 'count_pearson')} | {_cell(row, 'token_pearson')} | "
                 f"{row.get('evaluations_per_s', '–')} | {row.get('retries', '–')} |"
             )

@@ -29,17 +29,19 @@ from ..bootstrap import input_weights, percentile_interval
 from .documents import SpanDocument
 from .metrics import (
     PRF,
+    PartialPRF,
     Span,
     check_spans,
     exact_matches,
     from_matches,
     micro_total,
+    mpp,
     overlap_matches,
     token_prf,
     token_spans,
 )
 
-INTERVAL_METRICS: tuple[str, ...] = ("overlap_f1", "token_f1", "count_pearson", "token_pearson")
+INTERVAL_METRICS: tuple[str, ...] = ("overlap_f1", "token_f1", "mpp_f1", "count_pearson", "token_pearson")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ _COLUMNS = (
     "o_tp", "o_fp", "o_fn",  # overlap matching
     "t_tp", "t_fp", "t_fn", "t_n",  # token labels; Σx = tp + fp, Σy = tp + fn, Σxy = tp, and x² = x
     "c_n", "c_x", "c_y", "c_xy", "c_xx", "c_yy",  # error counts: x predicted, y gold
+    "m_tpp", "m_tpr", "m_pred", "m_gold",  # MPP's partial credits and the spans they are shares of
 )  # fmt: skip
 _COL = {name: i for i, name in enumerate(_COLUMNS)}
 
@@ -69,11 +72,14 @@ class _DocStats:
     n_tokens: int
     n_predicted: float  # the predicted spans, or the judge's expected number of errors (`counts`)
     n_gold: int
+    partial: PartialPRF
 
     def row(self) -> list[float]:
         x, y = self.n_predicted, self.n_gold
-        o, t = self.overlap, self.token
-        return [o.tp, o.fp, o.fn, t.tp, t.fp, t.fn, self.n_tokens, 1, x, y, x * y, x * x, y * y]
+        o, t, m = self.overlap, self.token, self.partial
+        counts = [1, x, y, x * y, x * x, y * y]
+        partial = [m.tp_precision, m.tp_recall, m.predicted, m.gold]
+        return [o.tp, o.fp, o.fn, t.tp, t.fp, t.fn, self.n_tokens, *counts, *partial]
 
 
 def _scored(
@@ -99,6 +105,7 @@ def _scored(
                 n_tokens=len(token_spans(doc.output)),
                 n_predicted=len(pred) if counts is None else counts[doc.id],
                 n_gold=len(gold),
+                partial=mpp(pred, gold),
             )
         )
     return stats
@@ -158,6 +165,17 @@ def _f1_rows(sums: np.ndarray, prefix: str) -> np.ndarray:
     return np.where(sums[:, _COL["c_n"]] > 0, f1, np.nan)
 
 
+def _mpp_f1_rows(sums: np.ndarray) -> np.ndarray:
+    """MPP's micro F1 per resample row, as PartialPRF.f1 (precision 1 without predictions, recall 1 without gold);
+    nan without scored docs."""
+    predicted, gold = sums[:, _COL["m_pred"]], sums[:, _COL["m_gold"]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = np.where(predicted > 0, sums[:, _COL["m_tpp"]] / np.where(predicted > 0, predicted, 1), 1.0)
+        r = np.where(gold > 0, sums[:, _COL["m_tpr"]] / np.where(gold > 0, gold, 1), 1.0)
+        f1 = np.where(p + r > 0, 2 * p * r / np.where(p + r > 0, p + r, 1), 0.0)
+    return np.where(sums[:, _COL["c_n"]] > 0, f1, np.nan)
+
+
 def _pearson_rows(
     n: np.ndarray, sx: np.ndarray, sy: np.ndarray, sxy: np.ndarray, sxx: np.ndarray, syy: np.ndarray
 ) -> np.ndarray:
@@ -185,6 +203,7 @@ def _resampled(stats: Sequence[_DocStats], input_ids: Sequence[str], n_resamples
     return {
         "overlap_f1": _f1_rows(sums, "o"),
         "token_f1": _f1_rows(sums, "t"),
+        "mpp_f1": _mpp_f1_rows(sums),
         "count_pearson": _pearson_rows(col("c_n"), col("c_x"), col("c_y"), col("c_xy"), col("c_xx"), col("c_yy")),
         "token_pearson": _pearson_rows(col("t_n"), t_x, t_y, col("t_tp"), t_x, t_y),
     }
@@ -224,7 +243,7 @@ def span_agreement(
 
     Keys: n_outputs (documents), n_inputs (distinct input ids), asked (documents with an entry
     in `predictions`), scored (entry not None), parse_rate (scored / asked; None if none
-    asked); overlap_/token_ precision, recall, f1; exact_f1; count_pearson and token_pearson
+    asked); overlap_/token_/mpp_ precision, recall, f1; exact_f1; count_pearson and token_pearson
     (None where undefined, with count_pearson_reason / token_pearson_reason); for each metric
     M of INTERVAL_METRICS, M_low and M_high (percentile interval; None if no resample defines
     it) and M_undefined (resamples where it did not exist); n_resamples, confidence, seed.
@@ -236,6 +255,7 @@ def span_agreement(
     stats = _scored(docs, predictions, counts)
     asked = sum(doc.id in predictions for doc in docs)
     overlap, token = micro_total(s.overlap for s in stats), micro_total(s.token for s in stats)
+    partial = sum((s.partial for s in stats), PartialPRF(0.0, 0.0, 0, 0))
     counts = _pearson_from_sums(*_count_sums(stats), what="scored outputs")
     tokens = _pearson_from_sums(*_token_sums(stats), what="tokens")
     row: dict[str, Any] = {
@@ -250,6 +270,9 @@ def span_agreement(
         "token_precision": token.precision,
         "token_recall": token.recall,
         "token_f1": token.f1,
+        "mpp_precision": partial.precision,
+        "mpp_recall": partial.recall,
+        "mpp_f1": partial.f1,
         "exact_f1": micro_total(s.exact for s in stats).f1,
         "count_pearson": counts.value,
         "count_pearson_reason": counts.reason,
@@ -257,7 +280,8 @@ def span_agreement(
         "token_pearson_reason": tokens.reason,
     }
     if not stats:  # P/R/F1 of nothing are undefined, not 0: an unscored judge did not "find no errors"
-        row |= {key: None for key in row if key.startswith(("overlap_", "token_", "exact_")) and "pearson" not in key}
+        spans = ("overlap_", "token_", "mpp_", "exact_")
+        row |= {key: None for key in row if key.startswith(spans) and "pearson" not in key}
     input_ids = list(dict.fromkeys(doc.input_id for doc in docs))
     samples = _resampled(stats, input_ids, n_resamples, seed) if input_ids else {}
     for metric in INTERVAL_METRICS:

@@ -32,7 +32,7 @@ from .factgenie import PREFIX as FACTGENIE
 from .factgenie import check_judges, load_factgenie_spans
 from .gamma import gamma_agreement
 from .judging import quintd_tables
-from .metrics import evaluate_spans, mark_numbers, snap_to_words
+from .metrics import MATCHING, evaluate_spans, mark_numbers, snap_to_words
 from .quintd import QUINTD_SPLIT_DOMAINS, QUINTD_SPLITS, human_pairs, load_quintd1
 from .rotowire import load_rotowire
 
@@ -256,12 +256,17 @@ def measured(
 
 
 def spans_markdown(name: str, documents: int, results: dict[str, Any], gamma: bool, snap_words: bool) -> str:
-    """spans.md: what the columns mean, then a row per system and variant (exact, overlap, token)."""
+    """spans.md: what the columns mean, then a row per system and variant (exact, overlap, token, mpp), each variant's matching rule named."""
     lines = [
         f"# Error-span precision / recall on {name} ({documents} documents)",
         "",
         "Count r / token r: Pearson r with the gold spans of the number of errors per output and of the"
         " per-token error labels (the quintd-1 paper's agreement), with 95% input-bootstrap intervals.",
+        "",
+        "Each variant's matching rule, all micro-averaged over the scored documents:",
+        "",
+        *(f"- {rule}" for rule in MATCHING.values()),
+        "",
         *(
             [
                 "γ: factgenie's γ agreement (pygamma-agreement, one category), mean over the outputs both sides marked;"
@@ -289,7 +294,7 @@ def spans_markdown(name: str, documents: int, results: dict[str, Any], gamma: bo
         gamma_cells = ""
         if g:
             gamma_cells = f" {_mean(g['gamma'], g['gamma_outputs'])} | {_mean(g['s_empty'], g['s_empty_outputs'])} |"
-        for variant in ("exact", "overlap", "token"):
+        for variant in MATCHING:
             v = r[variant]
             lines.append(f"| {system} | {variant} | {v['precision']:.3f} | {v['recall']:.3f} | {v['f1']:.3f} | "
                          f"{r['scored']} | {r['unscored'] + r['missing']} | {_shown(r['count_pearson'])} | "

@@ -1,7 +1,8 @@
 """Span metrics: a judge's error spans against gold ones, on character offsets into one output
-text, half-open [start, end). Three views, each summed over documents (micro): exact spans,
-overlapping mistakes (the RotoWire shared-task protocol) and tokens; plus the trivial
-mark-every-number baseline and `evaluate_spans`, which applies them to a span set.
+text, half-open [start, end). Four views, each summed over documents (micro), each named by its
+matching rule (`MATCHING`): exact spans, overlapping mistakes (the RotoWire shared-task protocol),
+tokens, and MPP (match with partial overlap and partial credit, Perrella et al. 2026); plus the
+trivial mark-every-number baseline and `evaluate_spans`, which applies them to a span set.
 """
 
 from __future__ import annotations
@@ -12,7 +13,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
 from .documents import Span, SpanDocument
+
+# Each variant's matching rule, as the tables name it
+MATCHING = {
+    "exact": "exact: a predicted span counts iff it equals a gold span not matched yet (one to one)",
+    "overlap": "overlap: RotoWire's rule; gold spans left to right each take the first unused predicted span "
+    "that overlaps them by a character (one to one); a match counts 1",
+    "token": "token: whitespace tokens, an error token when a span covers any of its characters",
+    "mpp": "mpp: match with partial overlap and partial credit (Perrella et al. 2026, arXiv 2603.19921), micro: "
+    "the one-to-one matching that maximises the pairs' overlap F (Hungarian); a matched predicted span earns "
+    "overlap / its length toward precision, a matched gold span overlap / its length toward recall",
+}
 
 
 @dataclass(frozen=True)
@@ -51,6 +66,71 @@ class PRF:
             "recall": self.recall,
             "f1": self.f1,
         }
+
+
+@dataclass(frozen=True)
+class PartialPRF:
+    """MPP's credits: partial true positives toward precision and toward recall, over the predicted and the gold
+    spans they are shares of. As the authors' code divides them: precision 1.0 when nothing is predicted and
+    recall 1.0 when nothing is gold (so a judge that marks nothing where nothing is wrong is perfect, and one that
+    marks nothing elsewhere has recall 0, F1 0)."""
+
+    tp_precision: float
+    tp_recall: float
+    predicted: int
+    gold: int
+
+    @property
+    def precision(self) -> float:
+        return self.tp_precision / self.predicted if self.predicted else 1.0
+
+    @property
+    def recall(self) -> float:
+        return self.tp_recall / self.gold if self.gold else 1.0
+
+    @property
+    def f1(self) -> float:
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+    def __add__(self, other: PartialPRF) -> PartialPRF:
+        return PartialPRF(
+            self.tp_precision + other.tp_precision,
+            self.tp_recall + other.tp_recall,
+            self.predicted + other.predicted,
+            self.gold + other.gold,
+        )
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "tp_precision": self.tp_precision,
+            "tp_recall": self.tp_recall,
+            "predicted": self.predicted,
+            "gold": self.gold,
+            "precision": self.precision,
+            "recall": self.recall,
+            "f1": self.f1,
+        }
+
+
+def mpp(predicted: Sequence[Span], gold: Sequence[Span]) -> PartialPRF:
+    """MPP on one document: the one-to-one matching of predicted and gold spans that maximises the sum of each
+    pair's overlap F, 2·overlap / (|predicted| + |gold|) (the Hungarian algorithm, as the authors' code finds
+    it); each matched pair that overlaps adds overlap / |predicted| to precision's credit and overlap / |gold|
+    to recall's. Severities and categories are not compared (severity penalty 0)."""
+    pred, gold_ = check_spans(predicted, "predicted"), check_spans(gold, "gold")
+    tp_precision = tp_recall = 0.0
+    if pred and gold_:
+        starts, ends = np.array(pred).T
+        g_starts, g_ends = np.array(gold_).T
+        overlap = np.clip(np.minimum(ends[:, None], g_ends) - np.maximum(starts[:, None], g_starts), 0, None)
+        lengths, g_lengths = ends - starts, g_ends - g_starts
+        rows, columns = linear_sum_assignment(2 * overlap / (lengths[:, None] + g_lengths), maximize=True)
+        for i, j in zip(rows, columns, strict=True):
+            if overlap[i, j] > 0:
+                tp_precision += overlap[i, j] / lengths[i]
+                tp_recall += overlap[i, j] / g_lengths[j]
+    return PartialPRF(float(tp_precision), float(tp_recall), len(pred), len(gold_))
 
 
 def micro_total(parts: Iterable[PRF]) -> PRF:
@@ -240,7 +320,7 @@ def mark_numbers(text: str) -> list[Span]:
 
 
 def evaluate_spans(docs: Sequence[SpanDocument], predictions: Mapping[str, Sequence[Span] | None]) -> dict[str, Any]:
-    """Micro exact / overlap / token P/R/F1 over the scored documents, plus per-category recall.
+    """Micro exact / overlap / token / MPP P/R/F1 over the scored documents, plus per-category recall.
 
     A document whose prediction is None (the judge produced no evaluation) or that is absent
     from `predictions` is unscored: counted, and left out of every total — not treated as
@@ -249,6 +329,7 @@ def evaluate_spans(docs: Sequence[SpanDocument], predictions: Mapping[str, Seque
     `gold_dropped` sums the loaders' unplaceable gold spans over the scored documents.
     """
     exact, overlap, token = [], [], []
+    partial = PartialPRF(0.0, 0.0, 0, 0)
     by_category: dict[str, dict[str, int]] = {}
     unscored = missing = dropped = 0
     for doc in docs:
@@ -266,6 +347,7 @@ def evaluate_spans(docs: Sequence[SpanDocument], predictions: Mapping[str, Seque
         exact.append(from_matches(exact_hits, len(pred)))
         overlap.append(from_matches(overlap_hits, len(pred)))
         token.append(token_prf(pred, gold, doc.output))
+        partial += mpp(pred, gold)
         for span, e_hit, o_hit in zip(doc.gold, exact_hits, overlap_hits, strict=True):
             tally = by_category.setdefault(span.category, {"gold": 0, "exact": 0, "overlap": 0})
             tally["gold"] += 1
@@ -280,6 +362,7 @@ def evaluate_spans(docs: Sequence[SpanDocument], predictions: Mapping[str, Seque
         "exact": micro_total(exact).as_dict(),
         "overlap": micro_total(overlap).as_dict(),
         "token": micro_total(token).as_dict(),
+        "mpp": partial.as_dict(),
         "per_category_recall": {
             category: {
                 "gold": t["gold"],

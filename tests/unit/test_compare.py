@@ -164,6 +164,39 @@ def test_on_quintd1_the_human_error_profiles_of_two_systems_are_compared(
     assert main(["compare", *paths]) == 2 and "share 0 scored item(s)" in capsys.readouterr().err
 
 
+def test_two_annotations_of_the_same_outputs_get_their_span_agreement(shared_data: Path, tmp_path: Path) -> None:
+    """GPT-4's and the crowd's quintd-1 spans on the same wikidata outputs, compared as two systems (--errors-only):
+    GPT-4's spans against the humans', read as `meta-eval --spans` reads them (`evaluate_spans`); two systems whose
+    outputs differ get none."""
+    from spanjudge.eval.spans.metrics import evaluate_spans
+    from spanjudge.eval.spans.quintd import load_quintd1
+
+    def documents(annotator: str) -> dict[str, Any]:
+        found = load_quintd1(shared_data, annotator=annotator, domains=("wikidata",))
+        return {d.id: d for d in found if d.id.split("/")[2] == "gpt-3.5"}
+
+    humans, gpt4 = documents("human"), documents("gpt-4")
+    shared = sorted(set(humans) & set(gpt4))[:120]
+    paths = []
+    for name, docs in (("humans", humans), ("gpt-4", gpt4)):
+        rows = [{"id": i, "output": docs[i].output, "evaluation": {"score": None, "errors": [
+            {"start": g.start, "end": g.end} for g in docs[i].gold]}} for i in shared]  # fmt: skip
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        paths += ["--results", str(tmp_path / f"{name}.jsonl")]
+    out = tmp_path / "compare.json"
+    assert main(["compare", *paths, "--errors-only", "--out", str(out), "--resamples", "100"]) == 0
+    [agreement] = json.loads(out.read_text())["span_agreement"]
+    expected = evaluate_spans([humans[i] for i in shared], {i: list(gpt4[i].gold_spans) for i in shared})
+    assert (agreement["a"], agreement["b"], agreement["items"]) == ("humans", "gpt-4", len(shared))
+    for variant in ("overlap", "token", "mpp"):
+        assert agreement[variant] == pytest.approx(expected[variant]), variant
+    assert 0 < agreement["mpp"]["f1"] < 1 and agreement["mpp"]["precision"] != agreement["mpp"]["recall"]
+    table = out.with_suffix(".md").read_text()
+    assert "| humans | gpt-4 |" in table and "mpp: match with partial overlap and partial credit" in table
+    # the usual comparison, two systems' own outputs: no span agreement
+    assert compare_systems(_systems(), resamples=100).span_agreement is None
+
+
 def test_a_setting_one_system_records_and_another_does_not_cannot_be_checked() -> None:
     systems = _systems()
     judged = {
