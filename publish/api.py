@@ -8,7 +8,7 @@ commit, and returns what was staged and where it went; printing is the caller's.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,12 +16,13 @@ from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.core.keyvalue import parse_texts
 from spanjudge.core.options import option
 
+from .benchmark import BenchmarkOptions, stage_benchmark
 from .card import CardOptions
 from .dataset import read_dataset_folder
 from .dataset_card import DatasetCardOptions
 from .dataset_staging import stage_dataset
-from .eval_results import FOLDER, eval_result_files, hub_datasets
-from .hub import check_repo_id, hub_token, upload
+from .eval_results import FOLDER, HubDataset, eval_result_files, hub_datasets
+from .hub import check_repo_id, hub_token, is_hub_benchmark, upload
 from .model_staging import stage
 from .results import read_eval_results
 from .run_folder import card_base_model, read_run
@@ -45,6 +46,16 @@ class PublishOptions:
         help="Instead of a judge, the folder `spanjudge annotate`/`import`/`merge` wrote: uploaded as a dataset repo "
         "with a dataset card.",
     )
+    benchmark: str | None = option(
+        None,
+        help="Instead of a judge or a dataset, a span set with inputs (quintd1, quintd1:dev, quintd1:test, rotowire) "
+        "as a Hub Benchmark: a dataset repo with the data, a dataset card, an eval.yaml (inspect-ai) and the inspect "
+        "task that scores a judge's spans with MPP.",
+    )
+    data_dir: Path | None = option(
+        None, help="--benchmark: the shared data folder (default ../shared/data or $SPANJUDGE_DATA)."
+    )
+    max_items: int | None = option(None, help="--benchmark: the set's first N outputs only.")
     private: bool = option(False, help="Create the repository as private.")
     merged: bool = option(False, help="Upload the adapter merged into the base (safetensors) instead.")
     dry_run: Path | None = option(None, help="Write exactly what would be uploaded into this folder; upload nothing.")
@@ -86,11 +97,22 @@ class Published:
 
 def _check_options(options: PublishOptions) -> None:
     """Options that contradict each other, before anything is read."""
-    if (options.model is None) == (options.dataset_dir is None):
+    if sum(x is not None for x in (options.model, options.dataset_dir, options.benchmark)) != 1:
         raise InputError(
-            "give --model RUN_FOLDER (a judge) or --dataset-dir FOLDER (an annotated dataset), one of them"
+            "give --model RUN_FOLDER (a judge), --dataset-dir FOLDER (an annotated dataset) or --benchmark SET "
+            "(a span set as a Hub Benchmark), one of them"
         )
-    if options.dataset_dir is not None:
+    if options.benchmark is None and (options.data_dir is not None or options.max_items is not None):
+        raise InputError("--data-dir and --max-items choose a --benchmark's outputs; give --benchmark SET too")
+    if options.benchmark is not None:
+        given = {"--merged": options.merged, "--base-model": options.base_model, "--dataset": options.datasets,
+                 "--eval-results": options.eval_results, "--judge-name": options.judge_name,
+                 "--hub-dataset": options.hub_datasets, "--source-license": options.source_licenses}  # fmt: skip
+        if stray := [name for name, value in given.items() if value]:
+            raise InputError(f"{stray[0]} does not go with --benchmark (a span set's repository)")
+        if options.max_items is not None and options.max_items < 1:
+            raise InputError(f"--max-items must be at least 1, got {options.max_items}")
+    elif options.dataset_dir is not None:
         given = {"--merged": options.merged, "--base-model": options.base_model, "--dataset": options.datasets,
                  "--eval-results": options.eval_results, "--judge-name": options.judge_name,
                  "--hub-dataset": options.hub_datasets}  # fmt: skip
@@ -131,6 +153,21 @@ def source_licenses(values: Sequence[str]) -> dict[str, str]:
     return found
 
 
+def _say_unknown_benchmarks(datasets: Iterable[HubDataset], say: Say) -> None:
+    """A line for each --hub-dataset not known to be a Hub Benchmark: its results show on the model page, but on a
+    leaderboard only once the dataset has an eval.yaml (`spanjudge publish --benchmark SET` stages one)."""
+    for dataset in datasets:
+        known = is_hub_benchmark(dataset.id, hub_token())
+        if known:
+            continue
+        why = "has no eval.yaml on the Hub" if known is False else "could not be checked here (offline or not found)"
+        say(
+            f"warning: --hub-dataset {dataset.id} {why}, so it is not known to be a Hub Benchmark: its results "
+            "show on the model page, and on a leaderboard only once the dataset is one (`spanjudge publish "
+            "--benchmark SET` stages a span set as one)"
+        )
+
+
 def _judge_stager(options: PublishOptions, license_: str, say: Say) -> Stager:
     assert options.model is not None
     run = read_run(options.model)
@@ -143,7 +180,9 @@ def _judge_stager(options: PublishOptions, license_: str, say: Say) -> Stager:
         datasets=tuple(options.datasets),
         eval_results=results,
     )
-    listed = eval_result_files(results, hub_datasets(options.hub_datasets)) if results else None
+    named = hub_datasets(options.hub_datasets)
+    listed = eval_result_files(results, named) if results else None
+    _say_unknown_benchmarks(named.values(), say)
     if listed is not None and listed.unmapped:
         say(
             f"{FOLDER}/: no --hub-dataset for {', '.join(listed.unmapped)}; their rows are in the card's table and "
@@ -163,26 +202,39 @@ def _dataset_stager(options: PublishOptions, license_: str) -> Stager:
     return (lambda out, token: stage_dataset(data, out, card, token=token)), [data.folder]
 
 
+def _benchmark_stager(options: PublishOptions, license_: str) -> Stager:
+    assert options.benchmark is not None
+    benchmark = BenchmarkOptions(options.benchmark, options.repo_id, license_, options.data_dir, options.max_items)
+    return (lambda out, token: stage_benchmark(benchmark, out)), []
+
+
 def _sizes(folder: Path, names: list[str]) -> list[tuple[str, int]]:
     return [(name, (folder / name).stat().st_size) for name in names]
 
 
 def publish(options: PublishOptions, say: Say = print) -> Published:
-    """Stage a judge (--model) or an annotated dataset (--dataset-dir) and upload it, or leave
-    it in the dry-run folder."""
+    """Stage a judge (--model), an annotated dataset (--dataset-dir) or a benchmark (--benchmark) and upload it,
+    or leave it in the dry-run folder."""
     check_repo_id(options.repo_id)
     _check_options(options)
     token = _token(options)
     license_ = _license(options.license)
-    is_dataset = options.dataset_dir is not None
-    stage_into, sources = _dataset_stager(options, license_) if is_dataset else _judge_stager(options, license_, say)
+    is_dataset = options.dataset_dir is not None or options.benchmark is not None
+    if options.benchmark is not None:
+        stage_into, sources = _benchmark_stager(options, license_)
+    elif options.dataset_dir is not None:
+        stage_into, sources = _dataset_stager(options, license_)
+    else:
+        stage_into, sources = _judge_stager(options, license_, say)
     target = f"the dataset {options.repo_id}" if is_dataset else options.repo_id
     if options.dry_run is not None:
         check_dry_run_target(options.dry_run, sources)
         names = stage_into(options.dry_run, None)
         return Published(target, _sizes(options.dry_run, names), options.dry_run, None)
     assert token is not None
-    if is_dataset:
+    if options.benchmark is not None:
+        message = f"spanjudge publish: the benchmark {options.benchmark} (data, card, eval.yaml, inspect task)"
+    elif is_dataset:
         message = "spanjudge publish: annotated dataset and dataset card"
     else:
         message = f"spanjudge publish: {'merged model' if options.merged else 'LoRA adapter'} and model card"

@@ -24,8 +24,9 @@ def _size(nbytes: int) -> str:
 
 
 def publish_command(options: PublishOptions) -> None:
-    """Upload a trained judge (--model) with a generated model card, or an annotated dataset
-    (--dataset-dir) with a generated dataset card.
+    """Upload a trained judge (--model) with a generated model card, an annotated dataset
+    (--dataset-dir) with a generated dataset card, or a span set as a Hub Benchmark (--benchmark SET:
+    the data, a dataset card, an eval.yaml and the inspect task that scores a judge's spans with MPP).
 
     Only an allow-list is uploaded: adapter weights and config (or merged safetensors with
     --merged), tokenizer files, spanjudge.json, the training config and the card — never
@@ -33,7 +34,8 @@ def publish_command(options: PublishOptions) -> None:
     the run folder are refused, safetensors are verified, and machine-local paths are cut to
     their names. The card's meta-evaluation rows are those of one judge; with --hub-dataset they are also
     written as the Hub's evaluation results (.eval_results/*.yaml), which the model page and the benchmark's
-    leaderboard list. The token comes from $HF_TOKEN
+    leaderboard list; a --hub-dataset not known to be a Hub Benchmark (no eval.yaml) is warned about. The token
+    comes from $HF_TOKEN
     or `hf auth login`; it is needed unless --dry-run is given, and checked before any work.
 
     With --dataset-dir only train.jsonl, validation.jsonl, hf_dataset/ (rebuilt from them),

@@ -42,3 +42,17 @@ def upload(folder: Path, repo_id: str, *, private: bool, token: str, message: st
         raise SpanjudgeError(f"upload to {repo_id} failed: {exc.__class__.__name__}: {detail}") from None
     kind = "datasets/" if repo_type == "dataset" else ""
     return str(getattr(info, "commit_url", "") or f"https://huggingface.co/{kind}{repo_id}")
+
+
+def is_hub_benchmark(dataset_id: str, token: str | None) -> bool | None:
+    """Whether the Hub dataset is a registered Benchmark (its repository holds an `eval.yaml`): None where that
+    cannot be told here (offline, no such dataset, a network error)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.constants import HF_HUB_OFFLINE
+
+    if HF_HUB_OFFLINE:
+        return None
+    try:
+        return bool(HfApi(token=token).file_exists(dataset_id, "eval.yaml", repo_type="dataset"))
+    except Exception:  # not found, private, network: not known either way
+        return None

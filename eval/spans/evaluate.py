@@ -256,7 +256,8 @@ def measured(
 
 
 def spans_markdown(name: str, documents: int, results: dict[str, Any], gamma: bool, snap_words: bool) -> str:
-    """spans.md: what the columns mean, then a row per system and variant (exact, overlap, token, mpp), each variant's matching rule named."""
+    """spans.md: what the columns mean and each variant's matching rule, then a row per system and variant (exact,
+    overlap, token, mpp)."""
     lines = [
         f"# Error-span precision / recall on {name} ({documents} documents)",
         "",

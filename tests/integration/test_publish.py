@@ -323,6 +323,8 @@ def test_hub_evaluation_results_are_staged_for_the_sets_given_a_hub_dataset(
     assert staged == ["summeval-coherence-summary-kendall.yaml", "summeval-fluency-summary-kendall.yaml"]
     assert ".eval_results/summeval-coherence-summary-kendall.yaml" in printed.out  # listed as uploaded
     assert "no --hub-dataset for qags_xsum" in printed.err
+    # offline (as tests run), whether the dataset is a Hub Benchmark cannot be told: said, not assumed
+    assert "--hub-dataset someone/summeval-benchmark could not be checked here" in printed.err
     data = yaml.safe_load((out / ".eval_results" / staged[0]).read_text())
     assert schema_problems(data) == []
     [entry] = parse_eval_result_entries(data)
