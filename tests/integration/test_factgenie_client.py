@@ -60,7 +60,7 @@ def _human_campaign(campaigns: Path) -> Path:
               "final_message": "Thanks.", "examples_per_batch": 1, "idle_time": 60, "annotation_granularity":
               "words", "annotation_overlap_allowed": False, "flags": [], "options": [], "sliders": [],
               "text_fields": []}  # fmt: skip
-    metadata = {"id": "people", "mode": CampaignMode.CROWDSOURCING, "config": config, "created": "2026-11-29 12:00:00"}
+    metadata = {"id": "people", "mode": CampaignMode.CROWDSOURCING, "config": config, "created": "2024-03-25 00:00:00"}
     (folder / "metadata.json").write_text(json.dumps(metadata))
     header = ["dataset", "split", "example_idx", "setup_id", "batch_idx", "annotator_id", "annotator_group"]
     with (folder / "db.csv").open("w", newline="") as db:
@@ -102,7 +102,7 @@ def test_factgenie_lists_compares_and_reads_back_our_campaigns(
     app.db = {"annotation_index": None, "scheduler": _Scheduler(), "running_campaigns": set()}  # type: ignore[attr-defined]
     with app.app_context():
         listed = factgenie.workflows.get_sorted_campaign_list(app, modes=[CampaignMode.EXTERNAL, "crowdsourcing"])
-        assert list(listed) == ["people", "judge-run"]  # newest first, by `created`
+        assert list(listed) == ["judge-run", "people"]  # newest first, by `created` (ours: now)
         judge = listed["judge-run"]
         assert [(d["dataset"], d["setup_id"], d["example_idx"], d["status"]) for d in judge["data"]] == [
             ("cafes", "gpt-4", 0, "finished"),
