@@ -18,7 +18,7 @@
 # smollm2-mixed-cut-s42, -s1 and -s2; gemma3-mixed-cut-s42, -s1 and -s2 (dev chose gemma3-mixed-cut);
 # on test, gemma3-mixed-cut-s42, -s1 and -s2. Issue #66: the teacher the ensemble study chose on dev
 # (bench/results/ensemble_quintd.md: GPT-4's two samples merged by vote), recipe gemma3-vote-cut: on dev,
-# gemma3-vote-cut-s42 and -s1, and on test gemma3-vote-cut-s42; -s2 on dev, then -s1 and -s2 on test, are still to run.
+# gemma3-vote-cut-s42 and -s1, on dev and on test; -s2, on dev then on test, is still to run.
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
