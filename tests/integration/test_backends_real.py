@@ -57,18 +57,21 @@ def test_openai_backend_chats_with_a_real_server(smollm2_server: LlamaCppServer)
             params=GREEDY,
         ),
     ]
-    seen: list[int] = []
+    seen: dict[int, CallResult] = {}
     backend = make_backend(_spec(smollm2_server.base_url, concurrency=2))
-    results = backend.generate(requests, on_result=lambda i, r: seen.append(i))
-    assert sorted(seen) == [0, 1]
+    results = backend.generate(requests, on_result=seen.__setitem__)
+    # each reply is reported once, under its request's index, and returned in request order; greedy
+    # text is not compared across runs: llama.cpp batches concurrent slots (and reuses cached prompts)
+    # differently from run to run, which can flip a near-tie token
+    assert sorted(seen) == [0, 1] and [seen[0], seen[1]] == results
     for result in results:
         assert isinstance(result, Completion), result
         assert result.text.strip()
         assert result.finish_reason in {"stop", "length"}
         assert result.completion_tokens is not None and 1 <= result.completion_tokens <= 16
         assert result.prompt_tokens and result.endpoint == smollm2_server.base_url and result.attempts == 1
-    # greedy decoding on the same server is repeatable
-    assert _texts(backend.generate(requests)) == _texts(results)
+    colour, capital = (any(word in text for word in ("France", "Paris")) for text in _texts(results))
+    assert capital and not colour
 
 
 def test_completions_api_on_a_base_model_without_chat_template(gemma3_path: Path, tmp_path: Path) -> None:
