@@ -100,6 +100,8 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         help="train on 'No Error' records this many times (data.repeat_no_error)",
     )
+    parser.add_argument("--example-weights", choices=("none", "agreement"), help="data.example_weights: agreement "
+                        "weighs each example by its vote teacher's annotator agreement (--train-source config)")
     parser.add_argument(
         "--decision-weight",
         type=float,

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..chat import encode_chat, shared_length, turn_end_ids
 from ..contract import Evaluation
 from ..cpu_precision import cpu_judging_dtype
-from ..probabilities import ChoiceReader, ReplyProbabilities
+from ..probabilities import ChoiceReader, ReplyProbabilities, alternative_runs
 from .adapters import adapter_config, tokenizer_source
 from .base import (
     Backend,
@@ -578,6 +578,10 @@ class ProbabilityReader(ChoiceReader):
         self.cache_budget_bytes = cache_budget_bytes
         self._torch = torch
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        # alternatives run through the decoder alone and the output layer on the rows read (PEFT's layers are
+        # inside the decoder: the base model's modules are the adapted ones)
+        self._decoder, self._output_layer = base.get_decoder(), base.get_output_embeddings()
+        self._text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         # transformers 5 names the cache argument `cache`; 4.x `past_key_values`
         self._cache_argument = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
         self.reuse_prefix = reuse_prefix
@@ -660,32 +664,47 @@ class ProbabilityReader(ChoiceReader):
         cache: DynamicCache,
         end: bool,
     ) -> list[float]:
-        """log P(tail | prompt + reply[:start]) for each tail (and, with `end`, of the turn's end after it)."""
+        """log P(tail | prompt + reply[:start]) for each tail (and, with `end`, of the turn's end after it).
+
+        Only the rows something reads are computed, as llama.cpp's reader does (`alternative_runs`): tails that
+        begin alike (`8` of `87` and `85`) run as one, a tail's last token runs only where the choice ends the
+        reply, and the output layer (Gemma's 262k words) makes just the rows read: the 101 score values cost
+        ~100 rows instead of one per value and token."""
         torch = self._torch
         at = len(prompt_ids) + start  # the first tail token is predicted by the row before it
-        opening = first[at - 1]
-        totals = [float(opening[tail[0]]) if tail else 0.0 for tail in tails]
+        rows: dict[tuple[int, ...], Any] = {(): first[at - 1]}
+        runs = alternative_runs(tails, end)
         budget = self.cache_budget_bytes or cache_budget(self.model.device)
         size = alternatives_per_pass(_cache_bytes(cache) * at / max(1, cache.get_seq_length()), budget)
-        for begin in range(0, len(tails), size):
-            group = tails[begin : begin + size]
-            width = max(len(tail) for tail in group)
-            if width == 0:
-                continue
-            pad = group[0][0] if group[0] else 0
-            ids = torch.tensor([tail + [pad] * (width - len(tail)) for tail in group], device=self.model.device)
+        for begin in range(0, len(runs), size):
+            group = runs[begin : begin + size]
+            width = max(len(run) for run, _ in group)
+            # right padding: a causal model's rows before it do not see it
+            ids = torch.tensor([[*run, *[run[0]] * (width - len(run))] for run, _ in group], device=self.model.device)
             branch = copy.deepcopy(cache)
             branch.crop(at - branch.get_seq_length())  # negative: the tokens to drop (transformers 4.56 and 5)
             branch.batch_repeat_interleave(len(group))
-            logits = self.model(input_ids=ids, use_cache=True, **{self._cache_argument: branch}).logits
-            rows = logits.float().log_softmax(-1)
-            for offset, tail in enumerate(group):
-                index = begin + offset
-                totals[index] += sum(float(rows[offset, j - 1, tail[j]]) for j in range(1, len(tail)))
-                if end:
-                    last = rows[offset, len(tail) - 1] if tail else opening
-                    totals[index] += float(torch.logsumexp(last[self.end_ids], dim=0))
+            hidden = self._decoder(input_ids=ids, use_cache=True, **{self._cache_argument: branch}).last_hidden_state
+            read = [(index, length) for index, (_, lengths) in enumerate(group) for length in lengths]
+            picked = hidden[[index for index, _ in read], [length - 1 for _, length in read]]
+            for (index, length), row in zip(read, self._output_rows(picked), strict=True):
+                rows[group[index][0][:length]] = row
+        totals = []
+        for tail in tails:
+            total = sum(float(rows[tuple(tail[:j])][tail[j]]) for j in range(len(tail)))
+            if end:
+                total += float(torch.logsumexp(rows[tuple(tail)][self.end_ids], dim=0))
+            totals.append(total)
         return totals
+
+    def _output_rows(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The log-softmax rows of the model's output layer at these final hidden states, as its forward makes
+        its logits (with Gemma's final soft-capping where the config has one)."""
+        logits = self._output_layer(hidden).float()
+        cap = getattr(self._text_config, "final_logit_softcapping", None)
+        if cap:
+            logits = self._torch.tanh(logits / cap) * cap
+        return logits.log_softmax(-1)
 
 
 ENGINE = Engine(
