@@ -628,11 +628,14 @@ class ProbabilityReader(ChoiceReader):
                 output = self.model(
                     input_ids=self._torch.tensor([written[begin:end]], device=self.model.device),
                     use_cache=True,
-                    logits_to_keep=self._torch.tensor([k - begin for k in wanted or [end - 1]], device=self.model.device),
+                    logits_to_keep=self._torch.tensor(
+                        [k - begin for k in wanted or [end - 1]], device=self.model.device
+                    ),
                     **{self._cache_argument: cache},
                 )
                 cache = output["cache"] if "cache" in output else output["past_key_values"]  # transformers 5, 4.x
-                first.update(zip(wanted, output.logits[0].float().log_softmax(-1)))
+                if wanted:  # else the one row computed is nobody's
+                    first.update(zip(wanted, output.logits[0].float().log_softmax(-1), strict=True))
             if self.reuse_prefix:
                 self._held = (written, cache, floor)  # the alternatives below read copies of it
             return [
