@@ -116,8 +116,3 @@ def _with_example_weights(collate: Callable[[list[dict[str, Any]]], dict[str, An
         return batch
 
     return collate_weighted
-
-
-def decision_weighted_trainer(weight: float) -> type:
-    """TRL's SFTTrainer with each example's first completion token counted `weight` times in training."""
-    return weighted_trainer(decision_weight=weight)
