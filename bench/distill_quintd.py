@@ -96,10 +96,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=float)
     parser.add_argument("--rank", type=int, help="LoRA rank (alpha = 2 × rank)")
     parser.add_argument(
-        "--repeat-no-error",
-        type=int,
-        help="train on 'No Error' records this many times (data.repeat_no_error)",
+        "--repeat-no-error", type=int, help="train on 'No Error' records N times (data.repeat_no_error)"
     )
+    weights = (
+        "data.example_weights: agreement weighs each example by its vote teacher's agreement (--train-source config)"
+    )
+    parser.add_argument("--example-weights", choices=("none", "agreement"), help=weights)
     parser.add_argument(
         "--decision-weight",
         type=float,

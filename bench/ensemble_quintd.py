@@ -43,6 +43,7 @@ from spanjudge.eval.spans.teachers import (
     candidates,
     dev_choice,
     no_error_interval,
+    output_agreement_signal,
     paired_difference,
     teacher_predictions,
     vote_name,
@@ -125,6 +126,12 @@ def main() -> None:
         ]
     if args.split == "dev":
         choice = dev_choice(pooled)
+        # does the chosen vote's agreement on an output say how good it is there? (data.example_weights)
+        chosen_teacher = next(t for t in teachers if t.name == choice)
+        if chosen_teacher.merge is not None:
+            saved["splits"]["dev"]["output_agreement"] = output_agreement_signal(
+                chosen_teacher, rule, docs, args.resamples, args.seed
+            )
         saved["choice"] = {
             "teacher": choice,
             "objective": OBJECTIVE,
@@ -251,6 +258,20 @@ def markdown(saved: dict[str, Any]) -> str:
                     f"{v}: {x['spans']} ({x['overlap_human']:.2f})" for v, x in signal["by_votes"].items()
                 )
                 lines.append(f"| {signal['teacher']} | {signal['spans']} | {rounded(signal['auc'])} | {levels} |")
+        if split == "dev" and found.get("output_agreement"):
+            signal = found["output_agreement"]
+            low, high = signal["interval"]
+            groups = signal["f1_by_agreement"]
+            lines += [
+                "",
+                f"**Does agreement on an output say how good the chosen teacher is there?** {signal['teacher']}: "
+                "each output's agreement (the share of its span clusters every member marks; 1 where all call it "
+                "clean) against the teacher's character F1 with the humans on it (1 where neither marks anything): "
+                f"Spearman ρ {signal['spearman']:.3f} [{low:.2f}, {high:.2f}] over {signal['outputs']} outputs. "
+                "Mean F1 where the members agree "
+                + "; ".join(f"{name}: {rounded(x['mean_f1'])} ({x['outputs']} outputs)" for name, x in groups.items())
+                + ". This is the signal `data.example_weights: agreement` trains on.",
+            ]
         if split == "dev" and choice:
             lines += [
                 "",

@@ -48,7 +48,7 @@ from .selection import EvalRequest, sample_requests
 from .shards import SHARD_RECORDS, finish_shard, settings_hash, start_shard
 from .sources import read_source
 from .stats import compute_stats, write_stats
-from .vote import MergeRule, Vote, vote_merge
+from .vote import MergeRule, Vote, agreement, vote_merge
 
 FAILED_CALLS = "failed_calls.jsonl"  # every failed model call of a run: id, role, cause, reason
 
@@ -583,6 +583,7 @@ def _vote(rule: MergeRule, scored: Sequence[tuple[Record, list[AnnotatorEvaluati
         record["provenance"]["merge"] = {
             "rule": rule.describe(),
             "errors": [{"votes": merged[i].votes, "members": list(merged[i].members)} for i in kept],
+            "agreement": agreement(votes, len(evaluations)),
         }
         record["evaluation"] = Evaluation(errors=errors, score=record["provenance"]["aggregated_score"]).model_dump()
         records.append(record)

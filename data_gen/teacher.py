@@ -40,7 +40,7 @@ from .decontaminate import Decontamination
 from .quintd import QUINTD_CATEGORIES, QUINTD_DOMAINS, Mismatch, QuintdOutput, read_quintd
 from .records import Record, split_by_input, task_fields, write_split
 from .stats import compute_stats, write_stats
-from .vote import MergeRule, Vote, vote_merge
+from .vote import MergeRule, Vote, agreement, vote_merge
 
 
 class _Strict(BaseModel):
@@ -289,6 +289,7 @@ def voted_spans(present: dict[str, QuintdOutput], source: QuintdImport) -> Quint
         "absent": [name for name in source.annotators if name not in present],
         "sources": [found.where for found in present.values()],
         "errors": [{"votes": m.votes, "members": list(m.members)} for m in merged],
+        "agreement": agreement(votes, len(present)),
     }
     labels = [m.chosen.label or "" for m in merged]
     return QuintdSpans(

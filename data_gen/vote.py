@@ -12,7 +12,8 @@ span, the earliest on a tie), the distinct explanations joined in the order of t
 
 An error the output cannot place (its location not found) clusters with the errors whose location reads
 the same, whitespace and case aside; errors without a location (omissions) form one cluster. Every kept
-error records its votes and the annotators behind it (in the order the votes were given). Used by
+error records its votes and the annotators behind it (in the order the votes were given); `agreement` says how
+far the annotators agree on the whole output. Used by
 `spanjudge annotate` (the ensemble's `merge: {method: vote}`) and by `spanjudge import` (several quintd-1
 annotators as one teacher).
 """
@@ -129,6 +130,15 @@ def _extent(cluster: Sequence[Vote], extent: Extent, members: int) -> tuple[int,
         need = max(counts)
     chosen = [i for i, n in enumerate(counts) if n >= need]
     return first + chosen[0], first + chosen[-1] + 1
+
+
+def agreement(votes: Sequence[Vote], annotators: int) -> float:
+    """How far the `annotators` who answered agree on one output: the share of its clusters that every one of
+    them marks (1.0 where none marks anything: all call it clean). A training weight (`data.example_weights`)."""
+    clusters = _clusters(votes)
+    if not clusters:
+        return 1.0
+    return sum(len({v.member for v in cluster}) >= annotators for cluster in clusters) / len(clusters)
 
 
 def vote_merge(votes: Sequence[Vote], rule: MergeRule) -> list[Merged]:

@@ -158,6 +158,23 @@ def log_sum_exp(values: Sequence[float]) -> float:
     return top + math.log(sum(math.exp(v - top) for v in values))
 
 
+def alternative_runs(tails: Sequence[Sequence[int]], end: bool) -> list[tuple[tuple[int, ...], list[int]]]:
+    """What a reader runs after the point where a choice's alternatives (`tails`, token ids) part, so that each
+    row read is computed once. The rows read are those after each prefix of a tail that predicts its next token,
+    and with `end` (the choice ends the reply) also after the whole tail, where the turn's end is read; the row
+    before the first token is the written reply's. The runs are the longest of those prefixes (a run inside a
+    longer one is not run again), sorted; with each, the prefix lengths whose rows it gives (each prefix once,
+    in the first run holding it)."""
+    read = {tuple(tail[:length]) for tail in tails for length in range(1, len(tail) + end)}
+    runs: list[tuple[tuple[int, ...], list[int]]] = []
+    given: set[tuple[int, ...]] = set()
+    for run in sorted(read - {prefix[:-1] for prefix in read}):
+        lengths = [length for length in range(1, len(run) + 1) if run[:length] not in given]
+        given.update(run[:length] for length in lengths)
+        runs.append((run, lengths))
+    return runs
+
+
 class ChoiceReader:
     """What every engine's reader shares: the reply's choices, where their alternatives part from the
     written reply (in the judge's tokenization) and the assembly of `ReplyProbabilities`; an engine gives

@@ -94,6 +94,13 @@ class DataSection(_Strict):
         "a small student decoded greedily says 'No Error' less often than its data does, and repeating those "
         "records moves that decision (measured in bench/results/distill_quintd.md)",
     )
+    example_weights: Literal["none", "agreement"] = Field(
+        default="none",
+        description="weigh each training example in the loss: none (each counts once), or agreement: by how far "
+        "the annotators of a teacher merged by vote agree on its output (each record's provenance.merge.agreement, "
+        "the share of its span clusters every annotator marks; 1 where all call it clean), scaled to a mean of 1 "
+        "over the training split, so an output they wholly disagree on counts 0 (training/decision.py)",
+    )
 
 
 class TrainingSection(_Strict):
@@ -200,6 +207,11 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "training.decision_weight weighs the first completion token of each row, and packing or "
                 "padding_free put several examples in one row: turn them off, or leave decision_weight at 1"
+            )
+        if self.data.example_weights != "none" and (self.training.packing or self.training.padding_free):
+            raise ValueError(
+                "data.example_weights weighs each row as one example, and packing or padding_free put several "
+                "examples in one row: turn them off, or set example_weights: none"
             )
         if self.model.unsloth and self.lora.init_from is not None:
             raise ValueError("lora.init_from continues a PEFT adapter; model.unsloth builds its own: use one")

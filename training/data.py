@@ -27,6 +27,8 @@ from spanjudge.inference.contract import Evaluation
 from spanjudge.inference.judge_conversation import fit_inputs, judge_training_ids, request_from_record
 from spanjudge.inference.prompts import PromptTemplate
 
+from .decision import EXAMPLE_WEIGHT
+
 if TYPE_CHECKING:
     import datasets
     from transformers import PreTrainedTokenizerBase
@@ -44,6 +46,7 @@ class TokenizedSplit:
     too_long: list[str] = field(default_factory=list)  # left out: "file:line (N tokens)"
     cut: list[str] = field(default_factory=list)  # inputs cut to fit: "file:line (Article 3000→1800 tokens)"
     repeated: int = 0  # extra copies of 'No Error' records (data.repeat_no_error)
+    weights: list[float] | None = None  # each example's loss weight (data.example_weights), mean 1; None: all 1
     input_digests: set[str] = field(default_factory=set)  # inputs trained on (spanjudge.core.overlap)
 
     @property
@@ -57,7 +60,10 @@ class TokenizedSplit:
     def to_dataset(self) -> datasets.Dataset:
         import datasets
 
-        return datasets.Dataset.from_dict({"input_ids": self.input_ids, "labels": self.labels})
+        columns = {"input_ids": self.input_ids, "labels": self.labels}
+        if self.weights is not None:
+            columns[EXAMPLE_WEIGHT] = self.weights
+        return datasets.Dataset.from_dict(columns)
 
 
 def record_evaluation(record: dict[str, Any], where: str) -> Evaluation:
@@ -99,6 +105,7 @@ def tokenize_split(
     too_long: str = "cut",
     limit: int | None = None,
     repeat_no_error: int = 1,
+    example_weights: str = "none",
     template: PromptTemplate | None = None,
 ) -> TokenizedSplit:
     """Every record of `path` as (input_ids, labels); checks lengths before any model loads.
@@ -107,8 +114,11 @@ def tokenize_split(
     The prompt is rendered with `template` (data.prompt_template; None: the built-in prompt). An example
     longer than `max_length` is, by `too_long`: cut to fit (its inputs, as judging cuts them:
     `judge_conversation.fit_inputs`; listed in `cut`), refused (error), or left out (skip; in `too_long`).
+    With `example_weights` "agreement", each example is weighted by its record's annotator agreement
+    (`record_agreement`), scaled to a mean of 1 over the split (`weights`).
     """
     split = TokenizedSplit(path)
+    agreements: list[float] = []
     for count, (where, record) in enumerate(iter_records(path, catalog)):
         if limit is not None and count >= limit:
             break
@@ -138,6 +148,8 @@ def tokenize_split(
             split.too_long.append(f"{where} ({len(input_ids)} tokens)")
             continue
         copies = 1 if evaluation.errors else repeat_no_error
+        if example_weights == "agreement":
+            agreements += [record_agreement(record, where)] * copies
         split.input_ids += [input_ids] * copies
         split.labels += [labels] * copies
         split.repeated += copies - 1
@@ -146,7 +158,24 @@ def tokenize_split(
         raise InputError(
             f"{path}: no trainable records" + (f" ({len(split.too_long)} too long)" if split.too_long else "")
         )
+    if example_weights == "agreement":
+        mean = sum(agreements) / len(agreements)
+        if mean == 0:
+            raise InputError(f"{path}: data.example_weights agreement: the annotators agree on no record")
+        split.weights = [agreement / mean for agreement in agreements]
     return split
+
+
+def record_agreement(record: dict[str, Any], where: str) -> float:
+    """The share of the record's span clusters that every annotator marks (`data_gen.vote.agreement`), kept in
+    its provenance by a vote merge (`spanjudge import` with several annotators, `annotate`'s merge: vote)."""
+    agreement = record.get("provenance", {}).get("merge", {}).get("agreement")
+    if not isinstance(agreement, int | float) or not 0 <= agreement <= 1:
+        raise InputError(
+            f"{where}: data.example_weights agreement needs records merged by vote, with provenance.merge.agreement "
+            "(0 to 1): import several annotators with merge: {method: vote}, or set example_weights: none"
+        )
+    return float(agreement)
 
 
 def describe(splits: Sequence[TokenizedSplit]) -> list[str]:
@@ -158,6 +187,9 @@ def describe(splits: Sequence[TokenizedSplit]) -> list[str]:
         )
         if split.repeated:
             line += f" (incl. {split.repeated} repeats of 'No Error' records)"
+        if split.weights is not None:
+            unweighted = sum(weight == 0 for weight in split.weights)
+            line += f"; weighted by annotator agreement ({unweighted} at weight 0)"
         if split.cut:
             line += f"; {len(split.cut)} with their inputs cut to fit data.max_length"
         if split.too_long:

@@ -1,27 +1,32 @@
-"""The judge's decision, weighted in the loss (`training.decision_weight`).
+"""The training loss, weighted: the judge's decision (`training.decision_weight`) and each example
+(`data.example_weights`).
 
 The first token of every completion decides between `No Error` and `Error 1:`; everything
 after it follows from that choice. In the plain completion loss that token is one of the
 ~130 tokens of an average evaluation, so a small student learns the spans long before it
 learns *whether* an output has any, and greedy decoding then takes the likelier answer for
 every output alike (bench/results/distill_quintd.md: 0 of 80 held-out outputs "No Error").
-With a weight w, the first completion token of each example counts w times:
+With a decision weight d, the first completion token of each example counts d times; with
+example weights w_r (a record's annotator agreement, `training.data`), example r counts w_r times:
 
-    loss = (Σ_completion tokens CE + (w − 1) · Σ_examples CE(first completion token)) / N
+    loss = Σ_r w_r (Σ_completion tokens CE + (d − 1) CE(first completion token)) / N
 
-N is the trainer's own token count (across accumulation steps and processes), so w = 1 is
-exactly TRL's loss and the evaluation loss stays unweighted (comparable between runs).
+N is the trainer's own token count (across accumulation steps and processes), so d = 1 and w = 1
+are exactly TRL's loss, and the evaluation loss stays unweighted (comparable between runs).
 
-The extra term reuses TRL's fused loss forward: a forward hook takes the per-token
+The extra terms reuse TRL's fused loss forward: a forward hook takes the per-token
 log-probabilities it already computed, so no logits are built and no second forward runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
+
+EXAMPLE_WEIGHT = "example_weight"  # the dataset column and batch key of each example's weight
 
 
 def first_completion_tokens(label_mask: torch.Tensor) -> torch.Tensor:
@@ -35,12 +40,37 @@ def decision_term(log_probs: torch.Tensor, label_mask: torch.Tensor, num_tokens:
     return -(log_probs * first).sum() / num_tokens
 
 
-def decision_weighted_trainer(weight: float) -> type:
-    """TRL's SFTTrainer with each example's first completion token counted `weight` times in training."""
+def extra_loss(
+    log_probs: torch.Tensor,
+    label_mask: torch.Tensor,
+    num_tokens: torch.Tensor | int,
+    decision_weight: float,
+    example_weights: torch.Tensor | None,
+) -> torch.Tensor:
+    """What the weights add to TRL's loss (see the module): Σ_r [(w_r − 1) Σ CE + w_r (d − 1) CE(first)] / N."""
+    if example_weights is None:
+        return (decision_weight - 1.0) * decision_term(log_probs, label_mask, num_tokens)
+    weights = example_weights.to(log_probs.dtype)
+    rows = -(log_probs * label_mask).sum(dim=1)
+    firsts = -(log_probs * first_completion_tokens(label_mask)).sum(dim=1)
+    return ((weights - 1.0) * rows + weights * (decision_weight - 1.0) * firsts).sum() / num_tokens
+
+
+def weighted_trainer(decision_weight: float = 1.0, example_weights: bool = False) -> type:
+    """TRL's SFTTrainer with each example's first completion token counted `decision_weight` times, and with
+    `example_weights` each example counted as its `example_weight` column says, in training."""
     from trl import SFTTrainer
 
-    class DecisionWeightedSFTTrainer(SFTTrainer):
-        decision_weight = weight
+    class WeightedSFTTrainer(SFTTrainer):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if example_weights:  # TRL's collator knows nothing of the weights: they join its batch here
+                self.data_collator = _with_example_weights(self.data_collator)
+
+        def _set_signature_columns_if_needed(self) -> None:
+            super()._set_signature_columns_if_needed()
+            if example_weights and EXAMPLE_WEIGHT not in self._signature_columns:
+                self._signature_columns = [*self._signature_columns, EXAMPLE_WEIGHT]  # kept, not pruned
 
         def compute_loss(
             self,
@@ -49,6 +79,7 @@ def decision_weighted_trainer(weight: float) -> type:
             return_outputs: bool = False,
             num_items_in_batch: torch.Tensor | int | None = None,
         ) -> torch.Tensor | tuple[torch.Tensor, Any]:
+            weights = inputs.pop(EXAMPLE_WEIGHT, None)
             if not self.model.training:  # evaluation: the plain loss, comparable across runs
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             captured: list[Any] = []
@@ -60,11 +91,11 @@ def decision_weighted_trainer(weight: float) -> type:
             fused = captured[0] if captured else None
             if getattr(fused, "log_probs", None) is None or getattr(fused, "label_mask", None) is None:
                 raise RuntimeError(  # another loss path (label smoothing, a custom loss): nothing to weigh
-                    "training.decision_weight needs TRL's fused completion loss; leave label_smoothing_factor and "
-                    "loss_type at their defaults in training.trainer_args"
+                    "training.decision_weight and data.example_weights need TRL's fused completion loss; leave "
+                    "label_smoothing_factor and loss_type at their defaults in training.trainer_args"
                 )
             count = fused.label_mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-            extra = (self.decision_weight - 1.0) * decision_term(fused.log_probs, fused.label_mask, count)
+            extra = extra_loss(fused.log_probs, fused.label_mask, count, decision_weight, weights)
             if self.args.average_tokens_across_devices and num_items_in_batch is not None:
                 extra = extra * (self.accelerator.num_processes // self.get_tp_size())  # as TRL scales its own loss
             if return_outputs:
@@ -72,4 +103,16 @@ def decision_weighted_trainer(weight: float) -> type:
                 return loss + extra, outputs
             return result + extra
 
-    return DecisionWeightedSFTTrainer
+    return WeightedSFTTrainer
+
+
+def _with_example_weights(collate: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> Callable[..., Any]:
+    import torch
+
+    def collate_weighted(examples: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = collate([{k: v for k, v in e.items() if k != EXAMPLE_WEIGHT} for e in examples])
+        if examples and EXAMPLE_WEIGHT in examples[0]:
+            batch[EXAMPLE_WEIGHT] = torch.tensor([float(e[EXAMPLE_WEIGHT]) for e in examples])
+        return batch
+
+    return collate_weighted

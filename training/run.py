@@ -63,7 +63,7 @@ from .config import (
 )
 from .cpu_memory import CPU_TILE_TOKENS, CPU_TILE_VOCABULARY, release_freed_memory_per_layer, set_loss_tiles
 from .data import TokenizedSplit, describe, tokenize_split
-from .decision import decision_weighted_trainer
+from .decision import weighted_trainer
 from .eval_loss import token_weighted_eval
 from .precision import TrainingPrecision, training_precision
 from .step_times import StepTimes, steady_speed
@@ -236,6 +236,7 @@ class TrainingRun:
             catalog,
             limit=config.data.limit,
             repeat_no_error=config.data.repeat_no_error,
+            example_weights=config.data.example_weights,
             **options,
         )
         validation = validation_file(config)
@@ -425,9 +426,10 @@ class TrainingRun:
         if self.on_cpu and config.training.cpu_memory_fixes:
             self._fit_cpu_memory(model)
         args = SFTConfig(**self.trainer_arguments(self.validation_split is not None))
-        weight = config.training.decision_weight
+        weight, weighted = config.training.decision_weight, config.data.example_weights != "none"
+        plain = weight == 1.0 and not weighted
         # the validation loss counts every completion token once, whatever the batch (eval_loss.py)
-        trainer_class = token_weighted_eval(SFTTrainer if weight == 1.0 else decision_weighted_trainer(weight))
+        trainer_class = token_weighted_eval(SFTTrainer if plain else weighted_trainer(weight, weighted))
         return trainer_class(
             model=model,
             args=args,

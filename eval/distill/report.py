@@ -248,6 +248,7 @@ UNRECORDED = {
     "extra_domains": [],
     "import_config": IMPORT_CONFIG_NAME,
     "decision_weight": 1.0,
+    "example_weights": "none",
     "train_seed": 42,
 }
 
@@ -259,7 +260,7 @@ def _setting(settings: dict[str, Any], key: str) -> Any:
 
 RECIPE = (
     "student_model", "domains", "extra_domains", "import_config", "batch", "lr", "rank", "repeat_no_error",
-    "decision_weight", "max_new_tokens", "constrained",
+    "example_weights", "decision_weight", "max_new_tokens", "constrained",
 )  # fmt: skip
 
 
@@ -640,6 +641,7 @@ def markdown(runs: dict[str, Any]) -> str:
             f"{t.get('steps')} steps × batch {s['batch']} (~{epochs:.1f} epochs), lr {s['lr']}, LoRA r {s['rank']}"
             + (f", 'No Error' records ×{s['repeat_no_error']}" if s.get("repeat_no_error", 1) > 1 else "")
             + (f", decision token ×{s['decision_weight']:g}" if s.get("decision_weight", 1.0) != 1.0 else "")
+            + (", examples weighted by annotator agreement" if s.get("example_weights") == "agreement" else "")
             + f", training seed {_setting(s, 'train_seed')}"
             + f", "
             f"{t.get('wall_s')} s wall, {rate} tokens/s, train loss "

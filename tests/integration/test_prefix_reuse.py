@@ -101,6 +101,22 @@ def test_transformers_replies_are_identical_with_and_without_reuse(tiny_judge_fo
     assert len({tuple(replies) for _, replies in with_reuse}) == len(with_reuse)  # every prompt its own reply
 
 
+def test_prompts_read_in_pieces_give_the_replies_of_prompts_read_whole(
+    tiny_judge_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a CPU a long prompt is read in pieces (`CPU_PREFILL_CHUNK`, 512): here pieces of 7 tokens, so every
+    prefix and prompt is read in several, with reuse and without."""
+    import torch
+
+    from spanjudge.inference.backends import transformers_local
+
+    whole = _replies(tiny_judge_folder, True, batch_size=8)
+    monkeypatch.setattr(transformers_local, "CPU_PREFILL_CHUNK", 7)
+    assert transformers_local.prefill_chunks(0, 20, torch.device("cpu")) == [(0, 7), (7, 14), (14, 20)]
+    assert _replies(tiny_judge_folder, True, batch_size=8) == whole
+    assert _replies(tiny_judge_folder, False, batch_size=8) == whole
+
+
 def test_transformers_reuses_by_default_only_where_replies_stay_identical(tiny_judge_folder: Path) -> None:
     """float32: on; half precision rounds a prefix read alone differently (bench/results/reuse_numerics.md): off
     unless asked."""

@@ -95,11 +95,16 @@ def tiny_gemma(tiny: tuple[Any, Any]) -> Any:
     return Gemma3ForCausalLM(config).eval()
 
 
+@pytest.mark.parametrize("piece", [512, 5], ids=["whole", "in-pieces"])
 def test_a_sliding_window_model_reads_what_a_brute_force_computation_reads(
-    tiny: tuple[Any, Any], tiny_gemma: Any
+    tiny: tuple[Any, Any], tiny_gemma: Any, piece: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each choice's alternatives read from the cache cut back to where they start, past the local layers'
-    window (Gemma 3 judges crashed there: its sliding layers kept only their window); so does a reused prompt."""
+    window (Gemma 3 judges crashed there: its sliding layers kept only their window); so does a reused prompt.
+    Read whole, and in pieces of 5 tokens (a CPU reads a long prompt in pieces: `CPU_PREFILL_CHUNK`)."""
+    from spanjudge.inference.backends import transformers_local
+
+    monkeypatch.setattr(transformers_local, "CPU_PREFILL_CHUNK", piece)
     tokenizer = tiny[1]
     end = {tokenizer.eos_token_id}
     reader = ProbabilityReader(tiny_gemma, tokenizer, end, reuse_prefix=True)

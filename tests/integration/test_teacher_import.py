@@ -148,6 +148,9 @@ def test_quintd_annotators_merged_by_vote(tmp_path: Path) -> None:
     assert merged["errors"] == [{"votes": 2, "members": ["gpt-4", "llama3"]}] and merged["absent"] == []
     assert first["provenance"]["teacher"] == "vote2-union(gpt-4+llama3)" and first["evaluation"]["score"] == 60
     assert by_index["wikidata/1"]["evaluation"]["errors"] == []
+    # how far the annotators agree on each output (data.example_weights): both mark one of the first's two
+    # clusters ("1966" only GPT-4); neither marks anything in the second
+    assert merged["agreement"] == 0.5 and by_index["wikidata/1"]["provenance"]["merge"]["agreement"] == 1.0
 
 
 def test_quintd_vote_settings_are_checked(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ def test_two_of_three_annotators_marking_one_word_keep_it_with_their_votes(
         assert error["severity"] == 4  # the highest of the two
         assert output[error["start"] : error["end"]] == error["location"] == output.split()[0]
         assert record["provenance"]["merge"]["errors"] == [{"votes": 2, "members": ["a", "b"]}]
+        assert record["provenance"]["merge"]["agreement"] == 0.0  # c calls it clean: no cluster has all three
         assert "supervisor" not in record["provenance"]
 
 
@@ -54,6 +55,7 @@ def test_a_word_one_annotator_marks_is_dropped_at_two_votes(serve, tmp_path: Pat
     assert summary.records == 3
     for record in _records(tmp_path / "out"):
         assert record["evaluation"]["errors"] == [] and record["provenance"]["merge"]["errors"] == []
+        assert record["provenance"]["merge"]["agreement"] == 0.0
 
 
 def test_the_ensemble_file_is_checked(tmp_path: Path) -> None:

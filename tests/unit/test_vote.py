@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from spanjudge.data_gen.vote import MergeRule, Vote, vote_merge
+from spanjudge.data_gen.vote import MergeRule, Vote, agreement, vote_merge
 
 
 def vote(member: str, start: int | None, end: int | None, severity: int = 2, why: str = "", **kw) -> Vote:
@@ -38,6 +38,13 @@ def test_clusters_votes_and_members_are_counted_by_distinct_annotators() -> None
         (60, 80, 2, ("b", "c")),
         (90, 99, 1, ("a",)),
     ]
+
+
+def test_agreement_is_the_share_of_clusters_every_annotator_marks() -> None:
+    assert agreement(SPANS, 3) == 1 / 4  # only cluster A has all three
+    assert agreement(SPANS, 2) == 2 / 4  # A and C have two or more
+    assert agreement([], 3) == 1.0  # nobody marks anything: all call the output clean
+    assert agreement([vote("a", 0, 5)], 2) == 0.0  # one calls it clean, the other does not
 
 
 @pytest.mark.parametrize(("min_votes", "kept"), [(1, [10, 40, 60, 90]), (2, [10, 60]), (3, [10]), (4, [])])

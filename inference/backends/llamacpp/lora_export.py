@@ -3,8 +3,8 @@
 `lora=` option, applied at run time to a GGUF of the same base, with no merge and no full-model conversion.
 
 Written with the `gguf` package, following llama.cpp's `convert_lora_to_gguf.py`: tensor names in
-llama.cpp's scheme, `lora_b` of the query and key projections permuted the way llama.cpp stores those
-weights, scale = alpha / r.
+llama.cpp's scheme, `lora_b` of a Llama base's query and key projections permuted the way llama.cpp stores
+those weights, scale = alpha / r. Llama and Gemma 3 bases.
 """
 
 from __future__ import annotations
@@ -22,7 +22,11 @@ if TYPE_CHECKING:
 
 GGUF_EXPORT_KEY = "spanjudge.export"  # a GGUF key naming the file an adapter export of ours
 
-# PEFT module path -> llama.cpp tensor name, for Llama-architecture models
+# the bases whose adapters export: transformers' model_type -> (llama.cpp's architecture, whether the query and
+# key rows are permuted). Only Llama's converter permutes them (its rotary layout); Gemma 3's keeps them as they
+# are (convert_hf_to_gguf.py), and transformers reads both GGUFs back accordingly.
+_ARCHITECTURES = {"llama": ("llama", True), "gemma3_text": ("gemma3", False)}
+# PEFT module path -> llama.cpp tensor name (the same in both architectures)
 _LLAMA_NAMES = {
     "self_attn.q_proj": "attn_q",
     "self_attn.k_proj": "attn_k",
@@ -73,9 +77,10 @@ def adapter_to_gguf(adapter: Path, base_config: dict[str, Any], out: Path) -> Pa
     import gguf
     from safetensors.numpy import load_file
 
-    if base_config.get("model_type") != "llama":
+    model_type = base_config.get("model_type")
+    if model_type not in _ARCHITECTURES:
         raise SpanjudgeError(
-            f"GGUF LoRA export supports Llama-architecture bases, not {base_config.get('model_type')!r}; "
+            f"GGUF LoRA export supports Llama and Gemma 3 bases, not {model_type!r}; "
             "merge the adapter instead (spanjudge export --merge) and convert with llama.cpp"
         )
     config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
@@ -87,7 +92,7 @@ def adapter_to_gguf(adapter: Path, base_config: dict[str, Any], out: Path) -> Pa
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     try:
-        _write_gguf(gguf, partial, config, tensors, adapter, n_head, n_head_kv)
+        _write_gguf(gguf, partial, config, tensors, adapter, model_type, n_head, n_head_kv)
         check_gguf_target(out)  # again, right before the rename: nothing else appeared there meanwhile
         partial.replace(out)
     finally:
@@ -96,12 +101,13 @@ def adapter_to_gguf(adapter: Path, base_config: dict[str, Any], out: Path) -> Pa
 
 
 def _write_gguf(
-    gguf: ModuleType, partial: Path, config: dict[str, Any], tensors: dict[str, Any], adapter: Path, n_head: int,
-    n_head_kv: int | None,
+    gguf: ModuleType, partial: Path, config: dict[str, Any], tensors: dict[str, Any], adapter: Path, model_type: str,
+    n_head: int, n_head_kv: int | None,
 ) -> None:  # fmt: skip
     import numpy as np
 
-    writer = gguf.GGUFWriter(str(partial), "llama")
+    architecture, permuted = _ARCHITECTURES[model_type]
+    writer = gguf.GGUFWriter(str(partial), architecture)
     writer.add_string(GGUF_EXPORT_KEY, "lora")
     writer.add_string(gguf.Keys.General.TYPE, "adapter")
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
@@ -112,9 +118,9 @@ def _write_gguf(
             raise SpanjudgeError(f"{adapter}: cannot map adapter tensor {key} to llama.cpp")
         layer, module, part = match.groups()
         data = tensors[key].astype(np.float32)
-        if part == "B" and module == "self_attn.q_proj":
+        if permuted and part == "B" and module == "self_attn.q_proj":
             data = _permute(data, n_head, n_head)
-        elif part == "B" and module == "self_attn.k_proj":
+        elif permuted and part == "B" and module == "self_attn.k_proj":
             data = _permute(data, n_head, n_head_kv)
         writer.add_tensor(f"blk.{layer}.{_LLAMA_NAMES[module]}.weight.lora_{part.lower()}", np.ascontiguousarray(data))
     writer.write_header_to_file()
