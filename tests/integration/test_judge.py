@@ -144,7 +144,8 @@ def test_a_gemma3_adapter_exported_to_gguf_changes_llama_cpp_as_it_changes_trans
     Gemma's converter does not permute the query and key rows, so neither does the export; permuting them moves
     llama.cpp's rows far from PEFT's. Measured (2-core CPU), as the mean
     |difference| of log-probabilities over each position's 20 likeliest words: the adapter moves PEFT's rows by
-    1.09, the two engines differ by 0.089 (Q4's rounding of activations), and by 0.51 with the rows permuted."""
+    0.96, the two engines differ by 0.089 (Q4's rounding of activations); with the rows permuted, about half the
+    adapter's own effect."""
     import numpy as np
     import torch
     from llama_cpp import Llama
@@ -159,8 +160,8 @@ def test_a_gemma3_adapter_exported_to_gguf_changes_llama_cpp_as_it_changes_trans
     ids = tokenizer("The capital of France is Paris. The capital of Germany is")["input_ids"]
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     projections = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    torch.manual_seed(0)  # lora_A's initialisation too: the same adapter whatever ran before
     adapted = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=projections))
-    torch.manual_seed(0)
     with torch.no_grad():
         for name, weights in adapted.named_parameters():
             if "lora_B" in name:
@@ -183,7 +184,7 @@ def test_a_gemma3_adapter_exported_to_gguf_changes_llama_cpp_as_it_changes_trans
         top = np.argsort(-peft_rows, axis=1)[:, :20]
         return float(np.abs(np.take_along_axis(rows, top, 1) - np.take_along_axis(peft_rows, top, 1)).mean())
 
-    assert apart(base_rows) > 1.0  # the adapter moves the model a lot
+    assert apart(base_rows) > 0.5  # the adapter moves the model a lot
     assert apart(llama_rows) < 0.15 * apart(base_rows)
     assert (llama_rows.argmax(1) == peft_rows.argmax(1)).mean() >= 0.8
 
