@@ -42,6 +42,7 @@ from spanjudge.inference.decisions import DecisionRule
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
+from spanjudge.training.config import TrainConfig
 
 from .judgments import archive, readings, restorable
 from .report import domain_rows
@@ -244,14 +245,24 @@ def train(run_dir: Path, sets: dict[str, Any], work: Path) -> dict[str, Any]:
 
 
 def _differing(sets: dict[str, Any], saved: dict[str, Any]) -> list[str]:
-    """The `--set` keys whose value differs from the run's saved train_config.yaml (section → key → value)."""
+    """The `--set` keys whose value differs from the run's saved train_config.yaml (section → key → value). A key
+    the saved file lacks was added to the config after that run, which trained with the key's default."""
     differ = []
     for dotted, value in sets.items():
         section, key = dotted.split(".", 1)
-        before = saved.get(section, {}).get(key)
+        before = saved.get(section, {}).get(key, _config_default(section, key))
         if str(before) != str(value):  # the saved YAML holds paths as text
             differ.append(f"{dotted} {before!r}, not {value!r}")
     return differ
+
+
+def _config_default(section: str, key: str) -> Any:
+    """The default of a train config key (None for a key without one)."""
+    fields = TrainConfig.model_fields
+    if section not in fields or fields[section].annotation is None:
+        return None
+    field = getattr(fields[section].annotation, "model_fields", {}).get(key)
+    return None if field is None or field.is_required() else field.default
 
 
 def student_gguf(student: str) -> Path:

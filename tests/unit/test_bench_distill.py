@@ -78,7 +78,12 @@ def test_a_finished_student_differs_by_the_settings_it_was_trained_with(bench: S
     same = {"training.seed": 42, "training.output_dir": Path("/runs/a/student"), "lora.r": 16}
     assert bench._differing(same, saved) == []  # paths compare as the saved YAML's text
     differ = bench._differing({**same, "training.seed": 2, "training.decision_weight": 10.0}, saved)
-    assert differ == ["training.seed 42, not 2", "training.decision_weight None, not 10.0"]
+    assert differ == ["training.seed 42, not 2", "training.decision_weight 1.0, not 10.0"]
+    # a key added to the config after a run was trained compares as its default, which that run trained with
+    assert bench._differing({**same, "data.example_weights": "none"}, saved) == []
+    assert bench._differing({**same, "data.example_weights": "agreement"}, saved) == [
+        "data.example_weights 'none', not 'agreement'"
+    ]
 
 
 def test_a_student_trained_again_judges_test_only_if_it_is_the_one_dev_judged(
