@@ -116,7 +116,8 @@ def main() -> None:
     parser.add_argument("--note", default="")
     args = parser.parse_args()
 
-    from spanjudge.eval.spans.judging import judge_span_documents, quintd_tables
+    from spanjudge.eval.spans.judging import judge_span_documents
+    from spanjudge.eval.spans.quintd import quintd_tables
     from spanjudge.inference.backends.llamacpp import LlamaCppServer
     from spanjudge.inference.shipped_models import smollm2_gguf
 

@@ -86,7 +86,8 @@ def decisions(model: Any, tokenizer: Any, prompt_ids: list[int], reply: str, fir
 def measure(label: str, settings: dict[str, Any], judgments: Path) -> dict[str, Any]:
     from scipy.stats import pearsonr
 
-    from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK, quintd_tables
+    from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK
+    from spanjudge.eval.spans.quintd import quintd_tables
     from spanjudge.inference.judge import Judge
     from spanjudge.inference.judge_conversation import judge_prompt_ids
 

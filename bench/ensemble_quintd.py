@@ -32,8 +32,7 @@ from spanjudge.eval.distill.report import domain_rows, rounded
 from spanjudge.eval.distill.study import IMPORT_CONFIG
 from spanjudge.eval.spans.decision_fit import OBJECTIVE
 from spanjudge.eval.spans.gamma import output_gammas
-from spanjudge.eval.spans.judging import quintd_tables
-from spanjudge.eval.spans.quintd import QUINTD_SPLIT_DOMAINS, QUINTD_SPLITS
+from spanjudge.eval.spans.quintd import QUINTD_SPLIT_DOMAINS, QUINTD_SPLITS, quintd_tables
 from spanjudge.eval.spans.teachers import (
     COLUMNS,
     SUBSETS,

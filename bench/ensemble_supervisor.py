@@ -29,8 +29,7 @@ from spanjudge.data_gen.config import FieldLimits, ParseRetry
 from spanjudge.data_gen.quintd import QUINTD_LLM_ANNOTATORS
 from spanjudge.data_gen.teacher import load_import_config
 from spanjudge.eval.distill.study import IMPORT_CONFIG
-from spanjudge.eval.spans.judging import quintd_tables
-from spanjudge.eval.spans.quintd import QUINTD_SPLIT_DOMAINS, QUINTD_SPLITS
+from spanjudge.eval.spans.quintd import QUINTD_SPLIT_DOMAINS, QUINTD_SPLITS, quintd_tables
 from spanjudge.eval.spans.teachers import Teacher, teacher_errors
 from spanjudge.inference.backends import BackendSpec, CachedBackend, LLMCache, SamplingParams, make_backend
 from spanjudge.inference.backends.llamacpp import LlamaCppServer

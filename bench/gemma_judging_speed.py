@@ -36,8 +36,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model here is local
 from report_files import machine, write_report  # noqa: E402
 
 from spanjudge.eval.distill.judgments import archived  # noqa: E402
-from spanjudge.eval.spans.judging import judge_span_documents, quintd_tables  # noqa: E402
-from spanjudge.eval.spans.quintd import QUINTD_SPLIT_DOMAINS  # noqa: E402
+from spanjudge.eval.spans.judging import judge_span_documents  # noqa: E402
+from spanjudge.eval.spans.quintd import QUINTD_SPLIT_DOMAINS, quintd_tables  # noqa: E402
 from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf  # noqa: E402
 from spanjudge.inference.hf_models import convert_gguf  # noqa: E402
 from spanjudge.inference.judge import Judge  # noqa: E402

@@ -30,7 +30,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model here is local
 
 from report_files import machine, write_report  # noqa: E402
 
-from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK, quintd_tables  # noqa: E402
+from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK  # noqa: E402
+from spanjudge.eval.spans.quintd import quintd_tables  # noqa: E402
 from spanjudge.inference.judge import Judge  # noqa: E402
 from spanjudge.inference.shipped_models import smollm2_gguf  # noqa: E402
 

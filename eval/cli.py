@@ -13,6 +13,9 @@ import typer
 from rich.console import Console
 
 from spanjudge.core.options import option, settings_command
+from spanjudge.core.registry import one_of
+
+from .spans.sets import SPAN_SETS
 
 meta_eval = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -34,9 +37,10 @@ class MetaEvalSettings:
     )
     spans: str | None = option(
         None,
-        help="Instead of --suite: error-span P/R/F1 against human spans: rotowire, quintd1 (quintd1:dev, "
-        "quintd1:test: the distillation protocol's splits), or factgenie:FOLDER (any factgenie annotation "
-        "campaign; judges are then scores files or exported campaigns, matched by id).",
+        help="Instead of --suite: error-span P/R/F1 against human spans, a span set of the registry "
+        f"(eval/spans/sets.py): {one_of(SPAN_SETS.names())}. quintd1:dev and quintd1:test are the distillation "
+        "protocol's splits; factgenie:FOLDER is any factgenie annotation campaign (judges are then scores files or "
+        "exported campaigns, matched by id).",
     )
     dhp_weight: list[str] | None = option(
         None,
@@ -229,17 +233,15 @@ def _spans_mode(spans: str, how: _Judging, *, gamma: bool, snap_words: bool, fit
 
     from .meta_eval import open_judges, run_spans
     from .spans.decision_fit import check_fit_split
-    from .spans.evaluate import fit_split
-    from .spans.factgenie import PREFIX as FACTGENIE
-    from .spans.factgenie import check_judges
+    from .spans.sets import choose_set
 
     if how.samples > 1:
         raise InputError("--samples applies to --suite and --benchmark, not to --spans")
-    if spans.startswith(FACTGENIE):
-        check_judges(how.specs)  # before any judge loads
+    chosen = choose_set(spans)  # a set it lacks, or judges that cannot judge it: said before any judge loads
+    chosen.check_judges(how.specs)
     options = how.options
     if fit_decisions:  # the thresholds are chosen from the written replies and the probabilities along them
-        check_fit_split(fit_split(spans))  # before any judging
+        check_fit_split(chosen.fit_split())  # before any judging
         if any(key in options for key in ("no_error_threshold", "min_confidence", "written")):
             raise InputError("--fit-decisions chooses the thresholds: give no --judge-option of its own for them")
         options = {**options, "written": "true", "probabilities": "true"}

@@ -48,7 +48,8 @@ class PublishOptions:
     )
     benchmark: str | None = option(
         None,
-        help="Instead of a judge or a dataset, a span set with inputs (quintd1, quintd1:dev, quintd1:test, rotowire) "
+        help="Instead of a judge or a dataset, a span set with inputs (eval/spans/sets.py: quintd1, quintd1:dev, "
+        "quintd1:test, rotowire) "
         "as a Hub Benchmark: a dataset repo with the data, a dataset card, an eval.yaml (inspect-ai) and the inspect "
         "task that scores a judge's spans with MPP.",
     )

@@ -26,9 +26,9 @@ import yaml
 
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_text
-from spanjudge.eval.spans.evaluate import LOADERS, load_span_set
-from spanjudge.eval.spans.factgenie import PREFIX as FACTGENIE
-from spanjudge.eval.spans.quintd import QUINTD_SPLITS
+from spanjudge.core.registry import one_of
+from spanjudge.eval.spans.evaluate import load_span_set
+from spanjudge.eval.spans.sets import SPAN_SETS, choose_set
 from spanjudge.inference.prompts import render_judge_prompt
 
 from .markdown import render
@@ -39,10 +39,6 @@ TASK_FILE = "spanjudge_task.py"
 CARD_FILE = "README.md"
 TASK_ID = "error_spans"
 TEMPLATE = "benchmark.jinja"
-SOURCES = {
-    "quintd1": "Kasner & Dušek 2024, quintd-1: LLM outputs on structured data with crowd-sourced error spans",
-    "rotowire": "Thomson & Reiter 2021, the RotoWire accuracy shared task's test texts",
-}
 TASK_SOURCE = '''"""The benchmark's inspect task (pip install 'spanjudge[inspect]'):
 
     inspect eval spanjudge_task.py --model hf/YOUR_JUDGE
@@ -63,7 +59,7 @@ def {task_id}():
 
 @dataclass(frozen=True)
 class BenchmarkOptions:
-    set_name: str  # a `meta-eval --spans` set with inputs: quintd1, quintd1:dev, quintd1:test, rotowire
+    set_name: str  # a `meta-eval --spans` set with inputs (eval.spans.sets): quintd1, quintd1:dev, rotowire, ...
     repo_id: str
     license: str = "other"
     data_root: Path | None = None
@@ -72,14 +68,14 @@ class BenchmarkOptions:
 
 def benchmark_rows(options: BenchmarkOptions) -> tuple[list[dict[str, object]], str, str]:
     """The rows of data/test.jsonl, and the set's task and aspect."""
-    if options.set_name.startswith(FACTGENIE):
+    chosen = choose_set(options.set_name, "--benchmark")
+    if not chosen.kind.has_inputs:
+        with_inputs = [spelling for name in SPAN_SETS.names() if (kind := SPAN_SETS.load(name)).has_inputs
+                       for spelling in kind.spellings()]  # fmt: skip
         raise InputError(
-            f"--benchmark {options.set_name}: a factgenie campaign holds no inputs, so no judge prompt can be "
-            "written for its outputs; give a span set with inputs (quintd1, quintd1:dev, quintd1:test, rotowire)"
+            f"--benchmark {options.set_name}: {chosen.kind.name} holds no inputs, so no judge prompt can be "
+            f"written for its outputs; give a span set with inputs ({one_of(with_inputs)})"
         )
-    known = [*LOADERS, *(f"quintd1:{split}" for split in QUINTD_SPLITS)]
-    if options.set_name not in known:
-        raise InputError(f"--benchmark must be one of {', '.join(known)}, got {options.set_name!r}")
     spans = load_span_set(options.set_name, [], options.data_root, options.max_items, snap_words=False)
     task = spans.dataset.task
     aspect = task.aspect(spans.aspect.name)
@@ -125,7 +121,7 @@ def _card(options: BenchmarkOptions, rows: list[dict[str, object]], task: str, a
         repo=options.repo_id,
         folder=options.repo_id.split("/")[-1],
         set_name=options.set_name,
-        source=SOURCES[options.set_name.split(":")[0]],
+        source=choose_set(options.set_name).kind.summary,
         items=len(rows),
         gold=gold,
         no_error=sum(1 for r in rows if not r["gold_spans"]),

@@ -369,7 +369,8 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
 def spans_step(ctx: DemoContext) -> StepOutput:
     """Both judges mark errors in held-out quintd-1 outputs; agreement with the human spans."""
     from spanjudge.eval.spans.agreement import span_agreement
-    from spanjudge.eval.spans.judging import judge_span_documents, predictions, quintd_tables
+    from spanjudge.eval.spans.judging import judge_span_documents, predictions
+    from spanjudge.eval.spans.quintd import quintd_tables
     from spanjudge.inference.judge import Judge
 
     section, layout = ctx.config.compare, ctx.layout

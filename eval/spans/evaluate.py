@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from spanjudge.core.catalog import load_catalog
-from spanjudge.core.errors import InputError, SpanjudgeError
+from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.fileio import atomic_write_text
 from spanjudge.core.progress import labelled_bars
 from spanjudge.inference.decisions import save_rule
@@ -28,16 +28,11 @@ from .agreement import metric_interval, span_agreement
 from .calibration import calibration, calibration_markdown, reliability_png
 from .decision_fit import check_held_out, fit_decision_rule
 from .documents import GoldSpan, SpanDocument
-from .factgenie import PREFIX as FACTGENIE
-from .factgenie import check_judges, load_factgenie_spans
 from .gamma import gamma_agreement
-from .judging import quintd_tables
 from .metrics import MATCHING, evaluate_spans, mark_numbers, snap_to_words
-from .quintd import QUINTD_SPLIT_DOMAINS, QUINTD_SPLITS, human_pairs, load_quintd1
-from .rotowire import load_rotowire
+from .sets import choose_set
 
 HUMAN_CEILING = "ceiling: second human annotator"
-LOADERS = {"rotowire": load_rotowire, "quintd1": load_quintd1}
 Spans = list[tuple[int, int]] | None  # a system's spans on one output; None: unscored
 
 
@@ -70,9 +65,8 @@ def evaluate_span_set(
     (`gamma.py`). With `snap_words`, every span, predicted and gold, is first grown to whole
     words (`metrics.snap_to_words`); each row records whether it was.
 
-    On quintd1 a last row is the human ceiling: the crowd's second annotator scored against the
-    first on the outputs `human_corr` annotates twice (at most `max_items` of them), with the
-    same metrics.
+    A set with a human ceiling (quintd1: the crowd's second annotator scored against the first on the outputs
+    `human_corr` annotates twice, at most `max_items` of them) gets it as a last row, with the same metrics.
 
     A judge read with its probabilities gets their calibration (`eval.spans.calibration`: ECE per measure in
     spans.json and spans.md, a reliability diagram `calibration-JUDGE.png`). With `fit_decisions`, this set is
@@ -97,8 +91,9 @@ def evaluate_span_set(
             )
             if fit_decisions:
                 results[judge.name]["decisions"] = _fit_and_store(judge, docs, readings, name)
-    if name == "quintd1":  # the whole set: its doubly annotated outputs give the ceiling
-        first, second = human_pairs(data_root, max_items)
+    ceiling = choose_set(name).ceiling(data_root, max_items)
+    if ceiling is not None:
+        first, second = ceiling
         if snap_words:
             first = [_snapped(d) for d in first]
         results[HUMAN_CEILING] = measured(first, second, gamma, snap_words)
@@ -114,7 +109,8 @@ def evaluate_span_set(
 def _fit_and_store(judge: MetaJudge, docs: Sequence[SpanDocument], readings: dict[str, Any], name: str) -> dict:
     """τ₀ and τ fitted on this span set (its dev split, `--fit-decisions`), stored with a judge in a local folder
     (its spanjudge.json's `decisions`); the rule as results record it (without the input digests)."""
-    rule = fit_decision_rule(docs, readings, split=fit_split(name), data=f"{name} ({len(docs)} outputs)").rule
+    split = choose_set(name).fit_split()
+    rule = fit_decision_rule(docs, readings, split=split, data=f"{name} ({len(docs)} outputs)").rule
     location = getattr(judge, "location", None)  # a distilled judge's model or adapter; a scores file has none
     folder = None if location is None else Path(location).expanduser()
     stored = save_rule(folder, rule) if folder is not None and folder.is_dir() else None
@@ -122,12 +118,6 @@ def _fit_and_store(judge: MetaJudge, docs: Sequence[SpanDocument], readings: dic
         **rule.model_dump(mode="json", exclude={"fitted_on": {"sha1"}}),
         "stored_in": str(stored) if stored else None,
     }
-
-
-def fit_split(name: str) -> str:
-    """The split a span set is when thresholds are fitted on it: quintd1:SPLIT's own (quintd1:test chooses
-    nothing, `decision_fit.check_fit_split`), any other set the judges' dev split."""
-    return name.partition(":")[2] if name.startswith("quintd1:") else "dev"
 
 
 def _decisions_lines(results: dict[str, Any]) -> list[str]:
@@ -158,20 +148,11 @@ def _threshold(value: float | None) -> str:
 def load_span_set(
     name: str, judge_names: Sequence[str], data_root: Path | None, max_items: int | None, snap_words: bool
 ) -> SpanSet:
-    """rotowire, quintd1 or factgenie:FOLDER as documents and a dataset of its one aspect: faithfulness
-    (RotoWire), accuracy (quintd-1), the campaign's own (factgenie)."""
-    aspect_name = None
-    if name.startswith(FACTGENIE):
-        check_judges(list(judge_names))
-        docs, aspect_name = load_factgenie_spans(Path(name.removeprefix(FACTGENIE)), max_items)
-    elif name in LOADERS:
-        docs = LOADERS[name](data_root, limit=max_items)  # type: ignore[operator]
-    elif name.removeprefix("quintd1:") in QUINTD_SPLITS:
-        tables = QUINTD_SPLITS[name.removeprefix("quintd1:")]
-        docs = quintd_tables("human", tables, QUINTD_SPLIT_DOMAINS, data_root)[:max_items]
-    else:
-        splits = ", ".join(f"quintd1:{split}" for split in QUINTD_SPLITS)
-        raise InputError(f"--spans must be one of {', '.join(LOADERS)}, {splits} or {FACTGENIE}FOLDER, got {name!r}")
+    """A registered span set (`sets.SPAN_SETS`, named `NAME[:ARGUMENT]`) as documents and a dataset of its one
+    aspect: faithfulness (RotoWire), accuracy (quintd-1), the campaign's own (factgenie)."""
+    chosen = choose_set(name)
+    chosen.check_judges(judge_names)
+    docs, aspect_name = chosen.load(data_root, max_items)
     if snap_words:
         docs = [_snapped(d) for d in docs]
     task = load_catalog().task(docs[0].task_id)

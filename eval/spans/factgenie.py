@@ -30,21 +30,10 @@ from ..judges import JudgeContext
 from ..judgment import Judgment
 from ..suite import AspectSpec
 from .documents import QUINTD_TASK_ID, GoldSpan, SpanDocument
+from .sets import SpanSetKind
 
 PREFIX = "factgenie:"
 DEFAULT_ASPECT = "accuracy"
-JUDGES_WITHOUT_INPUTS = ("scores:", PREFIX)
-
-
-def check_judges(names: list[str]) -> None:
-    """InputError unless every judge is a scores file or an exported campaign: the others need the inputs."""
-    unfit = [name for name in names if not name.startswith(JUDGES_WITHOUT_INPUTS)]
-    if unfit:
-        raise InputError(
-            f"a factgenie campaign holds the outputs but not their inputs, so {', '.join(unfit)} cannot judge them "
-            "here: score the outputs with `spanjudge score` and give --judge scores:FILE.jsonl (or the campaign "
-            "`render --to factgenie` made of it, --judge factgenie:FOLDER)"
-        )
 
 
 def key_id(record: AnnotatedOutput) -> str:
@@ -130,3 +119,13 @@ def campaign_judge(value: str, context: JudgeContext) -> CampaignJudge:
     if not folder.is_dir():
         raise InputError(f"{PREFIX}{value}: not a campaign folder (metadata.json + files/*.jsonl)")
     return CampaignJudge(folder)
+
+
+SPAN_SET = SpanSetKind(
+    "factgenie",
+    "any factgenie annotation campaign: its outputs and their spans, not the inputs (judges are scores files or "
+    "exported campaigns)",
+    lambda argument, root, limit: load_factgenie_spans(Path(argument), limit),
+    free_argument="FOLDER",
+    has_inputs=False,
+)

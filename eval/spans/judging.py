@@ -20,26 +20,15 @@ from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json
 from spanjudge.core.jsonl import JsonlStore
 from spanjudge.core.progress import Advance
-from spanjudge.data_gen.quintd import QUINTD_DOMAINS
 from spanjudge.inference.probabilities import SPAN_KEPT_AT
 
 from .documents import SpanDocument
-from .quintd import load_quintd1
 
 if TYPE_CHECKING:
     from spanjudge.inference.judge import Judge, JudgedEvaluation
 
 QUINTD_TASK = "quintd1"  # configs/tasks/data_to_text.yaml: quintd-1's own task and aspect
 QUINTD_ASPECT = "accuracy"
-
-
-def quintd_tables(
-    annotator: str, tables: tuple[int, int], domains: Sequence[str] = ("wikidata",), root: Path | None = None
-) -> list[SpanDocument]:
-    """All systems' outputs of quintd-1 tables [first, stop) in `domains`, with `annotator`'s spans."""
-    first, stop = tables
-    docs = load_quintd1(root, annotator=annotator, domains=tuple(d for d in QUINTD_DOMAINS if d in domains))
-    return [d for d in docs if first <= int(d.input_id.split("/")[1]) < stop]
 
 
 def partial_path(path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""The quintd-1 span set (Kasner & Dušek 2024): `load_quintd1`."""
+"""The quintd-1 span set (Kasner & Dušek 2024): `load_quintd1`, and the span set `quintd1[:dev|test]`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from spanjudge.data_gen.quintd import QUINTD_DOMAINS, QuintdOutput, read_quintd
 
 from .documents import QUINTD_INPUT_HEADER, QUINTD_TASK_ID, GoldSpan, Span, SpanDocument, default_root
+from .sets import Ceiling, Loaded, SpanSetKind
 
 # the distillation protocol's held-out splits (tables [first, stop) of each domain; eval.distill.study): the dev
 # split makes every choice, the test split reports; `meta-eval --spans quintd1:dev|test`
@@ -66,6 +67,15 @@ def load_quintd1(
     return documents
 
 
+def quintd_tables(
+    annotator: str, tables: tuple[int, int], domains: Sequence[str] = ("wikidata",), root: Path | None = None
+) -> list[SpanDocument]:
+    """All systems' outputs of quintd-1 tables [first, stop) in `domains`, with `annotator`'s spans."""
+    first, stop = tables
+    docs = load_quintd1(root, annotator=annotator, domains=tuple(d for d in QUINTD_DOMAINS if d in domains))
+    return [d for d in docs if first <= int(d.input_id.split("/")[1]) < stop]
+
+
 def _counts(items: Iterable[Any]) -> dict[Any, int]:
     counts: dict[Any, int] = {}
     for item in items:
@@ -83,3 +93,25 @@ def human_pairs(root: Path | str | None, limit: int | None = None) -> tuple[list
         by_output.setdefault(doc.id.split("@")[0], []).append(doc)
     pairs = [docs for docs in by_output.values() if len(docs) == 2][:limit]
     return [first for first, _ in pairs], {first.id: second.gold_spans for first, second in pairs}
+
+
+def _load_set(argument: str, root: Path | None, limit: int | None) -> Loaded:
+    """`quintd1`: every output with the people's spans; `quintd1:dev|test`: the protocol's split of it."""
+    if argument:
+        return quintd_tables("human", QUINTD_SPLITS[argument], QUINTD_SPLIT_DOMAINS, root)[:limit], None
+    return load_quintd1(root, limit=limit), None
+
+
+def _ceiling(argument: str, root: Path | None, limit: int | None) -> Ceiling | None:
+    return None if argument else human_pairs(root, limit)  # the whole set: its doubly annotated outputs
+
+
+SPAN_SET = SpanSetKind(
+    "quintd1",
+    "Kasner & Dušek 2024, quintd-1: LLM outputs on structured data with crowd-sourced error spans (quintd1:dev "
+    "and quintd1:test: the distillation protocol's splits)",
+    _load_set,
+    arguments=("", *QUINTD_SPLITS),
+    fit_split=lambda argument: argument or "dev",  # quintd1:test chooses nothing (decision_fit.check_fit_split)
+    ceiling=_ceiling,
+)

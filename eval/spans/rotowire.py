@@ -13,6 +13,7 @@ from spanjudge.core.errors import InputError
 
 from .documents import SPAN_INPUT_HEADER, SPAN_TASK_ID, GoldSpan, SpanDocument, default_root, read_jsonl, require_file
 from .metrics import token_spans
+from .sets import SpanSetKind
 
 _GSML_COLUMNS = ("TEXT_ID", "TOKENS", "DOC_TOKEN_START", "DOC_TOKEN_END", "TYPE")
 _PLAYER_STATS = (
@@ -159,3 +160,10 @@ def load_rotowire(root: Path | str | None = None, split: str = "test", limit: in
             )
         )
     return documents
+
+
+SPAN_SET = SpanSetKind(
+    "rotowire",
+    "Thomson & Reiter 2021, the RotoWire accuracy shared task's test texts",
+    lambda argument, root, limit: (load_rotowire(root, limit=limit), None),
+)

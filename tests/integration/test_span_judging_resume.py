@@ -13,7 +13,8 @@ import pytest
 from support.standin import Reply
 
 from spanjudge.core.errors import InputError, SpanjudgeError
-from spanjudge.eval.spans.judging import judge_span_documents, partial_path, predictions, quintd_tables
+from spanjudge.eval.spans.judging import judge_span_documents, partial_path, predictions
+from spanjudge.eval.spans.quintd import quintd_tables
 from spanjudge.inference.judge import Judge
 
 CLEAN = Reply(text="No Error\n\nOverall score: 90")

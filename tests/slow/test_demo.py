@@ -184,7 +184,7 @@ def test_report_shows_spans_tables_and_plots(tmp_path: Path, shared_data: Path) 
     (layout.publish / "README.md").write_text("---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n---\n")
     from spanjudge.app.demo.compare import parse_row
     from spanjudge.eval.spans.agreement import span_agreement
-    from spanjudge.eval.spans.judging import quintd_tables
+    from spanjudge.eval.spans.quintd import quintd_tables
 
     docs = quintd_tables("human", (80, 81), root=shared_data)
     teacher = {d.id: d.gold_spans for d in quintd_tables("gpt-4", (80, 81), root=shared_data)}

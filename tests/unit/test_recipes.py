@@ -3,6 +3,7 @@ each test makes only the edits its recipe names, then uses the new part through 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -228,3 +229,65 @@ def test_a_perturbation_benchmark_is_its_kind_module_its_name_and_table_rows(tmp
     )
     drop = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert drop and float(drop) > 0, result.stdout + result.stderr  # chrF against the original falls
+
+
+TOY_SPAN_SET = '''"""A toy span set: two outputs of a table, one with a wrong year marked."""
+
+from .documents import GoldSpan, SpanDocument
+from .sets import SpanSetKind
+
+OUTPUTS = {"t1": ("Team A won 3-1 in 1999.", [(18, 22)]), "t2": ("Team B lost.", [])}
+
+
+def load(argument, root, limit):
+    docs = [SpanDocument(key, "toy", "quintd1", {"Data": "Team A 3, Team B 1 (1998)"}, text,
+                         tuple(GoldSpan(start, end, "Incorrect") for start, end in spans))
+            for key, (text, spans) in OUTPUTS.items()]
+    return docs[:limit], None
+
+
+SPAN_SET = SpanSetKind("toy", "a toy: two outputs of one table", load)
+'''
+
+
+def test_an_error_span_set_is_its_module_and_one_registry_line(tmp_path: Path) -> None:
+    package = stage_package(tmp_path, configs=True)
+    spans = package / "eval" / "spans"
+    # 1. the set's module, ending in SPAN_SET = SpanSetKind(...)
+    (spans / "toy.py").write_text(TOY_SPAN_SET)
+    # 2. one line in sets.SPAN_SETS
+    registry = spans / "sets.py"
+    text, opening = registry.read_text(), '    {\n        "rotowire": '
+    assert text.count(opening) == 1
+    registry.write_text(
+        text.replace(opening, '    {\n        "toy": "spanjudge.eval.spans.toy:SPAN_SET",\n        "rotowire": ')
+    )
+    scores = tmp_path / "scores.jsonl"  # a judge that marked the year and the score
+    errors = [
+        {"location": text, "start": start, "end": start + len(text), "severity": 2, "explanation": "", "anchor": None}
+        for text, start in (("1999", 18), ("3-1", 11))
+    ]
+    rows = [
+        {"id": "t1", "task": "quintd1", "aspect": "accuracy", "output": "Team A won 3-1 in 1999.",
+         "evaluation": {"score": 40, "errors": errors}},
+        {"id": "t2", "task": "quintd1", "aspect": "accuracy", "output": "Team B lost.",
+         "evaluation": {"score": 100, "errors": []}},
+    ]  # fmt: skip
+    scores.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "eval"
+    result = _python(
+        tmp_path,
+        f"""
+        import json
+        from spanjudge.app.cli import main
+        assert main(["meta-eval", "--spans", "toy", "--judge", "scores:{scores}", "--out", "{out}"]) == 0
+        overlap = json.loads(open("{out / "spans.json"}").read())["scores:scores.jsonl"]["overlap"]
+        print(overlap["tp"], overlap["fp"], overlap["fn"])
+        print(main(["meta-eval", "--spans", "toy:dev", "--judge", "scores:{scores}", "--out", "{out}"]))
+        print(main(["meta-eval", "--spans", "nope", "--judge", "scores:{scores}", "--out", "{out}"]))
+        """,
+    )
+    lines = result.stdout.strip().splitlines()
+    assert lines[-3:] == ["1 1 0", "2", "2"], result.stdout + result.stderr
+    assert "--spans 'toy:dev': toy is named toy" in result.stderr
+    assert "--spans must be one of toy, rotowire, quintd1, " in result.stderr  # the new set is listed first
