@@ -21,10 +21,13 @@ OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
 
 .PHONY: test check demo docs lint format install clean
 
-# everything: lint, the layer contracts and every test (unit, integration, slow): CI runs this
+# everything: lint, the layer contracts, the type check and every test (unit, integration, slow): CI runs
+# this. The layer and type checks run here and in `check`, once each, never inside pytest.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python tests/support/layers.py
+	$(BIN)/python tests/support/typecheck.py
 	$(OFFLINE) $(BIN)/python -m pytest
 
 # the edit-test loop (a few minutes): lint, the layer contracts, the type check and the unit tests

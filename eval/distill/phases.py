@@ -33,9 +33,9 @@ from spanjudge.eval.spans.judging import (
     expected_predictions,
     judge_span_documents,
     predictions,
-    quintd_tables,
 )
 from spanjudge.eval.spans.metrics import mark_numbers
+from spanjudge.eval.spans.quintd import quintd_tables
 from spanjudge.inference.backends.llamacpp import LlamaCppProbabilities, LlamaCppServer
 from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf
 from spanjudge.inference.decisions import DecisionRule

@@ -3,9 +3,10 @@
 import-linter reads a package from the file system, and `spanjudge` is spread over the
 repository's top-level folders (setup.py maps each to `spanjudge.<folder>`), so the check runs
 on a copy of those folders assembled as one package in a temporary directory. `make check` and
-`make test` run it (tests/unit/test_layers.py, which also plants violations to show it fails).
+`make test` run it once, then once more on a copy with planted violations (`PLANTED`), each of which
+must be reported: the check can fail.
 
-    python tests/support/layers.py      # exit 0 when every contract is kept
+    python tests/support/layers.py      # exit 0 when every contract is kept and every planted violation reported
 """
 
 from __future__ import annotations
@@ -51,13 +52,44 @@ def lint_imports(staged_root: Path, config: Path = REPO / "pyproject.toml") -> s
     )
 
 
+# Violations planted in one more copy, each of which a contract must report: the check can fail.
+PLANTED = (
+    # the base reaches the top
+    ("core/errors.py", "from spanjudge.app import cli", "spanjudge.core is not allowed to import spanjudge.app"),
+    # sibling layers
+    ("training/data.py", "from spanjudge.data_gen import records",
+     "spanjudge.training is not allowed to import spanjudge.data_gen"),
+    # the judge imports the prompts, and now the prompts the judge
+    ("inference/prompts.py", "from . import judge", "No cycles are allowed in spanjudge.inference"),
+)  # fmt: skip
+
+
+def unreported(planted: tuple[tuple[str, str, str], ...] = PLANTED) -> list[str]:
+    """The planted violations import-linter does not report, on a copy with all of them."""
+    with tempfile.TemporaryDirectory() as temporary:
+        package = stage_package(Path(temporary))
+        for module, line, _ in planted:
+            path = package / module
+            path.write_text(path.read_text() + f"\n{line}  # planted\n")
+        result = lint_imports(Path(temporary))
+    if result.returncode == 0:
+        return [f"{module}: {line}" for module, line, _ in planted]
+    return [f"{module}: {line} (expected: {said})" for module, line, said in planted if said not in result.stdout]
+
+
 def main() -> int:
+    """The contracts on the package; then on a copy with planted violations, each of which must be reported."""
     with tempfile.TemporaryDirectory() as temporary:
         stage_package(Path(temporary))
         result = lint_imports(Path(temporary))
     report = result.stdout[result.stdout.find("Contracts") :] if "Contracts" in result.stdout else result.stdout
     print(report + result.stderr, end="")
-    return result.returncode
+    if result.returncode:
+        return result.returncode
+    missed = unreported()
+    for violation in missed:
+        print(f"a planted violation went unreported: {violation}", file=sys.stderr)
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

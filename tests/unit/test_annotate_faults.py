@@ -44,7 +44,7 @@ def test_unparseable_reply_is_retried_with_light_sampling(serve, tmp_path: Path,
         Reply(text="Error 1:\nLocation: the\nExplanation: The sentence is cut"),  # truncated mid-block
         Reply(text="Overall score: Good to Excellent"),
     ],
-    ids=["truncated", "ambiguous"],  # an empty reply is a failed call: test_faults_second_run.py
+    ids=["truncated", "ambiguous"],  # an empty reply is a failed call: test_failed_calls.py
 )
 def test_replies_that_never_parse_are_unscored_with_their_reasons(
     serve, tmp_path: Path, shared_data: Path, bad: Reply
