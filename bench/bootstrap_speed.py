@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from spanjudge.core.paths import data_dir
-from spanjudge.eval.bootstrap import input_weights
-from spanjudge.eval.correlation import COEFFICIENTS, LEVELS, Groups, level_values
-from spanjudge.eval.datasets import load_suite_dataset, open_suite
-from spanjudge.eval.suite import load_suite
+from spanjudge.eval.correlation.bootstrap import input_weights
+from spanjudge.eval.correlation.coefficients import COEFFICIENTS, LEVELS, Groups, level_values
+from spanjudge.eval.judging.datasets import load_suite_dataset, open_suite
+from spanjudge.eval.judging.suite import load_suite
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "configs" / "eval" / "thesis.yaml"

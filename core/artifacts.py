@@ -185,7 +185,7 @@ class ResultRow(BaseModel):
 
 
 class MetaEvalCell(BaseModel):
-    """One entry of `cells` in the results.json of `spanjudge meta-eval` (eval/runner.py's Cell):
+    """One entry of `cells` in the results.json of `spanjudge meta-eval` (eval/correlation/runner.py's Cell):
     one judge x dataset x aspect x coefficient, with its bootstrap interval."""
 
     model_config = ConfigDict(extra="ignore")

@@ -49,7 +49,7 @@ class Blocklist:
 
 
 def _suite_sources(data: Mapping[str, Any], path: Path) -> tuple[Path, list[str]]:
-    """The sources file of a meta-eval suite and the names of its sets (as eval/suite.py resolves them)."""
+    """The sources file of a meta-eval suite and the names of its sets (as eval/judging/suite.py resolves them)."""
     value = Path(str(data.get("sources", "sources/meta_eval_sets.yaml"))).expanduser()
     if not value.is_absolute():
         beside = path.parent / value

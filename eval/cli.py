@@ -14,8 +14,7 @@ from rich.console import Console
 
 from spanjudge.core.options import option, settings_command
 from spanjudge.core.registry import one_of
-
-from .spans.sets import SPAN_SETS
+from spanjudge.eval.spans.sets import SPAN_SETS
 
 meta_eval = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -166,8 +165,7 @@ def _suite_mode(suite: Path, how: _Judging, resamples: int | None, datasets: lis
     """--suite: correlations with human judgments; exit 1 when judgments are incomplete."""
     from spanjudge.core.errors import InputError
     from spanjudge.core.paths import optional_data_dir
-
-    from .meta_eval import load_suite_config, open_judges, run_suite, trained_on
+    from spanjudge.eval.meta_eval import load_suite_config, open_judges, run_suite, trained_on
 
     config = load_suite_config(suite, resamples, datasets)
     data_root = optional_data_dir(how.data_dir)
@@ -202,8 +200,7 @@ def _export_mode(
 ) -> None:
     """--suite with --export-requests: the suite's items for `spanjudge score`, no judging."""
     from spanjudge.core.paths import optional_data_dir
-
-    from .meta_eval import export_requests, load_suite_config
+    from spanjudge.eval.meta_eval import export_requests, load_suite_config
 
     config = load_suite_config(suite, resamples, datasets)
     count = export_requests(config, suite, optional_data_dir(data_dir), path, datasets, max_items)
@@ -213,9 +210,8 @@ def _export_mode(
 def _benchmark_mode(benchmark: Path, how: _Judging, weights: list[str], normalised: bool) -> None:
     """--benchmark: score the judges on a perturbation benchmark."""
     from spanjudge.core.errors import InputError
-
-    from .meta_eval import open_judges, run_benchmark
-    from .perturb.kinds.dhp import parse_weights
+    from spanjudge.eval.meta_eval import open_judges, run_benchmark
+    from spanjudge.eval.perturb.kinds.dhp import parse_weights
 
     if not how.specs:
         raise InputError("give at least one --judge (e.g. --judge distilled:runs/judge/adapter)")
@@ -230,10 +226,9 @@ def _benchmark_mode(benchmark: Path, how: _Judging, weights: list[str], normalis
 def _spans_mode(spans: str, how: _Judging, *, gamma: bool, snap_words: bool, fit_decisions: bool) -> None:
     """--spans: error-span P/R/F1 against human spans."""
     from spanjudge.core.errors import InputError
-
-    from .meta_eval import open_judges, run_spans
-    from .spans.decision_fit import check_fit_split
-    from .spans.sets import choose_set
+    from spanjudge.eval.meta_eval import open_judges, run_spans
+    from spanjudge.eval.spans.decision_fit import check_fit_split
+    from spanjudge.eval.spans.sets import choose_set
 
     if how.samples > 1:
         raise InputError("--samples applies to --suite and --benchmark, not to --spans")

@@ -337,7 +337,7 @@ def span_agreements(
 ) -> list[SpanAgreement]:
     """For each pair of systems whose rows hold the same output on every common item, the second's spans
     against the first's; pairs of different outputs (the usual case: two systems' own texts) have none."""
-    from .spans.metrics import PartialPRF, from_matches, micro_total, mpp, overlap_matches, token_prf
+    from spanjudge.eval.spans.metrics import PartialPRF, from_matches, micro_total, mpp, overlap_matches, token_prf
 
     found = []
     for a, b in itertools.combinations(scored, 2):
@@ -384,7 +384,7 @@ def markdown(result: Comparison) -> str:
             f"{p.p_bootstrap:.4f} | {p.p_permutation:.4f} | {t} | {winner} |"
         )
     if result.span_agreement:
-        from .spans.metrics import MATCHING
+        from spanjudge.eval.spans.metrics import MATCHING
 
         lines += [
             "",

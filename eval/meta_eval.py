@@ -24,16 +24,15 @@ from rich.console import Console
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_text
 from spanjudge.core.progress import labelled_bars
-
-from .datasets import load_suite_dataset, open_suite
-from .judges import make_judge
-from .perturb.evaluate import evaluate_benchmark
-from .plots import bar_plots, scatter_plots
-from .reference import load_reference_tables
-from .report import write_reports
-from .runner import MetaEvalResult, reference_path, run_meta_eval, training_inputs
-from .spans.evaluate import evaluate_span_set
-from .suite import SuiteConfig, load_suite
+from spanjudge.eval.correlation.plots import bar_plots, scatter_plots
+from spanjudge.eval.correlation.reference import load_reference_tables
+from spanjudge.eval.correlation.report import write_reports
+from spanjudge.eval.correlation.runner import MetaEvalResult, reference_path, run_meta_eval, training_inputs
+from spanjudge.eval.judging.datasets import load_suite_dataset, open_suite
+from spanjudge.eval.judging.judges import make_judge
+from spanjudge.eval.judging.suite import SuiteConfig, load_suite
+from spanjudge.eval.perturb.evaluate import evaluate_benchmark
+from spanjudge.eval.spans.evaluate import evaluate_span_set
 
 
 @dataclass

@@ -162,7 +162,7 @@ def _inline(text: str) -> str:
 
 
 def markdown_html(text: str) -> str:
-    """The subset of markdown eval/report.py writes: headings, pipe tables, lists, paragraphs."""
+    """The subset of markdown eval/correlation/report.py writes: headings, pipe tables, lists, paragraphs."""
     parts: list[str] = []
     lines = text.splitlines()
     index = 0

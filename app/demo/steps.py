@@ -19,7 +19,7 @@ from rich.console import Console
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl
 from spanjudge.core.jsonl import read_jsonl
-from spanjudge.eval.suite import resolve_config_path
+from spanjudge.eval.judging.suite import resolve_config_path
 
 from .compare import as_counts, dataset_coverage, meta_eval_rows, metric, number, parse_row
 from .config import DemoConfig
@@ -248,7 +248,7 @@ def score_step(ctx: DemoContext) -> StepOutput:
 
 
 def meta_eval_step(ctx: DemoContext) -> StepOutput:
-    from spanjudge.eval.judge_files import DistilledJudge
+    from spanjudge.eval.judging.judge_files import DistilledJudge
     from spanjudge.eval.meta_eval import load_suite_config, open_judges, run_suite
 
     section, layout = ctx.config.meta_eval, ctx.layout
@@ -285,13 +285,13 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
     demo's own llama.cpp server) and score the trained judge on it (`meta-eval --benchmark`).
     A built benchmark is reused and the judgments resume, like every other step."""
     from spanjudge.core.configio import load_yaml_model
-    from spanjudge.eval.judge_files import DistilledJudge
+    from spanjudge.eval.judging.judge_files import DistilledJudge
+    from spanjudge.eval.judging.store import judge_slug, judgment_path
     from spanjudge.eval.meta_eval import open_judges, run_benchmark
     from spanjudge.eval.perturb.benchmark import MANIFEST, load_benchmark, write_benchmark
     from spanjudge.eval.perturb.build import build_benchmark
     from spanjudge.eval.perturb.cli import PerturberConfig, open_perturber
     from spanjudge.eval.perturb.registry import get_kind
-    from spanjudge.eval.store import judge_slug, judgment_path
 
     section = ctx.config.perturbation
     if section is None:

@@ -36,12 +36,9 @@ import numpy as np
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_bytes
-from spanjudge.eval.bootstrap import percentile_interval
-from spanjudge.eval.spans.agreement import agreement_resamples
-from spanjudge.eval.spans.judging import predictions
-
-from .judgments import STUDENT_READ, archived
-from .phases import (
+from spanjudge.eval.correlation.bootstrap import percentile_interval
+from spanjudge.eval.distill.judgments import STUDENT_READ, archived
+from spanjudge.eval.distill.phases import (
     BIN,
     Say,
     held_out_documents,
@@ -52,8 +49,10 @@ from .phases import (
     teacher_folder,
     train,
 )
-from .report import AGREEMENT, domain_rows, rounded, seed_stats
-from .study import StudySettings
+from spanjudge.eval.distill.report import AGREEMENT, domain_rows, rounded, seed_stats
+from spanjudge.eval.distill.study import StudySettings
+from spanjudge.eval.spans.agreement import agreement_resamples
+from spanjudge.eval.spans.judging import predictions
 
 BY = {"confidence": "confidence", "random": "random"}  # arm -> `spanjudge select --by`
 SHOWN = (*AGREEMENT, "parse_rate", "no_error_outputs")  # what an arm's row reports, pooled over the dev domains

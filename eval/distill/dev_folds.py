@@ -9,11 +9,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from spanjudge.eval.distill.judgments import STUDENT_READ, archived, readings
+from spanjudge.eval.distill.phases import held_out_documents
+from spanjudge.eval.distill.study import StudySettings
 from spanjudge.eval.spans.documents import SpanDocument
-
-from .judgments import STUDENT_READ, archived, readings
-from .phases import held_out_documents
-from .study import StudySettings
 
 Readings = dict[str, dict[str, Any] | None]
 

@@ -27,6 +27,17 @@ from spanjudge.core.configio import configs_dir
 from spanjudge.core.crash import describe_exit
 from spanjudge.core.digests import file_sha256
 from spanjudge.core.fileio import atomic_write_json
+from spanjudge.eval.distill.judgments import archive, readings, restorable
+from spanjudge.eval.distill.report import domain_rows
+from spanjudge.eval.distill.study import (
+    STUDENTS,
+    StudySettings,
+    checkout_free,
+    held_out_tables,
+    judging_key,
+    per_device_batch,
+    recipe_settings,
+)
 from spanjudge.eval.spans.decision_fit import decided_spans
 from spanjudge.eval.spans.judging import (
     consensus_predictions,
@@ -43,18 +54,6 @@ from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 from spanjudge.training.config import TrainConfig
-
-from .judgments import archive, readings, restorable
-from .report import domain_rows
-from .study import (
-    STUDENTS,
-    StudySettings,
-    checkout_free,
-    held_out_tables,
-    judging_key,
-    per_device_batch,
-    recipe_settings,
-)
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"}

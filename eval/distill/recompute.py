@@ -8,13 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from spanjudge.eval.distill.judgments import STUDENT_READ, archive, archived, dev_rule, readings, rule_for_split
+from spanjudge.eval.distill.phases import Say, held_out_documents, result_rows
+from spanjudge.eval.distill.report import write_results
+from spanjudge.eval.distill.study import StudySettings, judging_key
 from spanjudge.eval.spans.calibration import calibration, reliability_png
 from spanjudge.inference.decisions import DecisionRule
-
-from .judgments import STUDENT_READ, archive, archived, dev_rule, readings, rule_for_split
-from .phases import Say, held_out_documents, result_rows
-from .report import write_results
-from .study import StudySettings, judging_key
 
 FIELDS = ("recipe", "domains", "eval_domains", "max_new_tokens", "retries", "resamples", "train_seed")
 

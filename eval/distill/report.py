@@ -7,12 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from spanjudge.eval.distill.study import IMPORT_CONFIG, checkout_free
 from spanjudge.eval.spans.calibration import MEASURES
 from spanjudge.eval.spans.decision_fit import AGREEMENT, OBJECTIVE
 from spanjudge.eval.spans.metrics import MATCHING
 from spanjudge.inference.decisions import DecisionRule
-
-from .study import IMPORT_CONFIG, checkout_free
 
 IMPORT_CONFIG_NAME = checkout_free(IMPORT_CONFIG)  # as runs record it: from `configs/` on
 

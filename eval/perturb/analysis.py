@@ -12,9 +12,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..judgment import Judgment
-from ..spans.metrics import PRF, micro_total, overlap_span_prf, token_prf
-from .benchmark import BenchItem, Benchmark, originals_by_group
+from spanjudge.eval.judging.judgment import Judgment
+from spanjudge.eval.perturb.benchmark import BenchItem, Benchmark, originals_by_group
+from spanjudge.eval.spans.metrics import PRF, micro_total, overlap_span_prf, token_prf
 
 Scores = Mapping[tuple[str, str], Judgment]
 

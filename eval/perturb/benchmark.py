@@ -32,8 +32,7 @@ from spanjudge.core.configio import validation_to_config_error
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl
 from spanjudge.core.jsonl import jsonl_lines
-
-from .registry import KindName
+from spanjudge.eval.perturb.registry import KindName
 
 FORMAT = "spanjudge-benchmark/1"
 MANIFEST = "benchmark.json"

@@ -23,12 +23,11 @@ from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import InputError
 from spanjudge.core.paths import data_dir
 from spanjudge.core.progress import Tracker
-
-from ..datasets import MetaItem, load_suite_dataset, open_suite
-from ..suite import load_suite
-from .benchmark import BenchItem, Benchmark
-from .perturbations import Outcome, Perturbation, Perturbed, apply_rule, get, split_sentences
-from .registry import get_kind
+from spanjudge.eval.judging.datasets import MetaItem, load_suite_dataset, open_suite
+from spanjudge.eval.judging.suite import load_suite
+from spanjudge.eval.perturb.benchmark import BenchItem, Benchmark
+from spanjudge.eval.perturb.perturbations import Outcome, Perturbation, Perturbed, apply_rule, get, split_sentences
+from spanjudge.eval.perturb.registry import get_kind
 
 GROUND_TRUTH = "Original Ground Truth"  # TopicalChat's human reference response
 # the experts' scales of our source datasets: SummEval 1-5, TopicalChat (USR) 1-3

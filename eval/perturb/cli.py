@@ -16,16 +16,15 @@ from spanjudge.core.errors import InputError
 from spanjudge.core.keyvalue import endpoint_urls
 from spanjudge.core.options import option, settings_command
 from spanjudge.core.progress import labelled_bars
+from spanjudge.eval.perturb.benchmark import write_benchmark
+from spanjudge.eval.perturb.build import BuildRequest, build_request
+from spanjudge.eval.perturb.llm_perturb import LLMPerturber
+from spanjudge.eval.perturb.registry import KINDS, all_kinds
 from spanjudge.inference.backends import BackendSpec, SamplingParams
 
-from .benchmark import write_benchmark
-from .build import BuildRequest, build_request
-from .llm_perturb import LLMPerturber
-from .registry import KINDS, all_kinds
-
 if TYPE_CHECKING:
-    from .benchmark import Benchmark
-    from .build import BuildRequest
+    from spanjudge.eval.perturb.benchmark import Benchmark
+    from spanjudge.eval.perturb.build import BuildRequest
 
 perturb = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 

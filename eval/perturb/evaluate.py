@@ -22,13 +22,13 @@ def evaluate_benchmark(
 ) -> list[Path]:
     """Score every judge on the benchmark in `folder`; a report per judge in OUT/<judge>/.
     `samples`: each text judged N times, aggregated as the benchmark's paper did (its kind's `aggregation`)."""
-    from ..sampling import deterministic_warning
-    from ..store import judge_slug
-    from .analysis import analyze_spans
-    from .benchmark import load_benchmark
-    from .judgments import score_benchmark
-    from .registry import AnalysisOptions, get_kind
-    from .report import write_report
+    from spanjudge.eval.judging.sampling import deterministic_warning
+    from spanjudge.eval.judging.store import judge_slug
+    from spanjudge.eval.perturb.analysis import analyze_spans
+    from spanjudge.eval.perturb.benchmark import load_benchmark
+    from spanjudge.eval.perturb.judgments import score_benchmark
+    from spanjudge.eval.perturb.registry import AnalysisOptions, get_kind
+    from spanjudge.eval.perturb.report import write_report
 
     benchmark = load_benchmark(folder)
     kind = get_kind(benchmark.kind)

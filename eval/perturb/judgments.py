@@ -7,7 +7,7 @@ perturbed text against the reference the perturbation started from).
 Judgments go to the meta-eval judgment store (OUT/judgments/<judge>.jsonl), appended as they
 come, so a killed run resumes with only what is missing; a failed model call is not stored
 and is tried again on the next run. With `samples` > 1 each sample has its own store (see
-`spanjudge.eval.sampling`) and the scores are the per-item mean; `ScoringResult.samples` keeps
+`spanjudge.eval.judging.sampling`) and the scores are the per-item mean; `ScoringResult.samples` keeps
 every sample for aggregations of another kind (dual's global mode).
 """
 
@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spanjudge.core.progress import Tracker
-
-from ..datasets import MetaDataset, MetaItem
-from ..judgment import Judgment, MetaJudge
-from ..sampling import mean_judgment, sample_judges
-from ..store import JudgmentStore, judge_missing, judgment_path
-from ..suite import AspectSpec, DatasetSpec
-from .benchmark import BenchItem, Benchmark, originals_by_group
+from spanjudge.eval.judging.datasets import MetaDataset, MetaItem
+from spanjudge.eval.judging.judgment import Judgment, MetaJudge
+from spanjudge.eval.judging.sampling import mean_judgment, sample_judges
+from spanjudge.eval.judging.store import JudgmentStore, judge_missing, judgment_path
+from spanjudge.eval.judging.suite import AspectSpec, DatasetSpec
+from spanjudge.eval.perturb.benchmark import BenchItem, Benchmark, originals_by_group
 
 Scores = dict[tuple[str, str], Judgment]  # (aspect, item id) -> judgment
 

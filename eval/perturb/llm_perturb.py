@@ -35,6 +35,15 @@ from spanjudge.core.configio import configs_dir, read_yaml
 from spanjudge.core.errors import InputError
 from spanjudge.core.jsonl import JsonlStore
 from spanjudge.core.progress import Advance, Tracker
+from spanjudge.eval.perturb.perturbations import (
+    INJECTION_ASPECTS,
+    Outcome,
+    Perturbation,
+    Perturbed,
+    Rejected,
+    changed_spans,
+    derive_seed,
+)
 from spanjudge.inference.backends import (
     Backend,
     BackendError,
@@ -47,8 +56,6 @@ from spanjudge.inference.backends import (
     make_backend,
 )
 from spanjudge.inference.prompts import fence
-
-from .perturbations import INJECTION_ASPECTS, Outcome, Perturbation, Perturbed, Rejected, changed_spans, derive_seed
 
 # Validation bounds: a rewrite, insertion or abbreviation stays within 0.3x-3x of the
 # original length; outside that the model answered something else (a summary of the task,

@@ -40,8 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from spanjudge.core.configio import configs_dir, load_yaml_model
 from spanjudge.core.errors import ConfigError, InputError
-
-from .rules import RULES, Rejected, RuleFn, Span, split_sentences
+from spanjudge.eval.perturb.rules import RULES, Rejected, RuleFn, Span, split_sentences
 
 __all__ = [  # Rejected and split_sentences are the rules' and re-exported: callers see one library
     "ATTACKS", "DHP_SUMMARIZATION", "INJECTION_ASPECTS", "PERTURBATIONS", "Outcome", "Perturbation", "Perturbed",

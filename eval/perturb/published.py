@@ -15,9 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from spanjudge.core.configio import configs_dir, load_yaml_model
 from spanjudge.core.errors import ConfigError
-
-from .registry import KINDS, KindName
-from .statistics import ATTACK_ASPECTS, ATTACK_PERTURBATIONS
+from spanjudge.eval.perturb.registry import KINDS, KindName
+from spanjudge.eval.perturb.statistics import ATTACK_ASPECTS, ATTACK_PERTURBATIONS
 
 
 class PublishedRow(BaseModel):

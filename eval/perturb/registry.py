@@ -21,9 +21,9 @@ from spanjudge.core.errors import InputError
 from spanjudge.core.registry import Registry
 
 if TYPE_CHECKING:  # the steps' types only: the registry imports no step at run time
-    from .benchmark import Benchmark
-    from .build import BuildRequest, Built
-    from .judgments import ScoringResult
+    from spanjudge.eval.perturb.benchmark import Benchmark
+    from spanjudge.eval.perturb.build import BuildRequest, Built
+    from spanjudge.eval.perturb.judgments import ScoringResult
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ correlation at two grains: the number of errors per output, and per-token binary
 labels pooled over all outputs. We compute both, next to the span P/R/F1 of `metrics.py`,
 and give each a percentile interval from resampling *inputs* (`SpanDocument.input_id`)
 with replacement: the outputs generated from one input share its difficulty, so they
-move together (see `eval/bootstrap.py`).
+move together (see `eval/correlation/bootstrap.py`).
 
 Only scored documents count (a prediction that is present and not None, as in
 `evaluate_spans`); an unscored document adds nothing to any resample. A coefficient that
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ..bootstrap import input_weights, percentile_interval
-from .documents import SpanDocument
-from .metrics import (
+from spanjudge.eval.correlation.bootstrap import input_weights, percentile_interval
+from spanjudge.eval.spans.documents import SpanDocument
+from spanjudge.eval.spans.metrics import (
     PRF,
     PartialPRF,
     Span,

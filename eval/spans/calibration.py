@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .documents import SpanDocument
+from spanjudge.eval.spans.documents import SpanDocument
 
 BINS = 10
 MEASURES = {

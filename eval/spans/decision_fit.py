@@ -19,10 +19,9 @@ from typing import Any
 from spanjudge.core.errors import InputError
 from spanjudge.core.overlap import RULE as OVERLAP_RULE
 from spanjudge.core.overlap import input_digest
+from spanjudge.eval.spans.agreement import span_agreement
+from spanjudge.eval.spans.documents import SpanDocument
 from spanjudge.inference.decisions import DecisionRule, FittedOn, decide
-
-from .agreement import span_agreement
-from .documents import SpanDocument
 
 OBJECTIVE = "mean of overlap F1, token F1, count r and token r (an undefined r counts 0)"
 AGREEMENT = ("overlap_f1", "token_f1", "count_pearson", "token_pearson")

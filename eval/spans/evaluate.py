@@ -18,19 +18,18 @@ from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.fileio import atomic_write_text
 from spanjudge.core.progress import labelled_bars
+from spanjudge.eval.judging.datasets import MetaDataset, MetaItem
+from spanjudge.eval.judging.judgment import MetaJudge
+from spanjudge.eval.judging.store import JudgmentStore, judge_missing, judgment_path
+from spanjudge.eval.judging.suite import AspectSpec, DatasetSpec
+from spanjudge.eval.spans.agreement import metric_interval, span_agreement
+from spanjudge.eval.spans.calibration import calibration, calibration_markdown, reliability_png
+from spanjudge.eval.spans.decision_fit import check_held_out, fit_decision_rule
+from spanjudge.eval.spans.documents import GoldSpan, SpanDocument
+from spanjudge.eval.spans.gamma import gamma_agreement
+from spanjudge.eval.spans.metrics import MATCHING, evaluate_spans, mark_numbers, snap_to_words
+from spanjudge.eval.spans.sets import choose_set
 from spanjudge.inference.decisions import save_rule
-
-from ..datasets import MetaDataset, MetaItem
-from ..judgment import MetaJudge
-from ..store import JudgmentStore, judge_missing, judgment_path
-from ..suite import AspectSpec, DatasetSpec
-from .agreement import metric_interval, span_agreement
-from .calibration import calibration, calibration_markdown, reliability_png
-from .decision_fit import check_held_out, fit_decision_rule
-from .documents import GoldSpan, SpanDocument
-from .gamma import gamma_agreement
-from .metrics import MATCHING, evaluate_spans, mark_numbers, snap_to_words
-from .sets import choose_set
 
 HUMAN_CEILING = "ceiling: second human annotator"
 Spans = list[tuple[int, int]] | None  # a system's spans on one output; None: unscored

@@ -23,14 +23,13 @@ from slugify import slugify
 
 from spanjudge.core.errors import InputError
 from spanjudge.core.progress import Advance
+from spanjudge.eval.judging.datasets import MetaDataset, MetaItem
+from spanjudge.eval.judging.judges import JudgeContext
+from spanjudge.eval.judging.judgment import Judgment
+from spanjudge.eval.judging.suite import AspectSpec
+from spanjudge.eval.spans.documents import QUINTD_TASK_ID, GoldSpan, SpanDocument
+from spanjudge.eval.spans.sets import SpanSetKind
 from spanjudge.inference.score.interchange import AnnotatedOutput, read_factgenie_campaign
-
-from ..datasets import MetaDataset, MetaItem
-from ..judges import JudgeContext
-from ..judgment import Judgment
-from ..suite import AspectSpec
-from .documents import QUINTD_TASK_ID, GoldSpan, SpanDocument
-from .sets import SpanSetKind
 
 PREFIX = "factgenie:"
 DEFAULT_ASPECT = "accuracy"

@@ -23,8 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from spanjudge.core.errors import InputError
-
-from .documents import Span, SpanDocument
+from spanjudge.eval.spans.documents import Span, SpanDocument
 
 SETTINGS: dict[str, Any] = {"alpha": 1.0, "beta": 1.0, "delta_empty": 1.0, "soft": True, "seed": 42}
 CATEGORY = "error"

@@ -20,9 +20,8 @@ from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json
 from spanjudge.core.jsonl import JsonlStore
 from spanjudge.core.progress import Advance
+from spanjudge.eval.spans.documents import SpanDocument
 from spanjudge.inference.probabilities import SPAN_KEPT_AT
-
-from .documents import SpanDocument
 
 if TYPE_CHECKING:
     from spanjudge.inference.judge import Judge, JudgedEvaluation

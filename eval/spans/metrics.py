@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .documents import Span, SpanDocument
+from spanjudge.eval.spans.documents import Span, SpanDocument
 
 # Each variant's matching rule, as the tables name it
 MATCHING = {

@@ -7,9 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from spanjudge.data_gen.quintd import QUINTD_DOMAINS, QuintdOutput, read_quintd
-
-from .documents import QUINTD_INPUT_HEADER, QUINTD_TASK_ID, GoldSpan, Span, SpanDocument, default_root
-from .sets import Ceiling, Loaded, SpanSetKind
+from spanjudge.eval.spans.documents import (
+    QUINTD_INPUT_HEADER,
+    QUINTD_TASK_ID,
+    GoldSpan,
+    Span,
+    SpanDocument,
+    default_root,
+)
+from spanjudge.eval.spans.sets import Ceiling, Loaded, SpanSetKind
 
 # the distillation protocol's held-out splits (tables [first, stop) of each domain; eval.distill.study): the dev
 # split makes every choice, the test split reports; `meta-eval --spans quintd1:dev|test`

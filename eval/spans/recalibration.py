@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.optimize import minimize
 
-from .calibration import reliability
+from spanjudge.eval.spans.calibration import reliability
 
 Pairs = Sequence[tuple[float, float]]  # (predicted probability, observed 0 or 1)
 EDGE = 1e-6  # confidences are clipped to [EDGE, 1 - EDGE] before their logit

@@ -10,10 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from spanjudge.core.errors import InputError
-
-from .documents import SPAN_INPUT_HEADER, SPAN_TASK_ID, GoldSpan, SpanDocument, default_root, read_jsonl, require_file
-from .metrics import token_spans
-from .sets import SpanSetKind
+from spanjudge.eval.spans.documents import (
+    SPAN_INPUT_HEADER,
+    SPAN_TASK_ID,
+    GoldSpan,
+    SpanDocument,
+    default_root,
+    read_jsonl,
+    require_file,
+)
+from spanjudge.eval.spans.metrics import token_spans
+from spanjudge.eval.spans.sets import SpanSetKind
 
 _GSML_COLUMNS = ("TEXT_ID", "TOKENS", "DOC_TOKEN_START", "DOC_TOKEN_END", "TYPE")
 _PLAYER_STATS = (

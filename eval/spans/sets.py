@@ -15,8 +15,7 @@ from pathlib import Path
 
 from spanjudge.core.errors import InputError
 from spanjudge.core.registry import Registry, one_of
-
-from .documents import Span, SpanDocument
+from spanjudge.eval.spans.documents import Span, SpanDocument
 
 # the judge kinds that need no inputs: a file of judgments (`scores:`) or an exported campaign (`factgenie:`)
 JUDGES_WITHOUT_INPUTS = ("scores:", "factgenie:")

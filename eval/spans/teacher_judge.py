@@ -20,13 +20,12 @@ from spanjudge.core.errors import InputError
 from spanjudge.core.progress import Advance
 from spanjudge.data_gen.quintd import QUINTD_DOMAINS
 from spanjudge.data_gen.teacher import QuintdAnnotator, QuintdImport, QuintdSpans, load_import_config, teacher_spans
-
-from ..datasets import MetaDataset, MetaItem
-from ..judges import JudgeContext
-from ..judgment import Judgment
-from ..suite import AspectSpec
-from .documents import default_root
-from .teachers import Teacher
+from spanjudge.eval.judging.datasets import MetaDataset, MetaItem
+from spanjudge.eval.judging.judges import JudgeContext
+from spanjudge.eval.judging.judgment import Judgment
+from spanjudge.eval.judging.suite import AspectSpec
+from spanjudge.eval.spans.documents import default_root
+from spanjudge.eval.spans.teachers import Teacher
 
 ANNOTATORS: tuple[str, ...] = get_args(QuintdAnnotator)  # one record an output each (not human_corr's pairs)
 GPT4_RULE = configs_dir() / "import" / "quintd1_gpt4_wikidata.yaml"  # its rule gives an annotator's spans a score

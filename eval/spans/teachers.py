@@ -22,12 +22,11 @@ import numpy as np
 from spanjudge.data_gen.quintd import QUINTD_LLM_ANNOTATORS
 from spanjudge.data_gen.teacher import QuintdImport, QuintdSpans, ScoreRule, teacher_spans
 from spanjudge.data_gen.vote import Extent, MergeRule
+from spanjudge.eval.spans.agreement import agreement_resamples, span_agreement
+from spanjudge.eval.spans.decision_fit import AGREEMENT, row_objective
+from spanjudge.eval.spans.documents import SpanDocument, default_root
+from spanjudge.eval.spans.recalibration import auc
 from spanjudge.inference.contract import ErrorAnnotation
-
-from .agreement import agreement_resamples, span_agreement
-from .decision_fit import AGREEMENT, row_objective
-from .documents import SpanDocument, default_root
-from .recalibration import auc
 
 # the annotator subsets the issue asks about: all four; without the second GPT-4 sample; the open-weight and
 # cheaper members alone; GPT-4's two samples (self-consistency of one teacher)

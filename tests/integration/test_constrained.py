@@ -23,7 +23,7 @@ from support.standin import Reply
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import SpanjudgeError
-from spanjudge.eval.judge_files import DistilledJudge
+from spanjudge.eval.judging.judge_files import DistilledJudge
 from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK
 from spanjudge.eval.spans.quintd import quintd_tables
 from spanjudge.inference.backends import BackendSpec

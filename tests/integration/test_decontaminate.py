@@ -16,9 +16,9 @@ from support.standin import Reply
 
 from spanjudge.core.overlap import input_digest, normalise_text
 from spanjudge.data_gen.decontaminate import load_blocklist
-from spanjudge.eval.judges import make_judge
-from spanjudge.eval.runner import run_meta_eval, training_inputs
-from spanjudge.eval.suite import load_suite
+from spanjudge.eval.correlation.runner import run_meta_eval, training_inputs
+from spanjudge.eval.judging.judges import make_judge
+from spanjudge.eval.judging.suite import load_suite
 
 REPO = Path(__file__).resolve().parents[2]
 SPANJUDGE = str(Path(sys.executable).with_name("spanjudge"))
@@ -146,7 +146,7 @@ def test_import_excludes_meta_eval_inputs(tmp_path: Path, shared_data: Path) -> 
 def test_meta_eval_warns_once_per_judge_trained_on_its_items(tmp_path: Path, shared_data: Path) -> None:
     """The warning reads the judge's spanjudge.json `train_inputs` (written by training, see
     test_checks_before_model.py) and counts the items of each set it was trained on."""
-    from spanjudge.eval.datasets import load_suite_dataset, open_suite
+    from spanjudge.eval.judging.datasets import load_suite_dataset, open_suite
 
     suite = load_suite(SUITE)
     items = load_suite_dataset(open_suite(suite, SUITE, shared_data), "sfres", max_items=8).items

@@ -257,7 +257,7 @@ def test_score_refuses_engine_args_for_a_server(tmp_path: Path, capsys: pytest.C
 
 
 def test_meta_eval_engine_arg_options_become_engine_options(monkeypatch, smollm2_folder: Path) -> None:
-    from spanjudge.eval.judge_files import DistilledJudge
+    from spanjudge.eval.judging.judge_files import DistilledJudge
 
     fake = _FakeVLLM().install(monkeypatch)
     options = {"engine": "vllm", "retries": "0", "engine_arg.max_model_len": "4096", "engine_arg.enforce_eager": "true"}

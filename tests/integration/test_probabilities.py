@@ -577,7 +577,7 @@ def test_probabilities_on_an_engine_that_cannot_read_them_is_one_line(
 
 def test_meta_eval_expected_score_needs_an_engine_that_reads_probabilities() -> None:
     from spanjudge.core.errors import InputError, SpanjudgeError
-    from spanjudge.eval.judge_files import DistilledJudge
+    from spanjudge.eval.judging.judge_files import DistilledJudge
 
     with pytest.raises(InputError, match="score=median: must be written, expected or consensus"):
         DistilledJudge("judge", {"score": "median"})

@@ -109,8 +109,8 @@ def test_an_edited_prompt_template_is_another_run(
 
 
 def test_meta_eval_judge_store_follows_the_template_content(tmp_path: Path) -> None:
-    from spanjudge.eval.judge_files import DistilledJudge, model_fingerprint
-    from spanjudge.eval.store import store_name
+    from spanjudge.eval.judging.judge_files import DistilledJudge, model_fingerprint
+    from spanjudge.eval.judging.store import store_name
 
     template = tmp_path / "judge.jinja"
     template.write_text("Rate {{ aspect_name }}:\n{{ outputs | fence }}\n")

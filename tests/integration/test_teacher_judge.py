@@ -13,7 +13,7 @@ import pytest
 
 from spanjudge.core.errors import InputError
 from spanjudge.data_gen.teacher import load_import_config
-from spanjudge.eval.judges import make_judge
+from spanjudge.eval.judging.judges import make_judge
 from spanjudge.eval.spans.evaluate import load_span_set
 from spanjudge.eval.spans.metrics import evaluate_spans
 from spanjudge.eval.spans.teachers import Teacher, teacher_predictions

@@ -207,7 +207,7 @@ def test_report_shows_spans_tables_and_plots(tmp_path: Path, shared_data: Path) 
     # plots: the ensemble histogram, the loss curve, the meta-eval bars and scatter
     assert page.count('src="data:image/png;base64,') >= 4
     assert 'alt="training loss curve"' in page and 'alt="bars_sfres_spearman"' in page
-    # the meta-evaluation tables of eval/report.py, published rows labelled
+    # the meta-evaluation tables of eval/correlation/report.py, published rows labelled
     assert "<th>Judge</th>" in page and "<em>(published)</em>" in page and "metric:bleu" in page
     assert "is not built yet" in page and 'href="publish/README.md"' in page
     assert "600.0" in page and "61.2" in page  # this run's and the earlier run's timings

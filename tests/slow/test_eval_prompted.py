@@ -14,8 +14,8 @@ import pytest
 import yaml
 from support.standin import Reply
 
-from spanjudge.eval.datasets import load_suite_dataset, open_suite
-from spanjudge.eval.suite import load_suite
+from spanjudge.eval.judging.datasets import load_suite_dataset, open_suite
+from spanjudge.eval.judging.suite import load_suite
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "configs" / "eval" / "thesis.yaml"

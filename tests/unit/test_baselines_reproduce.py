@@ -11,13 +11,13 @@ import pytest
 
 from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import InputError
-from spanjudge.eval.baselines import MetricJudge, metric_scorer, parse_metric, sentence_lines
-from spanjudge.eval.judges import make_judge
+from spanjudge.eval.correlation.reference import load_reference_tables
+from spanjudge.eval.correlation.runner import reference_path, run_meta_eval
+from spanjudge.eval.judging.baselines import MetricJudge, metric_scorer, parse_metric, sentence_lines
+from spanjudge.eval.judging.judges import make_judge
+from spanjudge.eval.judging.suite import load_suite
 from spanjudge.eval.perturb.benchmark import BenchItem, Benchmark
 from spanjudge.eval.perturb.judgments import score_benchmark
-from spanjudge.eval.reference import load_reference_tables
-from spanjudge.eval.runner import reference_path, run_meta_eval
-from spanjudge.eval.suite import load_suite
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "configs" / "eval" / "thesis.yaml"

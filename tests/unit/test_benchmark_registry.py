@@ -15,16 +15,16 @@ from pydantic import ValidationError
 from spanjudge.app.demo.config import PerturbSection
 from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import ConfigError, InputError
-from spanjudge.eval import runner
-from spanjudge.eval.bootstrap import paired_bootstrap
-from spanjudge.eval.correlation import Groups
-from spanjudge.eval.datasets import MetaDataset, MetaItem
+from spanjudge.eval.correlation import runner
+from spanjudge.eval.correlation.bootstrap import paired_bootstrap
+from spanjudge.eval.correlation.coefficients import Groups
+from spanjudge.eval.judging.datasets import MetaDataset, MetaItem
+from spanjudge.eval.judging.suite import AspectSpec, BootstrapSpec, DatasetSpec, SuiteConfig
 from spanjudge.eval.perturb.benchmark import FORMAT, MANIFEST, BenchItem, Benchmark, load_benchmark, write_benchmark
 from spanjudge.eval.perturb.cli import perturb
 from spanjudge.eval.perturb.perturbations import PERTURBATIONS, load_tables, tables_path
 from spanjudge.eval.perturb.published import PublishedRow
 from spanjudge.eval.perturb.registry import KINDS, BenchmarkKind, all_kinds, get_kind
-from spanjudge.eval.suite import AspectSpec, BootstrapSpec, DatasetSpec, SuiteConfig
 
 # -- the registry ----------------------------------------------------------------------------
 

@@ -69,7 +69,7 @@ def test_a_stored_rule_on_an_engine_that_cannot_read_probabilities_is_said_not_a
     assert "which the openai engine does not read: its written replies are used" in skipped
     assert decision_rule_for(JudgeOptions(), str(tmp_path)) == (rule, None)  # transformers reads them
     # meta-eval's distilled judge says it too (a served model folder: SmolLM2's files beside the rule)
-    from spanjudge.eval.judge_files import DistilledJudge
+    from spanjudge.eval.judging.judge_files import DistilledJudge
     from spanjudge.inference.hf_models import convert_gguf
     from spanjudge.inference.shipped_models import smollm2_gguf
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spanjudge.eval.reference import load_reference_tables
+from spanjudge.eval.correlation.reference import load_reference_tables
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "configs" / "eval" / "thesis.yaml"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from spanjudge.eval.bootstrap import bootstrap_interval, input_weights, paired_bootstrap
-from spanjudge.eval.correlation import Groups, correlate, level_values
+from spanjudge.eval.correlation.bootstrap import bootstrap_interval, input_weights, paired_bootstrap
+from spanjudge.eval.correlation.coefficients import Groups, correlate, level_values
 
 SCIPY = {
     "pearson": lambda x, y: stats.pearsonr(x, y)[0],

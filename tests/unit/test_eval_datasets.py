@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from spanjudge.core.errors import ConfigError, InputError
-from spanjudge.eval.datasets import load_suite_dataset, open_suite
-from spanjudge.eval.qags import summary_score
-from spanjudge.eval.suite import load_suite
+from spanjudge.eval.judging.datasets import load_suite_dataset, open_suite
+from spanjudge.eval.judging.qags import summary_score
+from spanjudge.eval.judging.suite import load_suite
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "configs" / "eval" / "thesis.yaml"

@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from spanjudge.app.cli import main as cli_main
-from spanjudge.eval.datasets import load_suite_dataset, open_suite
-from spanjudge.eval.reference import load_reference_tables
-from spanjudge.eval.report import published_match
-from spanjudge.eval.suite import load_suite
+from spanjudge.eval.correlation.reference import load_reference_tables
+from spanjudge.eval.correlation.report import published_match
+from spanjudge.eval.judging.datasets import load_suite_dataset, open_suite
+from spanjudge.eval.judging.suite import load_suite
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "configs" / "eval" / "thesis.yaml"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from spanjudge.app.cli import main as cli_main
-from spanjudge.eval.datasets import load_suite_dataset, open_suite
-from spanjudge.eval.judge_files import ScoresFileJudge, model_fingerprint
-from spanjudge.eval.store import judgment_path
-from spanjudge.eval.suite import load_suite
+from spanjudge.eval.judging.datasets import load_suite_dataset, open_suite
+from spanjudge.eval.judging.judge_files import ScoresFileJudge, model_fingerprint
+from spanjudge.eval.judging.store import judgment_path
+from spanjudge.eval.judging.suite import load_suite
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "configs" / "eval" / "thesis.yaml"

@@ -19,9 +19,9 @@ from spanjudge.core.errors import InputError
 from spanjudge.core.jsonl import JsonlStore, iter_jsonl, jsonl_lines, lock_path, read_jsonl
 from spanjudge.core.locks import Busy
 from spanjudge.core.progress import tracker_bars
-from spanjudge.eval.judgment import Judgment
+from spanjudge.eval.judging.judgment import Judgment
+from spanjudge.eval.judging.store import JudgmentStore
 from spanjudge.eval.perturb.llm_perturb import FrozenStore
-from spanjudge.eval.store import JudgmentStore
 from spanjudge.inference.score_data import ScoreRow, ScoreStore, finished_rows, read_results, read_score_rows
 
 

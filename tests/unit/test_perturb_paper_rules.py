@@ -16,7 +16,7 @@ from support.standin import Reply
 
 from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import InputError
-from spanjudge.eval.judgment import Judgment
+from spanjudge.eval.judging.judgment import Judgment
 from spanjudge.eval.perturb import statistics as metrics
 from spanjudge.eval.perturb.build import Source, build_benchmark
 from spanjudge.eval.perturb.kinds.dhp import analyze_dhp, parse_weights

@@ -15,8 +15,8 @@ import yaml
 from safetensors.numpy import save_file
 
 from spanjudge.app.cli import main
-from spanjudge.eval.report import write_reports
-from spanjudge.eval.runner import Cell, MetaEvalResult
+from spanjudge.eval.correlation.report import write_reports
+from spanjudge.eval.correlation.runner import Cell, MetaEvalResult
 
 FAKE_TOKEN = "hf_fakeTOKENfakeTOKENfakeTOKEN1234567"
 HUB_BASE = "HuggingFaceTB/SmolLM2-135M-Instruct"

@@ -49,7 +49,7 @@ def test_another_package_adds_entries_by_entry_point_and_cannot_take_over_a_buil
 
 
 def test_every_registry_of_the_package_loads_every_entry() -> None:
-    from spanjudge.eval.judges import JUDGE_KINDS
+    from spanjudge.eval.judging.judges import JUDGE_KINDS
     from spanjudge.eval.perturb.registry import BENCHMARKS
     from spanjudge.inference.backends.registry import ENGINES
 

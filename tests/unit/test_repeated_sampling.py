@@ -15,15 +15,15 @@ from support.standin import Reply
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.catalog import load_catalog
-from spanjudge.eval.baselines import MetricJudge
-from spanjudge.eval.judges import make_judge
+from spanjudge.eval.correlation.runner import run_meta_eval
+from spanjudge.eval.judging.baselines import MetricJudge
+from spanjudge.eval.judging.judges import make_judge
+from spanjudge.eval.judging.sampling import mode_class, sample_seed
+from spanjudge.eval.judging.suite import load_suite
 from spanjudge.eval.perturb.benchmark import BenchItem, Benchmark, write_benchmark
 from spanjudge.eval.perturb.judgments import score_benchmark
 from spanjudge.eval.perturb.kinds.dual import analyze_dual
 from spanjudge.eval.perturb.statistics import EqualWidthBinner
-from spanjudge.eval.runner import run_meta_eval
-from spanjudge.eval.sampling import mode_class, sample_seed
-from spanjudge.eval.suite import load_suite
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "configs" / "eval" / "thesis.yaml"

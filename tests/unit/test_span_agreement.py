@@ -272,7 +272,7 @@ def test_the_self_consistency_reading_keeps_the_spans_most_sampled_replies_mark(
 def test_meta_eval_reads_a_judge_with_its_probabilities_as_the_protocol_does() -> None:
     """`--judge-option score=expected`: the spans written with probability ≥ 0.5 along the reply
     (the product of the blocks' confidences up to each) and the expected number of errors."""
-    from spanjudge.eval.judge_files import _expected_detail
+    from spanjudge.eval.judging.judge_files import _expected_detail
     from spanjudge.inference.contract import ErrorAnnotation
     from spanjudge.inference.judge import JudgedEvaluation
     from spanjudge.inference.probabilities import ErrorProbabilities, ReplyProbabilities

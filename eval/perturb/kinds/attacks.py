@@ -16,15 +16,21 @@ from typing import Any
 from spanjudge.core.catalog import Aspect
 from spanjudge.core.errors import InputError
 from spanjudge.core.paths import data_dir
-
-from .. import statistics
-from ..analysis import Scores, paired_scores
-from ..benchmark import Benchmark
-from ..build import BuildRequest, Built, build_perturbed_sets, reference_sources, select_aspects, select_keys
-from ..judgments import ScoringResult
-from ..perturbations import ATTACKS
-from ..registry import AnalysisOptions, BenchmarkKind
-from ..report import published_rows, table
+from spanjudge.eval.perturb import statistics
+from spanjudge.eval.perturb.analysis import Scores, paired_scores
+from spanjudge.eval.perturb.benchmark import Benchmark
+from spanjudge.eval.perturb.build import (
+    BuildRequest,
+    Built,
+    build_perturbed_sets,
+    reference_sources,
+    select_aspects,
+    select_keys,
+)
+from spanjudge.eval.perturb.judgments import ScoringResult
+from spanjudge.eval.perturb.perturbations import ATTACKS
+from spanjudge.eval.perturb.registry import AnalysisOptions, BenchmarkKind
+from spanjudge.eval.perturb.report import published_rows, table
 
 
 def build(request: BuildRequest) -> Built:

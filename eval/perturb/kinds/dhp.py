@@ -15,15 +15,21 @@ from typing import Any
 from spanjudge.core.configio import read_yaml
 from spanjudge.core.errors import InputError
 from spanjudge.core.keyvalue import split_item, yaml_value
-
-from .. import statistics
-from ..analysis import Scores, paired_scores
-from ..benchmark import Benchmark
-from ..build import BuildRequest, Built, build_perturbed_sets, reference_sources, select_aspects, select_keys
-from ..judgments import ScoringResult
-from ..perturbations import DHP_SUMMARIZATION, load_tables
-from ..registry import AnalysisOptions, BenchmarkKind
-from ..report import fmt, table
+from spanjudge.eval.perturb import statistics
+from spanjudge.eval.perturb.analysis import Scores, paired_scores
+from spanjudge.eval.perturb.benchmark import Benchmark
+from spanjudge.eval.perturb.build import (
+    BuildRequest,
+    Built,
+    build_perturbed_sets,
+    reference_sources,
+    select_aspects,
+    select_keys,
+)
+from spanjudge.eval.perturb.judgments import ScoringResult
+from spanjudge.eval.perturb.perturbations import DHP_SUMMARIZATION, load_tables
+from spanjudge.eval.perturb.registry import AnalysisOptions, BenchmarkKind
+from spanjudge.eval.perturb.report import fmt, table
 
 LEVELS = {"character": "C", "word": "W", "sentence": "S"}
 

@@ -14,12 +14,11 @@ from typing import Any
 from spanjudge.core.catalog import Aspect, Task
 from spanjudge.core.errors import InputError
 from spanjudge.core.progress import Tracker
-
-from ...sampling import mode_class
-from .. import statistics
-from ..analysis import Scores, num, score_of
-from ..benchmark import BenchItem, Benchmark
-from ..build import (
+from spanjudge.eval.judging.sampling import mode_class
+from spanjudge.eval.perturb import statistics
+from spanjudge.eval.perturb.analysis import Scores, num, score_of
+from spanjudge.eval.perturb.benchmark import BenchItem, Benchmark
+from spanjudge.eval.perturb.build import (
     DEFAULT_SCALE,
     BuildRequest,
     Built,
@@ -29,10 +28,10 @@ from ..build import (
     reference_sources,
     run_perturbation,
 )
-from ..judgments import ScoringResult
-from ..perturbations import INJECTION_ASPECTS, get
-from ..registry import AnalysisOptions, BenchmarkKind, no_plots
-from ..report import published_rows, table
+from spanjudge.eval.perturb.judgments import ScoringResult
+from spanjudge.eval.perturb.perturbations import INJECTION_ASPECTS, get
+from spanjudge.eval.perturb.registry import AnalysisOptions, BenchmarkKind, no_plots
+from spanjudge.eval.perturb.report import published_rows, table
 
 # 001's gold scales where an aspect differs from its dataset's: USR rates these two 0-1, and 001
 # (Table 15 and Table 7's "0-1 & 1-3") turns them into a 2-point scale (1..2)

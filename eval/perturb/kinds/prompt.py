@@ -12,14 +12,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spanjudge.core.catalog import InputSpec, Task
-
-from .. import statistics
-from ..analysis import Scores, num, score_of
-from ..benchmark import BenchItem, Benchmark, originals_by_group
-from ..build import DEFAULT_SCALE, BuildRequest, Built, Collector, Source, expert_sources
-from ..judgments import ScoringResult
-from ..registry import AnalysisOptions, BenchmarkKind, no_plots
-from ..report import published_rows, table
+from spanjudge.eval.perturb import statistics
+from spanjudge.eval.perturb.analysis import Scores, num, score_of
+from spanjudge.eval.perturb.benchmark import BenchItem, Benchmark, originals_by_group
+from spanjudge.eval.perturb.build import DEFAULT_SCALE, BuildRequest, Built, Collector, Source, expert_sources
+from spanjudge.eval.perturb.judgments import ScoringResult
+from spanjudge.eval.perturb.registry import AnalysisOptions, BenchmarkKind, no_plots
+from spanjudge.eval.perturb.report import published_rows, table
 
 EXPERT_INPUT = "Human expert rating"  # the extra input of the perturbed-prompt benchmark
 # TopicalChat's expert scales (USR): 1-3 except groundedness (0-1); SummEval's are 1-5

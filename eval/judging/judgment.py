@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from spanjudge.core.progress import Advance
-
-from .datasets import MetaDataset, MetaItem
-from .suite import AspectSpec
+from spanjudge.eval.judging.datasets import MetaDataset, MetaItem
+from spanjudge.eval.judging.suite import AspectSpec
 
 
 @dataclass(frozen=True)

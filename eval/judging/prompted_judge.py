@@ -19,18 +19,17 @@ from spanjudge.core.errors import InputError
 from spanjudge.core.progress import Advance
 from spanjudge.data_gen.annotate import run_with_retries
 from spanjudge.data_gen.config import ModelRole, load_ensemble, parse_endpoint_options
+from spanjudge.eval.judging.datasets import MetaDataset, MetaItem
+from spanjudge.eval.judging.judgment import Judgment
+from spanjudge.eval.judging.sampling import sample_seed
+from spanjudge.eval.judging.suite import AspectSpec
 from spanjudge.inference.backends import CachedBackend, LLMCache, make_backend
 from spanjudge.inference.contract import parse_annotator
 from spanjudge.inference.contract.model import rating_to_score
 from spanjudge.inference.prompts import render_annotator_prompt
 
-from .datasets import MetaDataset, MetaItem
-from .judgment import Judgment
-from .sampling import sample_seed
-from .suite import AspectSpec
-
 if TYPE_CHECKING:
-    from .judges import JudgeContext
+    from spanjudge.eval.judging.judges import JudgeContext
 
 
 class PromptedJudge:

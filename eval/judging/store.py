@@ -18,10 +18,9 @@ from typing import Any, Protocol
 from spanjudge.core.errors import InputError
 from spanjudge.core.jsonl import JsonlStore
 from spanjudge.core.progress import Advance
-
-from .datasets import MetaDataset, MetaItem
-from .judgment import Judgment, MetaJudge
-from .suite import AspectSpec
+from spanjudge.eval.judging.datasets import MetaDataset, MetaItem
+from spanjudge.eval.judging.judgment import Judgment, MetaJudge
+from spanjudge.eval.judging.suite import AspectSpec
 
 Key = tuple[str, str, str]  # dataset, aspect, item id
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .judgment import Judgment, MetaJudge
+from spanjudge.eval.judging.judgment import Judgment, MetaJudge
 
 
 def sample_seed(k: int) -> int:

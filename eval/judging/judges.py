@@ -4,7 +4,7 @@
     distilled:<model or adapter>    the distilled judge (spanjudge.inference.judge), run here
     prompted:<ensemble.yaml>[#a,b]  LLMs with the annotator prompt; several = plain average (§4.3)
     metric:<name>                   a classic metric (rouge1, rouge2, rougeL, rougeLsum[-recall|-precision],
-                                    bleu, chrf; +stem, +refs=max|mean: see eval/baselines.py)
+                                    bleu, chrf; +stem, +refs=max|mean: see eval/judging/baselines.py)
     teacher:<annotator or config>   a quintd-1 annotator's spans (gpt-4, gpt-4-temperature-1, gpt-3.5, llama3,
                                     human) or an import config's teacher (a vote of several), for --spans quintd1
     factgenie:<campaign folder>     the spans and scores of a campaign spanjudge exported (render --to factgenie)
@@ -21,8 +21,7 @@ from pathlib import Path
 
 from spanjudge.core.errors import InputError
 from spanjudge.core.registry import Registry
-
-from .judgment import MetaJudge
+from spanjudge.eval.judging.judgment import MetaJudge
 
 
 @dataclass(frozen=True)
@@ -42,10 +41,10 @@ JUDGE_KINDS: Registry[JudgeFactory] = Registry(
     "judge kind",
     "spanjudge.judges",
     {
-        "scores": "spanjudge.eval.judge_files:scores_judge",
-        "distilled": "spanjudge.eval.judge_files:distilled_judge",
-        "prompted": "spanjudge.eval.prompted_judge:prompted_judge",
-        "metric": "spanjudge.eval.baselines:metric_judge",
+        "scores": "spanjudge.eval.judging.judge_files:scores_judge",
+        "distilled": "spanjudge.eval.judging.judge_files:distilled_judge",
+        "prompted": "spanjudge.eval.judging.prompted_judge:prompted_judge",
+        "metric": "spanjudge.eval.judging.baselines:metric_judge",
         "teacher": "spanjudge.eval.spans.teacher_judge:teacher_judge",
         "factgenie": "spanjudge.eval.spans.factgenie:campaign_judge",
     },

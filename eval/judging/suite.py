@@ -8,12 +8,16 @@ annotation stage), so a set is added by editing YAML: a source there, an entry h
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from spanjudge.core.configio import configs_dir, load_yaml_model
 
-from .correlation import Coefficient, KendallVariant, Level
+# the suite's words for what the correlation flow computes (eval.correlation.coefficients)
+Coefficient = Literal["pearson", "spearman", "kendall"]
+Level = Literal["global", "input", "item"]
+KendallVariant = Literal["b", "c"]
 
 
 class _Strict(BaseModel):

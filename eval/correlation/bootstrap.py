@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .correlation import Coefficient, Groups, KendallVariant, Level, level_values
+from spanjudge.eval.correlation.coefficients import Coefficient, Groups, KendallVariant, Level, level_values
 
 
 def input_weights(n_inputs: int, n_resamples: int, seed: int) -> np.ndarray:

@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING
 
 from spanjudge.core.errors import InputError
 from spanjudge.core.progress import Advance
-
-from .datasets import MetaDataset, MetaItem
-from .judgment import Judgment
-from .suite import AspectSpec
+from spanjudge.eval.judging.datasets import MetaDataset, MetaItem
+from spanjudge.eval.judging.judgment import Judgment
+from spanjudge.eval.judging.suite import AspectSpec
 
 if TYPE_CHECKING:
-    from .judges import JudgeContext
+    from spanjudge.eval.judging.judges import JudgeContext
 
 NEEDS_MODEL_WEIGHTS = {
     "bertscore": "BERTScore",

@@ -19,9 +19,8 @@ from spanjudge.core.catalog import Catalog, Task, load_catalog
 from spanjudge.core.errors import ConfigError, InputError
 from spanjudge.data_gen.config import SourcesConfig, SourceSpec, load_sources, resolve_source_path
 from spanjudge.data_gen.sources import Row, source_fields, source_item, source_rows
-
-from .qags import summary_score
-from .suite import DatasetSpec, References, SuiteConfig, resolve_config_path
+from spanjudge.eval.judging.qags import summary_score
+from spanjudge.eval.judging.suite import DatasetSpec, References, SuiteConfig, resolve_config_path
 
 QAGS_MAJORITY = "qags_majority"
 

@@ -21,13 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
-Coefficient = Literal["pearson", "spearman", "kendall"]
-Level = Literal["global", "input", "item"]
-KendallVariant = Literal["b", "c"]
+from spanjudge.eval.judging.suite import Coefficient, KendallVariant, Level
+
 COEFFICIENTS: tuple[Coefficient, ...] = ("pearson", "spearman", "kendall")
 LEVELS: tuple[Level, ...] = ("global", "input", "item")
 _REL_TOL = 1e-12

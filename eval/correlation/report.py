@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from spanjudge.core.fileio import atomic_write_text
-
-from .reference import ReferenceIndex
-from .runner import AVERAGE, EMPTY, Cell, MetaEvalResult
+from spanjudge.eval.correlation.reference import ReferenceIndex
+from spanjudge.eval.correlation.runner import AVERAGE, EMPTY, Cell, MetaEvalResult
 
 SYMBOL = {"pearson": "r", "spearman": "ρ", "kendall": "τ"}
 NOT_PUBLISHED = "not published"

@@ -34,19 +34,17 @@ from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.core.jsonl import iter_jsonl
 from spanjudge.core.keyvalue import yaml_value
 from spanjudge.core.progress import Advance
+from spanjudge.eval.judging.datasets import MetaDataset, MetaItem
+from spanjudge.eval.judging.judgment import Judgment
+from spanjudge.eval.judging.suite import AspectSpec
 from spanjudge.inference.judge_conversation import JudgeRequest
 from spanjudge.inference.probabilities import SPAN_KEPT_AT
 from spanjudge.inference.prompts import template_sha256
 
-from .datasets import MetaDataset, MetaItem
-from .judgment import Judgment
-from .suite import AspectSpec
-
 if TYPE_CHECKING:
+    from spanjudge.eval.judging.judges import JudgeContext
     from spanjudge.inference.contract import Evaluation
     from spanjudge.inference.judge import JudgedEvaluation
-
-    from .judges import JudgeContext
 
 
 def _score_of(row: Mapping[str, Any], where: str) -> float | None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .reference import ReferenceIndex
-from .runner import AVERAGE, MetaEvalResult
-from .store import judge_slug
+from spanjudge.eval.correlation.reference import ReferenceIndex
+from spanjudge.eval.correlation.runner import AVERAGE, MetaEvalResult
+from spanjudge.eval.judging.store import judge_slug
 
 # published rows drawn beside measured ones (when the table has them)
 PUBLISHED_ROWS = ("Ensemble", "Llama-FT", "Llama 3.1 8B")

@@ -17,14 +17,13 @@ from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.overlap import input_digest
 from spanjudge.core.progress import Tracker
 from spanjudge.core.run_info import run_info
-
-from .bootstrap import input_weights, paired_bootstrap, percentile_interval
-from .correlation import Groups, level_values
-from .datasets import MetaDataset, load_suite_dataset, open_suite
-from .judgment import MetaJudge
-from .sampling import deterministic_warning, mean_scores, sample_judges
-from .store import JudgmentStore, judgment_path
-from .suite import SuiteConfig, resolve_config_path
+from spanjudge.eval.correlation.bootstrap import input_weights, paired_bootstrap, percentile_interval
+from spanjudge.eval.correlation.coefficients import Groups, level_values
+from spanjudge.eval.judging.datasets import MetaDataset, load_suite_dataset, open_suite
+from spanjudge.eval.judging.judgment import MetaJudge
+from spanjudge.eval.judging.sampling import deterministic_warning, mean_scores, sample_judges
+from spanjudge.eval.judging.store import JudgmentStore, judgment_path
+from spanjudge.eval.judging.suite import SuiteConfig, resolve_config_path
 
 CHUNK = 32
 AVERAGE = "average"
