@@ -45,8 +45,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-
 from spanjudge.core.artifacts import read_adapter_metadata
 from spanjudge.core.catalog import Aspect, Catalog, load_catalog
 from spanjudge.core.errors import SpanjudgeError
@@ -57,8 +55,8 @@ from .backends.adapters import check_safetensors_adapter
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
 from .backends.registry import engine as engine_declaration
 from .backends.registry import engines_that
-from .consensus import Consensus, consensus
-from .contract import ErrorAnnotation, Evaluation, ParseFailure, anchor_evaluation, parse_judge
+from .consensus import consensus
+from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
 from .contract.json_form import json_reply_to_text
 from .decisions import AppliedDecision, DecisionRule, decide_reply, effective_rule, stored_rule
 from .hf_models import local_folder, resolve_model_source
@@ -71,6 +69,7 @@ from .judge_conversation import (
 )
 from .judge_options import MAX_NEW_TOKENS, JudgeOptions, judge_options
 from .judge_setup import JudgeSetup, ProbabilitySource, judge_engine, wire
+from .judged import JudgedEvaluation
 from .predictions import Predictions, predict
 from .probabilities import ReplyProbabilities
 from .prompts import PromptTemplate
@@ -81,36 +80,6 @@ if TYPE_CHECKING:
 RETRY_SAMPLING = SamplingParams(temperature=0.1, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
 # self-consistency's replies: diverse enough to disagree where the judge is unsure (Wang et al. 2023 sample at 0.7)
 CONSENSUS_SAMPLING = SamplingParams(temperature=0.7, top_p=0.95, max_tokens=MAX_NEW_TOKENS)
-
-
-class JudgedEvaluation(Evaluation):
-    """An Evaluation plus what happened on the way: the reply, retries, truncation, failures.
-
-    `score` is None for an unscored item; `unscored_reason` then says why. `call_failure` is
-    set when the model could not be reached (a re-run may succeed; the CLI does not write
-    such items, so they are retried)."""
-
-    id: str | None = None
-    unscored_reason: str | None = None
-    call_failure: str | None = None
-    raw_replies: list[str] = Field(default_factory=list)
-    probabilities: ReplyProbabilities | None = None  # with `probabilities=True`: read along the written reply
-    # with a decision rule (`decisions.py`): the errors the reply wrote (what `probabilities.errors` follows), and
-    # what the rule did; `errors` then holds the decided ones
-    written_errors: list[ErrorAnnotation] | None = None
-    decision: AppliedDecision | None = None
-    consensus: Consensus | None = None  # with `samples=N`: N sampled replies merged
-    attempts: int = 0
-    truncated: str | None = None
-
-    @property
-    def scored(self) -> bool:
-        return self.score is not None
-
-    @property
-    def reply_errors(self) -> list[ErrorAnnotation]:
-        """The errors the reply wrote (the ones `probabilities.errors` follows), decided or not."""
-        return self.errors if self.written_errors is None else self.written_errors
 
 
 @dataclass

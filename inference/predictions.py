@@ -19,18 +19,18 @@ import json
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from spanjudge.core.catalog import Task
+from spanjudge.core.catalog import Catalog, Task
 from spanjudge.core.errors import InputError
 
 from .judge_conversation import JudgeRequest
+from .judged import JudgedEvaluation
+from .prompts import PromptTemplate
 from .score_data import FieldMapping, header_fields, read_requests
 
 if TYPE_CHECKING:
     import pandas
-
-    from .judge import Judge, JudgedEvaluation
 
 FIRST_INPUT, REFERENCE = "input", "reference"  # an item's short names for the task's inputs
 
@@ -113,8 +113,20 @@ class Predictions(Sequence[Prediction]):
         return pandas.DataFrame([item.to_dict() for item in self.items])
 
 
+class Scorer(Protocol):
+    """What `predict` asks of a judge (`inference.judge.Judge` is one)."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def prompt_template(self) -> PromptTemplate | None: ...
+
+    def score(self, requests: Sequence[JudgeRequest]) -> list[JudgedEvaluation]: ...
+
+
 def predict(
-    judge: Judge,
+    judge: Scorer,
     items: Sequence[Mapping[str, Any]],
     *,
     task: str,

@@ -44,8 +44,8 @@ from .judge_conversation import JudgeRequest
 from .prompts import PromptTemplate, template_sha256
 
 if TYPE_CHECKING:
-    from .judge import JudgedEvaluation
     from .judge_conversation import JudgeRequest
+    from .judged import JudgedEvaluation
     from .probabilities import ReplyProbabilities
 
 

@@ -289,9 +289,8 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
     from spanjudge.eval.judging.store import judge_slug, judgment_path
     from spanjudge.eval.meta_eval import open_judges, run_benchmark
     from spanjudge.eval.perturb.benchmark import MANIFEST, load_benchmark, write_benchmark
-    from spanjudge.eval.perturb.build import build_benchmark
     from spanjudge.eval.perturb.cli import PerturberConfig, open_perturber
-    from spanjudge.eval.perturb.registry import get_kind
+    from spanjudge.eval.perturb.kind import build_benchmark, get_kind
 
     section = ctx.config.perturbation
     if section is None:

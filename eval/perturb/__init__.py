@@ -1,12 +1,13 @@
 """Perturbation benchmarks (docs/research/benchmarks.md, seeds 000-003): build once, score any judge.
 
-    registry        the benchmark kinds (`BENCHMARKS`, `KINDS`, `BenchmarkKind`, `get_kind`)
+    registry        the benchmark kinds' names (`BENCHMARKS`, `KINDS`, `KindName`): imports no kind
+    kind            a kind's declaration (`BenchmarkKind`), `get_kind`, and `build_benchmark`
     kinds/          one module per benchmark kind: dhp, dual, attacks, prompt, each with its
                     sources, build, analyse, report and plots
     perturbations   the perturbation library; its tables are configs/perturb/perturbations.yaml
     rules           the rule-based perturbations the tables name
     llm_perturb     LLM-made perturbations through the backend layer, frozen with provenance
-    build           what every kind's build shares, and `build_benchmark`
+    build           what every kind's build shares (`BuildRequest`, `Built`, sources, `Collector`)
     benchmark       the benchmark folder: `BenchmarkManifest` (benchmark.json), items.jsonl
     judgments       a judge's scores on a benchmark (the meta-eval judgment store)
     analysis        what every kind's analysis shares, and the judge's spans vs the changed ones
@@ -16,11 +17,11 @@
     evaluate        `evaluate_benchmark` (`meta-eval --benchmark`)
 
 How to add a benchmark (two files, and table rows for new perturbations):
-1. Write `kinds/<name>.py` ending in `KIND = BenchmarkKind(name="<name>", ...)`: the datasets
+1. Write `kinds/<name>.py` ending in `KIND = kind.BenchmarkKind(name="<name>", ...)`: the datasets
    it is built from, `build(BuildRequest) -> Built` (use `build.reference_sources` or
    `expert_sources` and `build.build_perturbed_sets`), `analyse(benchmark, scored, options)`
    returning a JSON-ready dict, `report(metrics, benchmark)` returning markdown lines,
-   `plots(metrics, folder)` (or `registry.no_plots`), why a cell can be undefined, how
+   `plots(metrics, folder)` (or `kind.no_plots`), why a cell can be undefined, how
    `--samples` aggregate, and optionally `headline(metrics)`: the one number summaries show.
 2. Add one line to `BENCHMARKS` in `registry.py` ("<name>": "...kinds.<name>:KIND"). The CLI's
    `--benchmark` choices, the demo config and report, the published numbers and the manifest

@@ -1,5 +1,5 @@
 """Build the perturbation benchmarks from our source data (docs/research/benchmarks.md §1-4): the parts every
-kind shares, and `build_benchmark`, which runs the kind's own `build` (kinds/<kind>.py).
+kind shares; `kind.build_benchmark` runs the kind's own `build` (kinds/<kind>.py) with them.
 
 Sources are read through the meta-eval suite (configs/eval/thesis.yaml), so the texts and
 inputs are exactly those of the human-correlation sets. Rule-based perturbations run here
@@ -25,9 +25,8 @@ from spanjudge.core.paths import data_dir
 from spanjudge.core.progress import Tracker
 from spanjudge.eval.judging.datasets import MetaItem, load_suite_dataset, open_suite
 from spanjudge.eval.judging.suite import load_suite
-from spanjudge.eval.perturb.benchmark import BenchItem, Benchmark
+from spanjudge.eval.perturb.benchmark import BenchItem
 from spanjudge.eval.perturb.perturbations import Outcome, Perturbation, Perturbed, apply_rule, get, split_sentences
-from spanjudge.eval.perturb.registry import get_kind
 
 GROUND_TRUTH = "Original Ground Truth"  # TopicalChat's human reference response
 # the experts' scales of our source datasets: SummEval 1-5, TopicalChat (USR) 1-3
@@ -222,41 +221,3 @@ class Built:
     task: Task
     collected: Collector
     info: dict[str, Any] = field(default_factory=dict)
-
-
-def build_benchmark(
-    kind: str,
-    dataset: str,
-    *,
-    data_root: Path | None,
-    n: int | None,
-    seed: int = 0,
-    perturbations: Sequence[str] | None = None,
-    llm: LLMMaker | None = None,
-    llm_info: Mapping[str, Any] | None = None,
-    steps: int | None = None,
-    aspects: Sequence[str] | None = None,
-    progress: Tracker | None = None,
-) -> Benchmark:
-    """The benchmark `kind` from `dataset`; `aspects` narrows what the judge rates (dhp, attacks)."""
-    request = BuildRequest(dataset, data_root, n, seed, perturbations, llm, steps, aspects, progress)
-    return build_request(kind, request, llm_info)
-
-
-def build_request(kind: str, request: BuildRequest, llm_info: Mapping[str, Any] | None = None) -> Benchmark:
-    """`build_benchmark` for a request made already; `llm_info` describes `request.llm` for the manifest."""
-    plugin = get_kind(kind)
-    dataset = request.dataset
-    if dataset not in plugin.sources:
-        raise InputError(
-            f"benchmark '{kind}' is built from {', '.join(plugin.sources)}, not '{dataset}'" + plugin.wrong_source_hint
-        )
-    built = plugin.build(request)
-    collected = built.collected
-    info: dict[str, Any] = {"source": dataset, "sample": request.n, "built_with": dict(llm_info or {}) or None}
-    info |= built.info
-    info["made"] = dict(collected.made)
-    info["rejected"] = {k: dict(v) for k, v in collected.rejected.items()}
-    return Benchmark(
-        kind, f"{kind}-{dataset}", dataset, built.task, collected.items, collected.table, request.seed, info
-    )

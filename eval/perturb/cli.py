@@ -17,9 +17,10 @@ from spanjudge.core.keyvalue import endpoint_urls
 from spanjudge.core.options import option, settings_command
 from spanjudge.core.progress import labelled_bars
 from spanjudge.eval.perturb.benchmark import write_benchmark
-from spanjudge.eval.perturb.build import BuildRequest, build_request
+from spanjudge.eval.perturb.build import BuildRequest
+from spanjudge.eval.perturb.kind import all_kinds, build_request
 from spanjudge.eval.perturb.llm_perturb import LLMPerturber
-from spanjudge.eval.perturb.registry import KINDS, all_kinds
+from spanjudge.eval.perturb.registry import KINDS
 from spanjudge.inference.backends import BackendSpec, SamplingParams
 
 if TYPE_CHECKING:

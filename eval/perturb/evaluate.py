@@ -27,7 +27,7 @@ def evaluate_benchmark(
     from spanjudge.eval.perturb.analysis import analyze_spans
     from spanjudge.eval.perturb.benchmark import load_benchmark
     from spanjudge.eval.perturb.judgments import score_benchmark
-    from spanjudge.eval.perturb.registry import AnalysisOptions, get_kind
+    from spanjudge.eval.perturb.kind import AnalysisOptions, get_kind
     from spanjudge.eval.perturb.report import write_report
 
     benchmark = load_benchmark(folder)

@@ -11,8 +11,8 @@ from typing import Any
 
 from spanjudge.core.fileio import atomic_write_text
 from spanjudge.eval.perturb.benchmark import Benchmark
+from spanjudge.eval.perturb.kind import get_kind
 from spanjudge.eval.perturb.published import PublishedRow, load_published, rows_for
-from spanjudge.eval.perturb.registry import get_kind
 
 
 def fmt(value: object) -> str:

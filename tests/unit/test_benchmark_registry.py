@@ -22,9 +22,10 @@ from spanjudge.eval.judging.datasets import MetaDataset, MetaItem
 from spanjudge.eval.judging.suite import AspectSpec, BootstrapSpec, DatasetSpec, SuiteConfig
 from spanjudge.eval.perturb.benchmark import FORMAT, MANIFEST, BenchItem, Benchmark, load_benchmark, write_benchmark
 from spanjudge.eval.perturb.cli import perturb
+from spanjudge.eval.perturb.kind import BenchmarkKind, all_kinds, get_kind
 from spanjudge.eval.perturb.perturbations import PERTURBATIONS, load_tables, tables_path
 from spanjudge.eval.perturb.published import PublishedRow
-from spanjudge.eval.perturb.registry import KINDS, BenchmarkKind, all_kinds, get_kind
+from spanjudge.eval.perturb.registry import KINDS
 
 # -- the registry ----------------------------------------------------------------------------
 

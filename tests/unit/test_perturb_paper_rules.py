@@ -18,7 +18,8 @@ from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import InputError
 from spanjudge.eval.judging.judgment import Judgment
 from spanjudge.eval.perturb import statistics as metrics
-from spanjudge.eval.perturb.build import Source, build_benchmark
+from spanjudge.eval.perturb.build import Source
+from spanjudge.eval.perturb.kind import build_benchmark
 from spanjudge.eval.perturb.kinds.dhp import analyze_dhp, parse_weights
 from spanjudge.eval.perturb.kinds.dual import analyze_dual
 from spanjudge.eval.perturb.kinds.prompt import (

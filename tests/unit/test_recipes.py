@@ -157,7 +157,7 @@ from typing import Any
 from ..analysis import paired_scores
 from ..build import BuildRequest, Built, build_perturbed_sets, reference_sources, select_aspects, select_keys
 from ..perturbations import keys_of
-from ..registry import BenchmarkKind, no_plots
+from ..kind import BenchmarkKind, no_plots
 
 
 def build(request: BuildRequest) -> Built:

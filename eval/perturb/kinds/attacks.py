@@ -28,8 +28,8 @@ from spanjudge.eval.perturb.build import (
     select_keys,
 )
 from spanjudge.eval.perturb.judgments import ScoringResult
+from spanjudge.eval.perturb.kind import AnalysisOptions, BenchmarkKind
 from spanjudge.eval.perturb.perturbations import ATTACKS
-from spanjudge.eval.perturb.registry import AnalysisOptions, BenchmarkKind
 from spanjudge.eval.perturb.report import published_rows, table
 
 

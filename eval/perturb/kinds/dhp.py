@@ -27,8 +27,8 @@ from spanjudge.eval.perturb.build import (
     select_keys,
 )
 from spanjudge.eval.perturb.judgments import ScoringResult
+from spanjudge.eval.perturb.kind import AnalysisOptions, BenchmarkKind
 from spanjudge.eval.perturb.perturbations import DHP_SUMMARIZATION, load_tables
-from spanjudge.eval.perturb.registry import AnalysisOptions, BenchmarkKind
 from spanjudge.eval.perturb.report import fmt, table
 
 LEVELS = {"character": "C", "word": "W", "sentence": "S"}

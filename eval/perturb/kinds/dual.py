@@ -29,8 +29,8 @@ from spanjudge.eval.perturb.build import (
     run_perturbation,
 )
 from spanjudge.eval.perturb.judgments import ScoringResult
+from spanjudge.eval.perturb.kind import AnalysisOptions, BenchmarkKind, no_plots
 from spanjudge.eval.perturb.perturbations import INJECTION_ASPECTS, get
-from spanjudge.eval.perturb.registry import AnalysisOptions, BenchmarkKind, no_plots
 from spanjudge.eval.perturb.report import published_rows, table
 
 # 001's gold scales where an aspect differs from its dataset's: USR rates these two 0-1, and 001

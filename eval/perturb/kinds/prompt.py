@@ -17,7 +17,7 @@ from spanjudge.eval.perturb.analysis import Scores, num, score_of
 from spanjudge.eval.perturb.benchmark import BenchItem, Benchmark, originals_by_group
 from spanjudge.eval.perturb.build import DEFAULT_SCALE, BuildRequest, Built, Collector, Source, expert_sources
 from spanjudge.eval.perturb.judgments import ScoringResult
-from spanjudge.eval.perturb.registry import AnalysisOptions, BenchmarkKind, no_plots
+from spanjudge.eval.perturb.kind import AnalysisOptions, BenchmarkKind, no_plots
 from spanjudge.eval.perturb.report import published_rows, table
 
 EXPERT_INPUT = "Human expert rating"  # the extra input of the perturbed-prompt benchmark
