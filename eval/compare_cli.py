@@ -48,7 +48,7 @@ def compare_command(s: CompareSettings) -> None:
     from spanjudge.core.errors import InputError
     from spanjudge.core.fileio import atomic_write_json, atomic_write_text, check_overwritable
     from spanjudge.eval.compare import compare_systems, is_our_comparison, is_our_plot, is_our_table, markdown, plot
-    from spanjudge.inference.score_data import read_results
+    from spanjudge.inference.score.rows import read_results
 
     if s.out is not None and s.out.suffix != ".json":  # the table and the plot go beside it: never over it
         raise InputError(

@@ -27,7 +27,7 @@ from spanjudge.core.errors import InputError
 from .judge_conversation import JudgeRequest
 from .judged import JudgedEvaluation
 from .prompts import PromptTemplate
-from .score_data import FieldMapping, header_fields, read_requests
+from .requests import FieldMapping, header_fields, read_requests
 
 if TYPE_CHECKING:
     import pandas

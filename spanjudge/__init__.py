@@ -19,15 +19,16 @@ from typing import Any as _Any
 
 if _TYPE_CHECKING:
     from spanjudge.core.errors import InputError, SpanjudgeError
-    from spanjudge.inference.judge import Judge, JudgedEvaluation
+    from spanjudge.inference.judge import Judge
     from spanjudge.inference.judge_options import JudgeOptions
+    from spanjudge.inference.judged import JudgedEvaluation
     from spanjudge.inference.predictions import PredictedError, Prediction, Predictions
 
 # name -> the module that defines it, imported on first use: every `import spanjudge.core...` runs
 # this file first, and the command line must not pay for torch and transformers to print its help
 _EXPORTS = {
     "Judge": "spanjudge.inference.judge",
-    "JudgedEvaluation": "spanjudge.inference.judge",
+    "JudgedEvaluation": "spanjudge.inference.judged",
     "JudgeOptions": "spanjudge.inference.judge_options",
     "Predictions": "spanjudge.inference.predictions",
     "Prediction": "spanjudge.inference.predictions",

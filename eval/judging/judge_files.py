@@ -44,7 +44,7 @@ from spanjudge.inference.prompts import template_sha256
 if TYPE_CHECKING:
     from spanjudge.eval.judging.judges import JudgeContext
     from spanjudge.inference.contract import Evaluation
-    from spanjudge.inference.judge import JudgedEvaluation
+    from spanjudge.inference.judged import JudgedEvaluation
 
 
 def _score_of(row: Mapping[str, Any], where: str) -> float | None:

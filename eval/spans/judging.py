@@ -24,7 +24,8 @@ from spanjudge.eval.spans.documents import SpanDocument
 from spanjudge.inference.probabilities import SPAN_KEPT_AT
 
 if TYPE_CHECKING:
-    from spanjudge.inference.judge import Judge, JudgedEvaluation
+    from spanjudge.inference.judge import Judge
+    from spanjudge.inference.judged import JudgedEvaluation
 
 QUINTD_TASK = "quintd1"  # configs/tasks/data_to_text.yaml: quintd-1's own task and aspect
 QUINTD_ASPECT = "accuracy"

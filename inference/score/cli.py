@@ -20,7 +20,7 @@ from ..backends.llamacpp.lora_export import adapter_to_gguf, check_gguf_target
 from ..export import check_merge_target, merge_adapter
 from ..hf_models import local_folder, resolve_model_source
 from ..judge import recorded_base
-from ..score_data import read_results
+from .rows import read_results
 from .stage import ScoreSettings, score_file, summary_lines
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 `spanjudge score` parses its options into `ScoreSettings` and prints the `ScoreRun`; the
 demo calls `score_file` directly. Results are appended as soon as each is final, so a
-re-run with the same settings skips what is done (see `score_data`).
+re-run with the same settings skips what is done (see `rows`).
 """
 
 from __future__ import annotations
@@ -27,21 +27,20 @@ from spanjudge.core.sharding import SHARD_HELP, Shard, parse_shard
 
 from ..backends import engine, parse_engine_args
 from ..backends.registry import engines_that
-from ..judge import Judge, JudgedEvaluation, decision_rule_for, resolve_prompt_template
+from ..judge import Judge, decision_rule_for, resolve_prompt_template
 from ..judge_conversation import JudgeRequest
 from ..judge_options import JudgeOptions
 from ..judge_setup import judge_engine
+from ..judged import JudgedEvaluation
 from ..prompts import PromptTemplate
-from ..score_data import (
-    FieldMapping,
+from ..requests import FieldMapping, read_requests, score_source
+from .rows import (
     ScoreRow,
     ScoreStore,
     check_results_file,
-    read_requests,
     read_results,
     resume_key,
     run_info_path,
-    score_source,
     shard_requests,
     write_run_info,
 )
@@ -123,7 +122,7 @@ class ScoreRun:
 def result_row(
     request: JudgeRequest, evaluation: JudgedEvaluation, key: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """One line of the results file (a `score_data.ScoreRow`); `key` is its resume key (`score_data.resume_key`)."""
+    """One line of the results file (a `rows.ScoreRow`); `key` is its resume key (`rows.resume_key`)."""
 
     return ScoreRow.of(request, evaluation, key).line()
 

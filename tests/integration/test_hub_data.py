@@ -18,7 +18,7 @@ from support.publish_folders import imported_folder
 from spanjudge.app.cli import main
 from spanjudge.core import hub_data
 from spanjudge.core.catalog import load_catalog
-from spanjudge.inference.score_data import FieldMapping, read_requests
+from spanjudge.inference.requests import FieldMapping, read_requests
 from spanjudge.publish.dataset import read_dataset_folder
 from spanjudge.publish.dataset_card import DatasetCardOptions
 from spanjudge.publish.dataset_staging import stage_dataset

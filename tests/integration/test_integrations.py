@@ -21,7 +21,7 @@ from support.judge_records import qags_xsum_records
 from support.training_runs import TrainedRun
 
 from spanjudge.inference.hf_models import convert_gguf
-from spanjudge.inference.judge import JudgedEvaluation
+from spanjudge.inference.judged import JudgedEvaluation
 from spanjudge.inference.predictions import Prediction
 from spanjudge.inference.shipped_models import smollm2_gguf
 from spanjudge.integrations.inspect import score_of, spanjudge_scorer

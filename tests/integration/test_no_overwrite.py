@@ -157,13 +157,13 @@ def test_score_refuses_to_append_to_training_records(
 
 
 def test_a_symlinked_out_meets_the_same_lock(tmp_path: Path) -> None:
-    from spanjudge.inference.score_data import ScoreStore
+    from spanjudge.inference.score.rows import ScoreStore
 
     real = tmp_path / "scores.jsonl"
     link = tmp_path / "link.jsonl"
     link.symlink_to(real)
     holder = subprocess.Popen(  # another run holds the file by its real name
-        [sys.executable, "-c", "import sys, time\nfrom spanjudge.inference.score_data import ScoreStore\n"
+        [sys.executable, "-c", "import sys, time\nfrom spanjudge.inference.score.rows import ScoreStore\n"
          f"store = ScoreStore(__import__('pathlib').Path({str(real)!r}), 'spanjudge score')\n"
          "print('held', flush=True)\ntime.sleep(60)"],
         stdout=subprocess.PIPE, text=True,

@@ -15,7 +15,7 @@ from support.standin import Reply, StandIn
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
-from spanjudge.inference.score_data import run_info_path
+from spanjudge.inference.score.rows import run_info_path
 from spanjudge.inference.shipped_models import smollm2_gguf
 
 TASK, ASPECT = "qags_xsum", "factual consistency"

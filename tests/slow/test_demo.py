@@ -131,10 +131,10 @@ def _train(layout: DemoLayout) -> None:
 
 def _score(layout: DemoLayout, shared_data: Path) -> None:
     from spanjudge.inference.contract import anchor_evaluation, parse_judge
-    from spanjudge.inference.judge import JudgedEvaluation
+    from spanjudge.inference.judged import JudgedEvaluation
     from spanjudge.inference.probabilities import ErrorProbabilities, ReplyProbabilities
+    from spanjudge.inference.score.rows import ScoreStore
     from spanjudge.inference.score.stage import result_row
-    from spanjudge.inference.score_data import ScoreStore
 
     class Request:  # what result_row reads of a JudgeRequest
         def __init__(self, id: str, output: str) -> None:

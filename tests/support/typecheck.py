@@ -25,6 +25,7 @@ CHECKED = (
     "inference/contract",
     "inference/backends",
     "inference/judge.py",
+    "inference/judged.py",
     "inference/judge_options.py",
     "inference/judge_setup.py",
     "inference/decisions.py",

@@ -22,7 +22,7 @@ from spanjudge.core.progress import tracker_bars
 from spanjudge.eval.judging.judgment import Judgment
 from spanjudge.eval.judging.store import JudgmentStore
 from spanjudge.eval.perturb.llm_perturb import FrozenStore
-from spanjudge.inference.score_data import ScoreRow, ScoreStore, finished_rows, read_results, read_score_rows
+from spanjudge.inference.score.rows import ScoreRow, ScoreStore, finished_rows, read_results, read_score_rows
 
 
 def _by_id(where: str, row: dict[str, Any]) -> tuple[str, dict[str, Any]]:

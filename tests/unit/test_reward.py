@@ -9,7 +9,7 @@ import json
 import pytest
 
 from spanjudge.inference.contract import ErrorAnnotation
-from spanjudge.inference.judge import JudgedEvaluation
+from spanjudge.inference.judged import JudgedEvaluation
 from spanjudge.inference.predictions import PredictedError, Prediction
 from spanjudge.inference.probabilities import ErrorProbabilities, ReplyProbabilities
 from spanjudge.integrations.trl import _text, check_reward, explained, reward_of, spanjudge_reward

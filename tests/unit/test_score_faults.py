@@ -234,8 +234,8 @@ def test_a_judge_is_its_weights_not_its_folder(tmp_path: Path) -> None:
     """More training into the same run folder, or a replaced adapter, is another judge: its rows never resume
     the old one's. Metadata beside the weights (a stored decision rule) leaves the judge as it was."""
     from spanjudge.core.errors import InputError
+    from spanjudge.inference.score.rows import check_results_file
     from spanjudge.inference.score.stage import model_identity
-    from spanjudge.inference.score_data import check_results_file
 
     adapter = tmp_path / "run" / "adapter"
     adapter.mkdir(parents=True)

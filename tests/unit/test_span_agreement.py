@@ -274,7 +274,7 @@ def test_meta_eval_reads_a_judge_with_its_probabilities_as_the_protocol_does() -
     (the product of the blocks' confidences up to each) and the expected number of errors."""
     from spanjudge.eval.judging.judge_files import _expected_detail
     from spanjudge.inference.contract import ErrorAnnotation
-    from spanjudge.inference.judge import JudgedEvaluation
+    from spanjudge.inference.judged import JudgedEvaluation
     from spanjudge.inference.probabilities import ErrorProbabilities, ReplyProbabilities
 
     def error(start: int | None, confidence: float) -> tuple[ErrorAnnotation, ErrorProbabilities]:
