@@ -94,7 +94,7 @@ def test_a_server_that_crashes_mid_run_is_named_in_every_failure(
 def test_the_in_process_engine_reports_a_crash_of_its_probe(
     smollm2_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from spanjudge.inference.backends import llamacpp as llamacpp_local
+    from spanjudge.inference.backends.llamacpp import local as llamacpp_local
 
     # a stand-in for a build that faults on this CPU: the probe's child dies as such a build dies
     monkeypatch.setattr(llamacpp_local, "_PROBE", "import os, signal\nprint('loading')\nos.kill(os.getpid(), 11)")
