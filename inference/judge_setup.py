@@ -1,9 +1,10 @@
 """How a distilled judge is wired to its engine: the model's spec and the judge's setup, from the judge's
 options and what the engine declares it needs and can do (`backends.engine.Engine`), never its name.
 
-- A served engine (`serve`) needs `base_url`; it is sent the prompt the judge rendered with the
-  model's chat template when it takes one (`Serving.templated_prompt`) and a tokenizer is at hand,
-  so it reads exactly the text training used; else the server applies its own template.
+- A served engine (`serve`) needs `base_url`, unless it starts its own server (`launch`: it then takes
+  engine arguments, and the judge's tokenizer folder as `tokenizer`). It is sent the prompt the judge
+  rendered with the model's chat template when it takes one (`Serving.templated_prompt`) and a
+  tokenizer is at hand, so it reads exactly the text training used; else the server applies its own.
 - An in-process engine loads the model (and the adapter) itself; the judge options it takes
   (`judge_options`) and the user's engine arguments (which win) become its options.
 - `constrained=True` adds the engine's own constraint (`constrain`: a GBNF option, request fields,
@@ -92,20 +93,24 @@ def wire(
     fields: dict[str, Any] = {key: value for w in wiring for key, value in w.request_fields.items()}
     tokenizer_folder = adapter or (model if Path(model).is_dir() else None)
     if declared.serve:
-        if not o.base_url:
+        if declared.launch is not None and o.base_url:
+            raise InputError(f"engine {declared.name!r} starts its own server: give no base_url")
+        if declared.launch is None and not o.base_url:
             raise InputError(f"engine {declared.name!r} needs base_url (e.g. {declared.serve.endpoint_example})")
         tokenizer = (
             load_tokenizer(tokenizer_folder, trust_remote_code=o.trust_remote_code) if tokenizer_folder else None
         )
         templated = tokenizer is not None and declared.serve.templated_prompt
+        # an engine that starts its own server reads probabilities in this process with the judge's tokenizer
+        launched = {"tokenizer": tokenizer_folder} if declared.launch is not None and tokenizer_folder else {}
         spec = BackendSpec(
             kind=declared.name,
             model=o.served_model or Path(location).name or "judge",
-            endpoints=(o.base_url,),
+            endpoints=(o.base_url,) if o.base_url else (),
             api="prompt" if templated else "chat",
             concurrency=o.concurrency,
             timeout_s=o.timeout_s,
-            options={**(o.engine_options or {}), **added},
+            options={**(o.engine_options or {}), **added, **launched},
             extra_body=fields,
         )
         context = o.max_context

@@ -47,10 +47,9 @@ from spanjudge.eval.spans.judging import (
 )
 from spanjudge.eval.spans.metrics import mark_numbers
 from spanjudge.eval.spans.quintd import quintd_tables
-from spanjudge.inference.backends.llamacpp import LlamaCppProbabilities, LlamaCppServer
 from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf
 from spanjudge.inference.decisions import DecisionRule
-from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
+from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 from spanjudge.training.config import TrainConfig
@@ -289,30 +288,17 @@ def served_judge(
     probabilities: bool,
     samples: int = 0,
 ) -> Callable[[], Any]:
-    """A judge llama.cpp serves; with `probabilities`, read in this process from the same GGUF and LoRA."""
+    """A judge llama.cpp serves (engine `llamacpp-server`: it starts and stops the server); with `probabilities`,
+    read in this process from the same GGUF and LoRA."""
 
     def make() -> Any:
-        server = LlamaCppServer(
-            gguf, alias="judge", n_threads=os.cpu_count() or 1, n_ctx=4096, lora_path=lora,
-            chat_format=STUDENTS[args.student]["chat_format"],
-        ).start()  # fmt: skip
-        reader = LlamaCppProbabilities(gguf, load_tokenizer(str(folder)), lora) if probabilities else None
-        judge = Judge.from_pretrained(
-            folder, engine="openai", base_url=server.base_url, served_model="judge",
+        server = {"gguf": str(gguf), "n_ctx": 4096, "n_threads": os.cpu_count() or 1,
+                  "chat_format": STUDENTS[args.student]["chat_format"], **({"lora": str(lora)} if lora else {})}  # fmt: skip
+        return Judge.from_pretrained(
+            folder, engine="llamacpp-server", engine_options=server, served_model="judge",
             max_new_tokens=args.max_new_tokens, retries=args.retries, max_context=4096, constrained=constrained,
-            probabilities=probabilities, probability_reader=None if reader is None else reader.read_probabilities,
-            samples=samples,
+            probabilities=probabilities, samples=samples,
         )  # fmt: skip
-        close = judge.close
-
-        def close_both() -> None:
-            close()
-            server.stop()
-            if reader is not None:
-                reader.close()
-
-        judge.close = close_both  # type: ignore[method-assign]
-        return judge
 
     return make
 

@@ -15,7 +15,11 @@ declaration — never its name — what it needs and can do:
 - `prefix_reuse_off`: what it is sent when the judge turns prefix reuse off (an in-process engine
   takes `reuse_prefix` among its `judge_options` instead);
 - `keep_loaded`: options that keep a model loaded between requests (the annotate pipeline's
-  `one_model_at_a_time`).
+  `one_model_at_a_time`);
+- `launch`: the engine starts its own server (`Launch`): from its engine options, on a free port of
+  127.0.0.1, healthy once it has computed a first completion, a crash reported as one (its exit signal
+  and log) at start and in every call that fails after, stopped when the last backend using it closes
+  (`launched.py`). Such an engine is reached over HTTP (`serve`) but needs no `base_url`.
 
 Adding an engine is one module ending in its declaration and one line in `registry.ENGINES` (or an
 entry point of the group `spanjudge.engines` in another package).
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..contract.grammar import judge_grammar
 from .base import Backend
@@ -49,6 +53,30 @@ class Serving:
     # judge reads exactly the text training used; else the server applies its own template
     templated_prompt: bool = False
     request_fields: bool = False  # takes server-specific request fields (`extra_body`) and `api` other than chat
+
+
+class Launched(Protocol):
+    """A model server an engine started: where it answers, why it died (None while it runs), how it ends."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    def crash_report(self) -> str | None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How an engine starts its own server.
+
+    start:   the server for these engine options, returned running and healthy (it has answered a first
+             completion); a server that dies on the way raises with its crash report
+    options: the engine options the server takes (the same ones give the same server: `launched.py` shares it)
+    """
+
+    start: Callable[[Mapping[str, Any]], Launched]
+    options: tuple[str, ...]
 
 
 def grammar_option(max_errors: int) -> Wiring:
@@ -83,11 +111,17 @@ class Engine:
     constrain: Callable[[int], Wiring] = no_constraint
     prefix_reuse_off: Wiring = field(default_factory=Wiring)
     keep_loaded: Mapping[str, Any] = field(default_factory=dict)
+    launch: Launch | None = None
 
     @property
     def in_process(self) -> bool:
         """Runs in this process and takes engine arguments (`--engine-arg`, `engine_options`)."""
         return self.serve is None
+
+    @property
+    def takes_engine_args(self) -> bool:
+        """Takes engine arguments: an in-process engine's, or those a launched server starts with."""
+        return self.serve is None or self.launch is not None
 
     @property
     def request_fields(self) -> bool:

@@ -153,7 +153,7 @@ def classify_openai_error(error: Exception) -> tuple[FailureKind, str] | None:
     return None
 
 
-def _request_grammar(max_errors: int) -> Wiring:
+def request_grammar(max_errors: int) -> Wiring:
     """The contract's grammar in both llama.cpp's (`grammar`) and vLLM's (`structured_outputs`) request
     field: a server that reads neither (Ollama's /v1) decodes unconstrained."""
     return Wiring(request_fields=server_grammar_fields(judge_grammar(max_errors=max_errors)))
@@ -166,7 +166,7 @@ ENGINE = Engine(
     packages=("openai",),
     install="pip install openai",
     serve=Serving("http://127.0.0.1:8080/v1", templated_prompt=True, request_fields=True),
-    constrain=_request_grammar,
+    constrain=request_grammar,
     # llama.cpp's server reuses its slot's prompt cache unless told not to (vLLM ignores the field)
     prefix_reuse_off=Wiring(request_fields={"cache_prompt": False}),
 )

@@ -26,6 +26,7 @@ ENGINES: Registry[Engine] = Registry(
         "ollama": "spanjudge.inference.backends.ollama_native:ENGINE",
         "vllm": "spanjudge.inference.backends.vllm_offline:ENGINE",
         "llamacpp": "spanjudge.inference.backends.llamacpp:ENGINE",
+        "llamacpp-server": "spanjudge.inference.backends.llamacpp.server:ENGINE",
         "transformers": "spanjudge.inference.backends.transformers_local:ENGINE",
     },
     Engine,

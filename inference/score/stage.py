@@ -190,8 +190,10 @@ def _check(settings: ScoreSettings) -> tuple[Shard | None, dict[str, Any]]:
         check_overwritable(page_path(settings.out), "page", is_our_page, "--out (its page)")
     declared = judge_engine(settings)  # the engine's own rules, as Judge.from_pretrained checks them
     engine_options = parse_engine_args(settings.engine_arg or [])
-    if engine_options and not declared.in_process:
-        raise InputError(f"--engine-arg is for --engine {engines_that('in_process')}; a server takes its own flags")
+    if engine_options and not declared.takes_engine_args:
+        raise InputError(
+            f"--engine-arg is for --engine {engines_that('takes_engine_args')}; a server takes its own flags"
+        )
     return part, engine_options
 
 

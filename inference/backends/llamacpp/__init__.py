@@ -1,7 +1,7 @@
-"""The llama.cpp engine: llama.cpp in this process (llama-cpp-python's `Llama`: a GGUF, optionally a GGUF
-LoRA, on CPU), its probability reader, and llama-cpp-python's OpenAI-compatible server on 127.0.0.1
-(`LlamaCppServer`, reached through the `openai` engine) with the reader of a served judge's probabilities
-(`LlamaCppProbabilities`).
+"""The llama.cpp engines: `llamacpp`, llama.cpp in this process (llama-cpp-python's `Llama`: a GGUF, optionally a
+GGUF LoRA, on CPU) with its probability reader; and `llamacpp-server` (`server.ENGINE`), llama-cpp-python's
+OpenAI-compatible server on 127.0.0.1, which the engine starts and stops itself (`LlamaCppServer`), with the
+reader of a served judge's probabilities (`LlamaCppProbabilities`).
 
 `spec.model` is the model's Hugging Face folder or hub id, for its tokenizer and chat template (an
 adapter folder's own tokenizer wins, as on transformers); `spec.options`:

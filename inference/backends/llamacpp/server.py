@@ -15,9 +15,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spanjudge.core.crash import crashed, describe_exit, log_tail
 from spanjudge.core.errors import SpanjudgeError
@@ -27,7 +28,11 @@ from ...contract import Evaluation
 from ...probabilities import ReplyProbabilities
 from ...shipped_models import free_port
 from ..base import ChatRequest
+from ..engine import Engine, Launch, Serving, Wiring
+from ..launched import LaunchedBackend
+from ..openai_compat import request_grammar
 from ..server import forget_endpoint, watch_endpoint
+from ..spec import BackendSpec
 from .build import build_advice
 from .gguf_files import check_model_files
 from .local import checked_files
@@ -240,3 +245,90 @@ def _die_with_parent() -> None:
     CPU); the server keeps nothing that a graceful exit would save."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+SERVER_OPTIONS = ("gguf", "lora", "n_ctx", "n_threads", "chat_format")
+
+
+def shipped_or_file(value: object) -> Path:
+    """A `gguf` engine option: `@smollm2` or `@gemma3` (the GGUFs PyPI packages ship) or a file."""
+    from ...shipped_models import gemma3_gguf, smollm2_gguf
+
+    text = str(value)
+    shipped = {"@smollm2": smollm2_gguf, "@gemma3": gemma3_gguf}
+    if text.startswith("@") and text not in shipped:
+        raise SpanjudgeError(f"gguf={text}: the shipped models are {', '.join(shipped)}; or give a .gguf file")
+    return shipped[text]() if text in shipped else Path(text).expanduser()
+
+
+def start_server(options: Mapping[str, Any]) -> LlamaCppServer:
+    """The `llamacpp-server` engine's launch: llama-cpp-python's server for `gguf` (and `lora`), answering to
+    `alias` (the model name the judge sends), started and checked by a first completion."""
+    if not options.get("gguf"):
+        raise SpanjudgeError("engine 'llamacpp-server' needs the engine option gguf=PATH (or @smollm2, @gemma3)")
+    server = LlamaCppServer(
+        shipped_or_file(options["gguf"]),
+        alias=str(options.get("alias") or "judge"),
+        n_ctx=int(options.get("n_ctx") or 4096),
+        n_threads=int(options["n_threads"]) if options.get("n_threads") else None,
+        chat_format=str(options["chat_format"]) if options.get("chat_format") else None,
+        lora_path=options.get("lora") or None,
+    )
+    return server.start()
+
+
+class LlamaCppServedBackend(LaunchedBackend):
+    """`llamacpp-server`: a GGUF (and GGUF LoRA) on llama-cpp-python's server, which this backend starts (shared
+    with other backends of the same files, `launched.py`) and stops; with the judge's probabilities read in this
+    process from the same files (`LlamaCppProbabilities`, on the tokenizer of the judge's folder, the engine option
+    `tokenizer` the judge sets)."""
+
+    launch = Launch(start_server, (*SERVER_OPTIONS, "alias"))
+
+    def __init__(self, spec: BackendSpec) -> None:
+        self._options = dict(spec.options)
+        self._reader: LlamaCppProbabilities | None = None
+        super().__init__(spec.model_copy(update={"options": {**spec.options, "alias": spec.model}}))
+
+    def read_probabilities(self, request: ChatRequest, evaluation: Evaluation) -> ReplyProbabilities:
+        if self._reader is None:  # made at the first reading: a judge that reads none loads no second copy
+            from ...hf_models import load_tokenizer
+
+            folder = self._options.get("tokenizer")
+            if not folder:
+                raise SpanjudgeError(
+                    "engine 'llamacpp-server' reads probabilities with the judge's tokenizer: the judge sets the "
+                    "engine option tokenizer=FOLDER (Judge.from_pretrained does)"
+                )
+            self._reader = LlamaCppProbabilities(
+                shipped_or_file(self._options["gguf"]),
+                load_tokenizer(str(folder), trust_remote_code=bool(self._options.get("trust_remote_code"))),
+                self._options.get("lora") or None,
+                n_ctx=int(self._options.get("n_ctx") or 4096),
+            )
+        return self._reader.read_probabilities(request, evaluation)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            reader, self._reader = self._reader, None
+            if reader is not None:
+                reader.close()
+
+
+ENGINE = Engine(
+    name="llamacpp-server",
+    backend=LlamaCppServedBackend,
+    summary="llama.cpp's OpenAI-compatible server, which spanjudge starts and stops on 127.0.0.1: a GGUF and a "
+    "GGUF LoRA in a process of their own (a crash is reported as one); engine options gguf=PATH|@smollm2|@gemma3, "
+    "lora=PATH, n_ctx, n_threads, chat_format",
+    packages=("llama_cpp", "openai", "transformers"),
+    install="pip install 'spanjudge[llamacpp]'",
+    extra="llamacpp",
+    serve=Serving("started by spanjudge on 127.0.0.1", templated_prompt=True, request_fields=True),
+    read_probabilities=True,
+    constrain=request_grammar,
+    prefix_reuse_off=Wiring(request_fields={"cache_prompt": False}),
+    launch=LlamaCppServedBackend.launch,
+)
