@@ -27,8 +27,9 @@ from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.core.jsonl import read_jsonl
 from spanjudge.core.paths import data_dir as find_data_dir
-from spanjudge.inference.backends.llamacpp import LlamaCppServer
-from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
+from spanjudge.inference.backends import engine
+from spanjudge.inference.backends.engine import Launched
+from spanjudge.inference.backends.launched import acquire, release
 
 from .config import ServerSpec, load_demo_config
 from .report import DemoLayout, StepRecord, render_report
@@ -59,12 +60,7 @@ class Step:
 # Servers
 
 
-def _gguf(model: str) -> Path:
-
-    return {"@smollm2": smollm2_gguf, "@gemma3": gemma3_gguf}[model]() if model.startswith("@") else Path(model)
-
-
-_SERVERS: list[Any] = []  # the llama.cpp servers the demo has started and not stopped yet
+_SERVERS: list[Launched] = []  # the llama.cpp servers the demo asked for and has not released yet
 
 
 def crashed_server() -> str | None:
@@ -78,21 +74,23 @@ def serving(specs: Sequence[ServerSpec], logs: Path, console: Console) -> Iterat
     spinning on two cores slow each other down), yield role -> [URL], stop them all. A server
     that dies at its first completion stops the demo here, reported as a crash."""
 
-    started: list[LlamaCppServer] = _SERVERS
+    served = engine("llamacpp-server")  # the engine starts its servers: the demo only names them
+    assert served.launch is not None
+    started: list[Launched] = _SERVERS
     try:
         endpoints: dict[str, list[str]] = {}
         for spec in specs:
             with console.status(f"starting llama.cpp with {spec.model} ({spec.alias}) on 127.0.0.1 ..."):
-                server = LlamaCppServer(
-                    _gguf(spec.model), spec.alias, n_ctx=spec.n_ctx, n_threads=1, log_path=logs / f"{spec.alias}.log"
-                )
-                started.append(server.start())
+                options = {"gguf": spec.model, "alias": spec.alias, "n_ctx": spec.n_ctx, "n_threads": 1,
+                           "log": str(logs / f"{spec.alias}.log")}  # fmt: skip
+                server = acquire(served.name, served.launch, options)
+                started.append(server)
             console.print(f"llama.cpp {spec.alias} at {server.base_url} (roles: {', '.join(spec.roles)})")
             endpoints.update({role: [server.base_url] for role in spec.roles})
         yield endpoints
     finally:
         for server in started:
-            server.stop()
+            release(server)
         started.clear()
 
 

@@ -293,7 +293,9 @@ def served_judge(
 
     def make() -> Any:
         server = {"gguf": str(gguf), "n_ctx": 4096, "n_threads": os.cpu_count() or 1,
-                  "chat_format": STUDENTS[args.student]["chat_format"], **({"lora": str(lora)} if lora else {})}  # fmt: skip
+                  "chat_format": STUDENTS[args.student]["chat_format"]}  # fmt: skip
+        if lora is not None:
+            server["lora"] = str(lora)
         return Judge.from_pretrained(
             folder, engine="llamacpp-server", engine_options=server, served_model="judge",
             max_new_tokens=args.max_new_tokens, retries=args.retries, max_context=4096, constrained=constrained,

@@ -247,7 +247,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-SERVER_OPTIONS = ("gguf", "lora", "n_ctx", "n_threads", "chat_format")
+SERVER_OPTIONS = ("gguf", "lora", "n_ctx", "n_threads", "chat_format", "log")
 
 
 def shipped_or_file(value: object) -> Path:
@@ -273,6 +273,7 @@ def start_server(options: Mapping[str, Any]) -> LlamaCppServer:
         n_threads=int(options["n_threads"]) if options.get("n_threads") else None,
         chat_format=str(options["chat_format"]) if options.get("chat_format") else None,
         lora_path=options.get("lora") or None,
+        log_path=options.get("log") or None,  # default: a temporary file
     )
     return server.start()
 
