@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 from importlib.metadata import EntryPoint
-from typing import Annotated
+from typing import Annotated, cast
 
 import click
 import typer
@@ -49,7 +49,9 @@ def load_command(name: str, entry: EntryPoint) -> click.Command:
             f"command '{name}' is registered as {entry.value} but cannot be loaded ({exc}); "
             "reinstall the package (`pip install -e .`) if it moved"
         ) from None
-    command = target if isinstance(target, click.Command) else typer.main.get_command(target)
+    # typer converts an app with the click it vendors (typer >= 0.25), whose Command is not click's own class:
+    # both run alike, so either is typed as click's
+    command = target if isinstance(target, click.Command) else cast(click.Command, typer.main.get_command(target))
     command.name = name
     return command
 
@@ -57,12 +59,13 @@ def load_command(name: str, entry: EntryPoint) -> click.Command:
 class LazyGroup(typer.core.TyperGroup):
     """Resolves the registered commands only when they are asked for."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: object) -> list[str]:
         return sorted(registered_commands())
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: object, cmd_name: str) -> typer.core.TyperCommand | None:
         entry = registered_commands().get(cmd_name)
-        return None if entry is None else load_command(cmd_name, entry)
+        # the group is typer's (its click); a command may be click's own (a plugin's): they run alike
+        return None if entry is None else cast(typer.core.TyperCommand, load_command(cmd_name, entry))
 
 
 app = typer.Typer(
@@ -111,6 +114,9 @@ try:
     _TYPER_CLICK: tuple[type[BaseException], ...] = (_typer_click.ClickException,)
 except ImportError:  # typer that uses click itself
     _TYPER_EXIT = _TYPER_ABORT = _TYPER_CLICK = ()
+_EXITS: tuple[type[BaseException], ...] = (click.exceptions.Exit, *_TYPER_EXIT)
+_ABORTS: tuple[type[BaseException], ...] = (click.exceptions.Abort, *_TYPER_ABORT)
+_USAGE: tuple[type[BaseException], ...] = (click.ClickException, *_TYPER_CLICK)
 
 
 class Terminated(KeyboardInterrupt):
@@ -160,26 +166,27 @@ def _interrupted(exc: BaseException | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry: user mistakes print one line and exit 2, never a traceback; SIGTERM
     and Ctrl-C say what was kept and exit 143 and 130."""
-    return run(typer.main.get_command(app), argv, prog_name="spanjudge")
+    return run(app, argv, prog_name="spanjudge")
 
 
 def run(command: click.Command | typer.Typer, argv: list[str] | None, prog_name: str | None = None) -> int:
     """Run one command (the root, or a stage's typer app or click command) with `main`'s handling of
     mistakes and signals."""
     if isinstance(command, typer.Typer):
-        command = typer.main.get_command(command)
+        command = cast(click.Command, typer.main.get_command(command))
     _SIGNALLED.clear()
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
     try:
         returned = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
-    except (click.exceptions.Exit, *_TYPER_EXIT) as done:
-        return int(done.exit_code)
-    except (click.exceptions.Abort, *_TYPER_ABORT) as abort:  # click's wrapper of Ctrl-C (and of SIGTERM here)
+    except _EXITS as done:
+        return int(getattr(done, "exit_code", 0))
+    except _ABORTS as abort:  # click's wrapper of Ctrl-C (and of SIGTERM here)
         return _interrupted(abort.__cause__ or abort.__context__)
-    except (click.ClickException, *_TYPER_CLICK) as exc:  # usage errors: one message, no traceback
-        exc.show()
-        return int(exc.exit_code)
+    except _USAGE as exc:  # usage errors: one message, no traceback
+        usage = cast(click.ClickException, exc)  # click's or typer's copy of it: the same methods
+        usage.show()
+        return int(usage.exit_code)
     except SpanjudgeError as exc:
         return _error(str(exc))
     except OSError as exc:

@@ -14,9 +14,11 @@ from spanjudge.core.options import option, settings_command
 from spanjudge.core.sharding import SHARD_HELP
 
 from .config import parse_endpoint_options
+from .generate import GenerateSummary
 from .merge import merge_shards
-from .pipeline import failure_lines
+from .pipeline import RunSummary, failure_lines
 from .stage import StageRun, annotate_outputs, generate_outputs, import_records, model_progress
+from .teacher import ImportSummary
 
 annotate = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 import_annotations = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -238,12 +240,14 @@ def _warn(console: Console, line: str) -> None:
     console.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
 
 
-def _print_decontamination(console: Console, run: StageRun) -> None:
+def _print_decontamination(console: Console, run: StageRun[RunSummary] | StageRun[ImportSummary]) -> None:
+    if run.decontamination is None:
+        return
     for line in run.decontamination.lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
-def _print_skipped(console: Console, run: StageRun) -> None:
+def _print_skipped(console: Console, run: StageRun[RunSummary] | StageRun[GenerateSummary]) -> None:
     skipped = run.summary.skipped
     for line in skipped[:10]:
         console.print(f"skipped {line}")

@@ -57,7 +57,7 @@ def _suite_sources(data: Mapping[str, Any], path: Path) -> tuple[Path, list[str]
     names = [d.get("name") for d in data["datasets"] if isinstance(d, Mapping)]
     if not names or not all(isinstance(n, str) for n in names):
         raise ConfigError(path, "datasets", "expected a list of sets, each with a name")
-    return value, names
+    return value, [str(name) for name in names]
 
 
 def _source_digests(

@@ -48,7 +48,7 @@ def next_speaker(history: str) -> str:
     last = speakers[-1]
     others = [s for s in dict.fromkeys(reversed(speakers)) if s != last]
     if others:
-        return others[0]
+        return str(others[0])
     return {"A": "B", "B": "A"}.get(last, "B")
 
 

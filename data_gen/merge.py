@@ -67,7 +67,7 @@ def _merge_annotate(parts: Sequence[ShardPart], out_dir: Path) -> dict[str, Any]
         summary,
         merged_from=[str(part.folder) for part in parts],
     )
-    return json.loads((out_dir / "run.json").read_text(encoding="utf-8"))
+    return dict(json.loads((out_dir / "run.json").read_text(encoding="utf-8")))
 
 
 def _merge_generate(parts: Sequence[ShardPart], out_dir: Path) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def _read_manifest(folder: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return dict(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: not a shard manifest ({exc.__class__.__name__}: {exc})") from None
 
@@ -104,7 +104,7 @@ class ShardPart:
 
     @property
     def order(self) -> dict[str, int]:
-        return self.manifest["order"]
+        return dict(self.manifest["order"])
 
     def rows(self, name: str) -> list[Record]:
         """A JSONL file of the shard, each row checked to be one of the shard's requests."""
@@ -122,7 +122,7 @@ class ShardPart:
         path = self.folder / "run.json"
         if not path.is_file():
             raise InputError(f"{path}: missing (the shard folder is incomplete)")
-        return json.loads(path.read_text(encoding="utf-8"))
+        return dict(json.loads(path.read_text(encoding="utf-8")))
 
 
 def load_shards(folders: Sequence[Path], out_dir: Path) -> tuple[str, list[ShardPart]]:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from spanjudge.core.catalog import Task
 from spanjudge.core.errors import InputError
@@ -118,7 +118,7 @@ def _text(row: Row, dotted: str) -> str:
     return str(value)
 
 
-def spec_is_sentence_list(value: object) -> bool:
+def spec_is_sentence_list(value: object) -> TypeGuard[list[dict[str, str]]]:
     """QAGS mturk summaries are lists of {"sentence": ...}."""
     return isinstance(value, list) and bool(value) and all(isinstance(s, dict) and "sentence" in s for s in value)
 

@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
@@ -31,12 +32,15 @@ from .teacher import IdList, ImportSummary, import_annotations, load_import_conf
 Say = Callable[[str], None]
 
 
+Summary = TypeVar("Summary", RunSummary, GenerateSummary, ImportSummary)  # one per stage
+
+
 @dataclass(frozen=True)
-class StageRun:
-    """A finished (or incomplete) run: its summary, the decontamination it applied, its shard."""
+class StageRun(Generic[Summary]):
+    """A finished (or incomplete) run: its stage's summary, the decontamination it applied, its shard."""
 
     out: Path
-    summary: RunSummary | GenerateSummary | ImportSummary
+    summary: Summary
     decontamination: Decontamination | None = None  # for annotate and import
     shard: Shard | None = None  # with --shard K/N
 
@@ -55,7 +59,7 @@ def annotate_outputs(
     shard: str | None = None,
     progress: Tracker | None = None,
     warn: Say | None = None,
-) -> StageRun:
+) -> StageRun[RunSummary]:
     """Annotate the sources' outputs with the ensemble, merge with its supervisor (or by vote) and build the
     training data in `out` (see `spanjudge annotate --help`). `warn` hears, before the run,
     that `allow_overlap` keeps meta-evaluation inputs."""
@@ -85,7 +89,7 @@ def generate_outputs(
     data_dir: Path | None = None,
     shard: str | None = None,
     progress: Tracker | None = None,
-) -> StageRun:
+) -> StageRun[GenerateSummary]:
     """New outputs from the systems for every input of the sources, in `out` (see
     `spanjudge generate --help`)."""
 
@@ -108,7 +112,7 @@ def import_records(
     data_dir: Path | None = None,
     ids: Path | None = None,
     warn: Say | None = None,
-) -> StageRun:
+) -> StageRun[ImportSummary]:
     """Training records from existing annotations (no model call), in `out` (see
     `spanjudge import --help`)."""
 

@@ -57,6 +57,15 @@ class Measure:
     of: Callable[[Mapping[str, Any]], float]  # a scored results row -> the number
 
 
+def _category_count(category: str) -> Callable[[Mapping[str, Any]], float]:
+    """A results row -> how many of its errors are of `category`."""
+
+    def count(row: Mapping[str, Any]) -> float:
+        return float(sum(1 for e in _errors(row) if str(e.get("category")) == category))
+
+    return count
+
+
 def _errors(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return list(row["evaluation"].get("errors") or [])
 
@@ -80,7 +89,7 @@ def category_measures(rows: Iterable[Mapping[str, Any]]) -> tuple[Measure, ...]:
         Measure(
             f"'{category}' errors per output",
             False,
-            lambda row, category=category: float(sum(1 for e in _errors(row) if str(e.get("category")) == category)),
+            _category_count(category),
         )
         for category in categories
     )
@@ -291,17 +300,17 @@ def compare_systems(
     compared = [by_id[i] for by_id in scored.values() for i in common]
     measures = MEASURES[1:] if errors_only else MEASURES  # MEASURES[0] is the score
     for measure in (*measures, *category_measures(compared)):
-        values = {name: np.array([measure.of(by_id[i]) for i in common]) for name, by_id in scored.items()}
-        for name, v in values.items():
+        series = {name: np.array([measure.of(by_id[i]) for i in common]) for name, by_id in scored.items()}
+        for name, v in series.items():
             low, high = np.percentile(v[draws].mean(axis=1), [tail, 100 - tail])
             means.append(SystemMean(name, measure.name, float(v.mean()), float(low), float(high)))
-        for a, b in itertools.combinations(values, 2):
-            d = values[a] - values[b]
+        for a, b in itertools.combinations(series, 2):
+            d = series[a] - series[b]
             boot = d[draws].mean(axis=1)
             low, high = np.percentile(boot, [tail, 100 - tail])
             p_boot = float(min(1.0, 2 * min((boot <= 0).mean(), (boot >= 0).mean())))
             p_perm = permutation_p(d, resamples, rng)
-            p_t = None if np.allclose(d, d[0]) else float(ttest_rel(values[a], values[b]).pvalue)
+            p_t = None if np.allclose(d, d[0]) else float(ttest_rel(series[a], series[b]).pvalue)
             better = a if (d.mean() > 0) == measure.higher_is_better else b
             winner = better if p_perm < alpha and d.mean() != 0 else None
             pairs.append(
@@ -309,8 +318,8 @@ def compare_systems(
                     measure.name,
                     a,
                     b,
-                    float(values[a].mean()),
-                    float(values[b].mean()),
+                    float(series[a].mean()),
+                    float(series[b].mean()),
                     float(d.mean()),
                     float(low),
                     float(high),
@@ -348,7 +357,7 @@ def span_agreements(
         for i, text in zip(common, texts, strict=True):
             gold, predicted = _located(scored[a][i]), _located(scored[b][i])
             overlap.append(from_matches(overlap_matches(predicted, gold), len(predicted)))
-            token.append(token_prf(predicted, gold, text))
+            token.append(token_prf(predicted, gold, str(text)))
             partial += mpp(predicted, gold)
         totals = micro_total(overlap).as_dict(), micro_total(token).as_dict(), partial.as_dict()
         found.append(SpanAgreement(a, b, len(common), *totals))

@@ -135,9 +135,10 @@ def _measured() -> CpuBf16:
     with contextlib.suppress(OSError, ValueError):
         loaded = json.loads(cache.read_text(encoding="utf-8"))
         known = loaded if isinstance(loaded, dict) else {}
-    entry = known.get(key)
-    if isinstance(entry, dict) and isinstance(entry.get("native"), bool) and isinstance(entry.get("how"), str):
-        return CpuBf16(entry["native"], str(entry["how"]))
+    entry = known.get(key) or {}
+    native, how = entry.get("native"), entry.get("how")
+    if isinstance(native, bool) and isinstance(how, str):
+        return CpuBf16(native, how)
     answer = _decide(measure_ratio(), _cpuinfo()[1])
     with contextlib.suppress(OSError):  # a cache that cannot be written only costs the measurement again
         atomic_write_json(cache, {**known, key: {"native": answer.native, "how": answer.how}})

@@ -64,8 +64,12 @@ def _structured_evaluation(value: Mapping[str, Any], where: str) -> Evaluation:
         location = error.get("location", error.get("span"))
         try:
             errors.append(
-                ErrorAnnotation(
-                    location=location, explanation=str(error.get("explanation", "")), severity=error.get("severity")
+                ErrorAnnotation.model_validate(
+                    {
+                        "location": location,
+                        "explanation": str(error.get("explanation", "")),
+                        "severity": error.get("severity"),
+                    }
                 )
             )
         except ValidationError as exc:

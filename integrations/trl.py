@@ -104,7 +104,7 @@ class SpanjudgeReward:
         judged = [i for i, item in enumerate(items) if isinstance(item, dict)]
         with self._lock:
             predictions = self.judge.predict(
-                [items[i] for i in judged], task=self.task, aspect=self.aspect,
+                [item for item in items if isinstance(item, dict)], task=self.task, aspect=self.aspect,
                 aspect_definition=self.aspect_definition, batch_size=self.batch_size,
             ) if judged else []  # fmt: skip
         found: dict[int, Prediction] = dict(zip(judged, predictions, strict=True))

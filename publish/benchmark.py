@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any, cast
 
 import yaml
 
@@ -104,7 +105,7 @@ def eval_yaml(name: str, description: str) -> str:
         "evaluation_framework": "inspect-ai",
         "tasks": [{"id": TASK_ID, "config": "default", "split": "test"}],
     }
-    return yaml.safe_dump(registration, sort_keys=False, allow_unicode=True)
+    return str(yaml.safe_dump(registration, sort_keys=False, allow_unicode=True))
 
 
 def _card(options: BenchmarkOptions, rows: list[dict[str, object]], task: str, aspect: str) -> str:
@@ -113,7 +114,7 @@ def _card(options: BenchmarkOptions, rows: list[dict[str, object]], task: str, a
         "tags": ["spanjudge", "benchmark", "error-spans", "llm-as-a-judge", "nlg-evaluation"],
         "configs": [{"config_name": "default", "data_files": [{"split": "test", "path": DATA_FILE}]}],
     }
-    gold = sum(len(r["gold_spans"]) for r in rows)  # type: ignore[arg-type]
+    gold = sum(len(cast(list[Any], r["gold_spans"])) for r in rows)
     return render(
         TEMPLATE,
         metadata=yaml.safe_dump(metadata, sort_keys=False).strip(),

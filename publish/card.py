@@ -63,16 +63,18 @@ def _metadata(options: CardOptions) -> str:
     from huggingface_hub import ModelCardData
 
     rows = options.eval_results.rows if options.eval_results else []
-    return ModelCardData(
-        base_model=options.base_model,
-        library_name="transformers" if options.merged else "peft",
-        pipeline_tag="text-generation",
-        license=options.license,
-        tags=list(TAGS),
-        datasets=list(options.datasets) or None,
-        model_name=options.repo_id.split("/")[-1] if rows else None,
-        eval_results=_model_index(options.eval_results) or None,
-    ).to_yaml()
+    return str(
+        ModelCardData(
+            base_model=options.base_model,
+            library_name="transformers" if options.merged else "peft",
+            pipeline_tag="text-generation",
+            license=options.license,
+            tags=list(TAGS),
+            datasets=list(options.datasets) or None,
+            model_name=options.repo_id.split("/")[-1] if rows else None,
+            eval_results=_model_index(options.eval_results) or None,
+        ).to_yaml()
+    )
 
 
 def _training(run: RunFolder) -> dict[str, Any]:

@@ -165,20 +165,22 @@ def _metadata(data: DatasetFolder, options: DatasetCardOptions) -> str:
     from huggingface_hub import DatasetCardData
 
     present = [split for split, records in data.splits.items() if records]
-    return DatasetCardData(
-        license=options.license,
-        language=["en"],
-        task_categories=["text-generation"],
-        size_categories=[_size_category(len(data.records))],
-        pretty_name=options.repo_id.split("/")[-1],
-        tags=list(TAGS),
-        configs=[
-            {
-                "config_name": "default",
-                "data_files": [{"split": split, "path": f"{HF_FOLDER}/{split}/*.arrow"} for split in present],
-            }
-        ],
-    ).to_yaml()
+    return str(
+        DatasetCardData(
+            license=options.license,
+            language=["en"],
+            task_categories=["text-generation"],
+            size_categories=[_size_category(len(data.records))],
+            pretty_name=options.repo_id.split("/")[-1],
+            tags=list(TAGS),
+            configs=[
+                {
+                    "config_name": "default",
+                    "data_files": [{"split": split, "path": f"{HF_FOLDER}/{split}/*.arrow"} for split in present],
+                }
+            ],
+        ).to_yaml()
+    )
 
 
 def render_dataset_card(data: DatasetFolder, options: DatasetCardOptions) -> str:

@@ -22,7 +22,7 @@ def hub_token() -> str | None:
     """The token from the standard sources: $HF_TOKEN, then `hf auth login`'s token file."""
     from huggingface_hub import get_token
 
-    return get_token()
+    return str(token) if (token := get_token()) else None
 
 
 def upload(folder: Path, repo_id: str, *, private: bool, token: str, message: str, repo_type: str = "model") -> str:

@@ -51,7 +51,7 @@ def resume_point(output_dir: Path, main: bool, say: Callable[[str], None]) -> st
     return None
 
 
-class TimedSaves(TrainerCallback):  # type: ignore[misc]
+class TimedSaves(TrainerCallback):
     """Save a checkpoint every `minutes` of training, besides the Trainer's own steps (see the module)."""
 
     def __init__(self, minutes: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -85,7 +85,7 @@ def _agreed(due: bool) -> bool:
     return bool(decision[0])
 
 
-class CheckpointModes(TrainerCallback):  # type: ignore[misc]
+class CheckpointModes(TrainerCallback):
     """After each checkpoint is saved, its files get the modes of the umask (`fileio.widen_to_umask`): a team
     sharing a run folder can read every checkpoint, whatever mode a library wrote a file with."""
 

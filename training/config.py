@@ -404,4 +404,4 @@ def load_prompt_template(config: TrainConfig, path: Path | None) -> PromptTempla
 
 def resolved_yaml(config: TrainConfig) -> str:
     """The config as it ran (defaults filled in), for the run folder."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    return str(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True))

@@ -49,7 +49,7 @@ def set_loss_tiles(tokens: int, vocabulary: int) -> tuple[int, int] | None:
         return None
     previous = kernel.TOKEN_CHUNK_SIZE, trainer_utils._CHUNKED_LOGPROB_CHUNK_SIZE
     kernel.TOKEN_CHUNK_SIZE = tokens
-    trainer_utils._CHUNKED_LOGPROB_CHUNK_SIZE = vocabulary  # type: ignore[attr-defined]
+    trainer_utils._CHUNKED_LOGPROB_CHUNK_SIZE = vocabulary
     return previous
 
 

@@ -60,7 +60,7 @@ class TokenizedSplit:
     def to_dataset(self) -> datasets.Dataset:
         import datasets
 
-        columns = {"input_ids": self.input_ids, "labels": self.labels}
+        columns: dict[str, list[list[int]] | list[float]] = {"input_ids": self.input_ids, "labels": self.labels}
         if self.weights is not None:
             columns[EXAMPLE_WEIGHT] = self.weights
         return datasets.Dataset.from_dict(columns)

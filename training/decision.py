@@ -62,6 +62,9 @@ def weighted_trainer(decision_weight: float = 1.0, example_weights: bool = False
     from trl import SFTTrainer
 
     class WeightedSFTTrainer(SFTTrainer):
+        data_collator: Callable[[list[dict[str, Any]]], dict[str, Any]]  # transformers' Trainer attributes
+        _signature_columns: list[str] | None
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             if example_weights:  # TRL's collator knows nothing of the weights: they join its batch here
@@ -69,8 +72,9 @@ def weighted_trainer(decision_weight: float = 1.0, example_weights: bool = False
 
         def _set_signature_columns_if_needed(self) -> None:
             super()._set_signature_columns_if_needed()
-            if example_weights and EXAMPLE_WEIGHT not in self._signature_columns:
-                self._signature_columns = [*self._signature_columns, EXAMPLE_WEIGHT]  # kept, not pruned
+            columns = self._signature_columns or []
+            if example_weights and EXAMPLE_WEIGHT not in columns:
+                self._signature_columns = [*columns, EXAMPLE_WEIGHT]  # kept, not pruned
 
         def compute_loss(
             self,
@@ -94,6 +98,7 @@ def weighted_trainer(decision_weight: float = 1.0, example_weights: bool = False
                     "training.decision_weight and data.example_weights need TRL's fused completion loss; leave "
                     "label_smoothing_factor and loss_type at their defaults in training.trainer_args"
                 )
+            assert fused is not None  # checked just above
             count = fused.label_mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
             extra = extra_loss(fused.log_probs, fused.label_mask, count, decision_weight, weights)
             if self.args.average_tokens_across_devices and num_items_in_batch is not None:

@@ -31,7 +31,7 @@ def completion_tokens(labels: torch.Tensor) -> int:
 def token_weighted_eval(trainer_class: type[Trainer]) -> type[Trainer]:
     """`trainer_class` whose evaluation loss is weighted by tokens (see the module)."""
 
-    class TokenWeightedEval(trainer_class):  # type: ignore[valid-type,misc]
+    class TokenWeightedEval(trainer_class):
         _eval_sums: list[float]
 
         def evaluation_loop(

@@ -353,7 +353,7 @@ def advice(config: TrainConfig, shape: ModelShape, gpu: Gpu) -> str:
     while length > 512:
         length //= 2
         steps.append((f"data.max_length: {length}", {"data": {"max_length": length}}))
-    changed, taken = config, []
+    changed, taken = config, list[str]()
     for label, update in steps:
         changed = changed.model_copy(
             update={section: getattr(changed, section).model_copy(update=values) for section, values in update.items()}

@@ -184,7 +184,7 @@ def _peak_gpu_memory_mib() -> float | None:
 
     if not torch.cuda.is_available():
         return None
-    return round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return round(float(torch.cuda.max_memory_allocated()) / 2**20, 1)
 
 
 class TrainingRun:
@@ -229,7 +229,9 @@ class TrainingRun:
         self.check_trainer()  # seconds, before tokenizing everything
         catalog = load_catalog(config.data.catalog)
         self.template = load_prompt_template(config, None)
-        options = {"max_length": config.data.max_length, "too_long": config.data.too_long, "template": self.template}
+        options: dict[str, Any] = {
+            "max_length": config.data.max_length, "too_long": config.data.too_long, "template": self.template
+        }  # fmt: skip
         self.train_split = tokenize_split(
             train_file(config),
             self.tokenizer,
@@ -274,7 +276,7 @@ class TrainingRun:
     def _train(self) -> dict[str, Any]:
         if self.finished:
             self.log(f"{self.output_dir} already holds a finished run; nothing to do")
-            return json.loads((self.output_dir / "metrics.json").read_text(encoding="utf-8"))
+            return dict(json.loads((self.output_dir / "metrics.json").read_text(encoding="utf-8")))
         config = self.config
         if self.world.main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -476,7 +478,7 @@ class TrainingRun:
         lora = config.lora
         if config.model.unsloth:
             return _unsloth_model(self.folder, config), None
-        device_map = None
+        device_map: dict[str, int | str] | None = None
         if config.model.quantization != "none" and not config.training.use_cpu:
             import torch
 
@@ -535,9 +537,11 @@ class TrainingRun:
 
     def _init_record(self) -> dict[str, Any]:
         """Where this judge started: lora.init_from and what trained it."""
-        start = self.init_metadata or {}
+        start, adapter = self.init_metadata or {}, self.config.lora.init_from
+        if adapter is None:
+            return {}
         return {
-            "adapter": str(Path(self.config.lora.init_from).resolve()),
+            "adapter": str(Path(adapter).resolve()),
             **{k: start.get(k) for k in ("train_file", "created")},
         }
 
@@ -574,7 +578,7 @@ def _check_name(value: str, known: list[str], field: str) -> None:
 def _accelerator_present() -> bool:
     import torch
 
-    return torch.cuda.is_available()
+    return bool(torch.cuda.is_available())
 
 
 def _gpu_bf16() -> bool:
@@ -639,7 +643,8 @@ def _import_unsloth() -> ModuleType:
             "model.unsloth is set but Unsloth is not installed (pip install 'spanjudge[unsloth]', GPU only); "
             "set model.unsloth: false to train with plain transformers + peft"
         ) from None
-    return unsloth
+    module: ModuleType = unsloth
+    return module
 
 
 def _unsloth_model(folder: str, config: TrainConfig) -> PeftModel:

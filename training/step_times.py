@@ -29,7 +29,7 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
-class StepTimes(TrainerCallback):  # type: ignore[misc]
+class StepTimes(TrainerCallback):
     """Records (step, seconds, input tokens seen so far) at every optimizer step of this process."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:

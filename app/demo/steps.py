@@ -29,7 +29,7 @@ DISTILLED = "distilled:adapter"  # the meta-eval name of the judge at OUT/train/
 BASE = "base:untrained"  # the meta-eval name of the untrained base model, judged beside it
 # the untrained base never writes the contract's format unaided (0/68 in the measured demo):
 # held to its grammar, it writes an evaluation that can be compared with the trained judge's
-BASE_DECODING = {"constrained": True}
+BASE_DECODING: dict[str, Any] = {"constrained": True}
 
 
 class NotBuiltYet(SpanjudgeError):
@@ -222,7 +222,9 @@ def score_step(ctx: DemoContext) -> StepOutput:
     atomic_write_jsonl(layout.held_out, rows)
     # the trained judge also reads its probabilities (expected values, span confidence); the base
     # is held to the contract's grammar, so it too writes an evaluation, not its token limit of text
-    judges = [("trained", str(layout.adapter), layout.scores, {"probabilities": True})]
+    judges: list[tuple[str, str, Path, dict[str, Any]]] = [
+        ("trained", str(layout.adapter), layout.scores, {"probabilities": True})
+    ]
     if ctx.config.compare.base:
         judges.append(("base", base_model(ctx), layout.base_scores, BASE_DECODING))
     counts: dict[str, dict[str, int]] = {}
@@ -297,7 +299,7 @@ def perturbation_step(ctx: DemoContext) -> StepOutput:
         raise NotBuiltYet("no perturbation section in the demo config")
     folder = ctx.layout.perturbation / "benchmark"
     if not (folder / MANIFEST).is_file():
-        llm, info = None, {}
+        llm, info = None, dict[str, Any]()
         if section.perturber:
             config_path = ctx.path(section.perturber)
             model = load_yaml_model(PerturberConfig, config_path).backend.model
@@ -380,7 +382,7 @@ def spans_step(ctx: DemoContext) -> StepOutput:
     judges = [("trained", str(layout.adapter))] + ([("base", base_model(ctx))] if section.base else [])
     rows: dict[str, dict[str, Any]] = {}
     for name, model in judges:
-        decoding = BASE_DECODING if name == "base" else {}
+        decoding: dict[str, Any] = BASE_DECODING if name == "base" else {}
         # the decoding is in the name: judgments made another way (an earlier demo's) are not reused
         path = layout.spans / f"{name}{'+grammar' if decoding else ''}.json"
         judge = None if path.is_file() else Judge.from_pretrained(
@@ -399,7 +401,7 @@ def spans_step(ctx: DemoContext) -> StepOutput:
     rows["teacher (GPT-4)"] = span_agreement(docs, teacher, n_resamples=200)
     atomic_write_json(layout.spans / "agreement.json", rows)
     trained, base = rows["trained"], rows.get("base")
-    compare = [parse_row("quintd-1 held-out outputs", as_counts(base), as_counts(trained))]
+    compare = [parse_row("quintd-1 held-out outputs", as_counts(base), as_counts(trained) or {})]
     for key, measure in (("token_f1", "token F1 vs human spans"), ("count_pearson", "error-count Pearson r")):
         compare.append(
             {

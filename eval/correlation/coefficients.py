@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import TracebackType
 
 import numpy as np
 
@@ -232,8 +233,10 @@ class _quiet:
         self._catch.__enter__()
         warnings.simplefilter("ignore", RuntimeWarning)
 
-    def __exit__(self, *exc: object) -> None:
-        self._catch.__exit__(*exc)
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._catch.__exit__(kind, error, trace)
 
 
 @dataclass(frozen=True)

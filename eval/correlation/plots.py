@@ -74,12 +74,12 @@ def bar_plots(result: MetaEvalResult, references: ReferenceIndex | None, out: Pa
                         series.append((f"{row} (published)", values, None))
             width = 0.8 / max(len(series), 1)
             fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(aspects) + 2), 3.6))
-            for position, (label, values, errors) in enumerate(series):
+            for position, (label, values, bars) in enumerate(series):
                 xs = [i + (position - (len(series) - 1) / 2) * width for i in range(len(aspects))]
-                yerr = None if errors is None else [[e[0] for e in errors], [e[1] for e in errors]]
+                yerr = None if bars is None else [[e[0] for e in bars], [e[1] for e in bars]]
                 ax.bar(
                     xs, values, width, label=label, yerr=yerr, capsize=2,
-                    hatch="//" if errors is None else None, alpha=0.6 if errors is None else 0.9,
+                    hatch="//" if bars is None else None, alpha=0.6 if bars is None else 0.9,
                 )  # fmt: skip
             ax.set_xticks(range(len(aspects)))
             ax.set_xticklabels(aspects, rotation=20, fontsize=8)

@@ -239,7 +239,7 @@ def correlate_dataset(
                 mask = ~np.isnan(a.human) & ~np.isnan(a.judge) & ~np.isnan(b.judge)
                 # the subset keeps the input codes, so these resamples are the intervals' own
                 test = paired_bootstrap(
-                    a.judge[mask], b.judge[mask], a.human[mask], groups.subset(mask), spec.level, coefficient,  # type: ignore[arg-type]
+                    a.judge[mask], b.judge[mask], a.human[mask], groups.subset(mask), spec.level, coefficient,
                     n_resamples=resamples, confidence=confidence, seed=suite.bootstrap.seed, kendall_variant=variant,
                 )  # fmt: skip
                 interval = test.difference

@@ -47,7 +47,7 @@ def archived(root: Path, label: str, split: str) -> dict[str, dict[str, Any]]:
 
 def _kept(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(gzip.decompress(path.read_bytes()))
+        return dict(json.loads(gzip.decompress(path.read_bytes())))
     except (OSError, EOFError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: not a judgments file ({exc.__class__.__name__}: {exc})") from None
 

@@ -27,6 +27,7 @@ from spanjudge.core.configio import configs_dir
 from spanjudge.core.crash import describe_exit
 from spanjudge.core.digests import file_sha256
 from spanjudge.core.fileio import atomic_write_json
+from spanjudge.core.progress import Advance
 from spanjudge.eval.distill.judgments import archive, readings, restorable
 from spanjudge.eval.distill.report import domain_rows
 from spanjudge.eval.distill.study import (
@@ -114,11 +115,11 @@ def import_quintd(
     if (out / "run.json").is_file():
         if not path.is_file() or path.read_text() != text:
             sys.exit(f"{out} was imported with other settings than this run's; use another --label or delete {work}")
-        return json.loads((out / "run.json").read_text())
+        return dict(json.loads((out / "run.json").read_text()))
     path.write_text(text)
     command = [str(BIN / "spanjudge"), "import", "--config", str(path), "--out", str(out)]
     run_command(command + (["--ids", str(ids)] if ids else []), work / f"{name}.log")
-    return json.loads((out / "run.json").read_text())
+    return dict(json.loads((out / "run.json").read_text()))
 
 
 def import_teacher(work: Path, args: StudySettings) -> dict[str, Any]:
@@ -128,10 +129,12 @@ def import_teacher(work: Path, args: StudySettings) -> dict[str, Any]:
     """
     # quintd-1's spans on wikidata quote their outputs well; other domains' misquote more often: their spans
     # that match nowhere are dropped (counted in stats.md)
-    mismatch = {} if args.domains == ["wikidata"] else {"on_mismatch": "relocate_or_drop"}
+    # only what differs from the config is written into the run's copy of it (its text is the import's identity)
+    changed: dict[str, Any] = {} if args.domains == ["wikidata"] else {"on_mismatch": "relocate_or_drop"}
     # gpt-4 and config: the import config's own teacher (gpt-4 in the default config; a vote in an ensemble's)
-    source = {} if args.train_source in ("gpt-4", "config") else {"annotator": args.train_source}
-    imported = import_quintd(work, "teacher", args.import_config, args.domains, args.train_tables, **mismatch, **source)
+    if args.train_source not in ("gpt-4", "config"):
+        changed["annotator"] = args.train_source
+    imported = import_quintd(work, "teacher", args.import_config, args.domains, args.train_tables, **changed)
     if not args.extra_domains:
         return imported
     # the other domains' GPT-4 spans misquote their outputs more often: drop those spans (counted in stats.md)
@@ -228,8 +231,7 @@ def train(run_dir: Path, sets: dict[str, Any], work: Path) -> dict[str, Any]:
         command = [str(BIN / "spanjudge"), "train", "--config", str(TRAIN_CONFIG)]
         for key, value in sets.items():
             command += ["--set", f"{key}={value}"]
-        wall = run_command(command, work / "train.log")
-        (run_dir / "bench_wall.json").write_text(json.dumps({"wall_s": wall}))
+        (run_dir / "bench_wall.json").write_text(json.dumps({"wall_s": run_command(command, work / "train.log")}))
     metrics = json.loads(metrics_path.read_text())
     wall = (
         json.loads((run_dir / "bench_wall.json").read_text())["wall_s"]
@@ -370,20 +372,26 @@ def judge_held_out(
             atomic_write_json(path, {k: v for k, v in found[1].items() if k != "identity"})
             say(f"{name}: the same judge's judgments restored from {found[0]}")
         judge = None if path.is_file() else make()
-        counter = {"done": 0}
-
-        def progress(count: int, name: str = name, counter: dict[str, int] = counter) -> None:
-            counter["done"] += count
-            say(f"{name}: {counter['done']}/{len(docs)} judged")
-
         try:
-            judged[name] = judge_span_documents(judge, docs, path, progress)
+            judged[name] = judge_span_documents(judge, docs, path, _said_progress(name, len(docs), say))
         finally:
             if judge is not None:
                 judge.close()
         if keep is not None:
             archive(keep, args.label, args.split, name, {**judged[name], "identity": identity})
     return docs, judged, teacher
+
+
+def _said_progress(name: str, total: int, say: Say) -> Advance:
+    """A progress row said as lines: `NAME: K/TOTAL judged`."""
+    done = 0
+
+    def advance(n: int, /, **counts: int) -> None:
+        nonlocal done
+        done += n
+        say(f"{name}: {done}/{total} judged")
+
+    return advance
 
 
 def result_rows(

@@ -83,7 +83,7 @@ def from_judgments(results: Path, kept: Path, works: Path, labels: list[str], sa
         for split in sorted({row["split"] for row in run["rows"]}, key=lambda split: split != "dev"):
             gamma = any("gamma" in row for row in run["rows"] if row["split"] == split)
             args = StudySettings(label=label, split=split, gamma=gamma, dev_tables=tuple(settings["dev_tables"]),
-                                 test_tables=tuple(settings["test_tables"]), **values)  # type: ignore[arg-type]  # fmt: skip
+                                 test_tables=tuple(settings["test_tables"]), **values)  # fmt: skip
             judged = archived(kept, label, split) or _kept_in_work(works / label, args, kept)
             if not judged:
                 say(f"{label} ({split}): no judgments kept; its rows stay as they are")

@@ -103,9 +103,10 @@ MATCHING_LINE = (
 
 def seed_stats(values: list[float | None]) -> dict[str, Any]:
     """Mean, lowest and highest over seeds (all None when a seed has none)."""
-    if not values or any(v is None for v in values):
+    present = [v for v in values if v is not None]
+    if not values or len(present) < len(values):
         return {"mean": None, "min": None, "max": None}
-    return {"mean": round(sum(values) / len(values), 4), "min": round(min(values), 4), "max": round(max(values), 4)}
+    return {"mean": round(sum(present) / len(present), 4), "min": round(min(present), 4), "max": round(max(present), 4)}
 
 
 # the student's rows of a run, and the recipe name's suffix each gets in the recipes list
@@ -334,8 +335,9 @@ def seeds_table(runs: dict[str, Any]) -> list[str]:
             continue
         cells = []
         for key in ("no_error_outputs", *AGREEMENT):
-            values = [row.get(key) for _, row in draws]
-            if any(v is None for v in values):
+            found = [row.get(key) for _, row in draws]
+            values = [v for v in found if v is not None]
+            if len(values) < len(found):
                 cells.append("–")
                 continue
             mean = sum(values) / len(values)
@@ -436,7 +438,7 @@ def dev_choice(runs: dict[str, Any]) -> dict[str, Any]:
                 {"seed": s["train_seed"], "decided": fit["value"], "written": fit["written_value"],
                  "no_error_threshold": rule["no_error_threshold"], "min_confidence": rule["min_confidence"]}
             )  # fmt: skip
-    candidates = [
+    candidates: list[dict[str, Any]] = [
         {"recipe": recipe, "seeds": found, **{k: seed_stats([f[k] for f in found]) for k in ("decided", "written")}}
         for recipe, found in seeds.items()
     ]

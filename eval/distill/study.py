@@ -105,7 +105,7 @@ def leak(args: StudySettings) -> str | None:
     every domain that is both trained on and judged."""
 
     def overlap(a: Any, b: Any) -> bool:
-        return a[0] < b[1] and b[0] < a[1]
+        return bool(a[0] < b[1] and b[0] < a[1])
 
     if overlap(args.dev_tables, args.test_tables):
         return "--dev-tables and --test-tables overlap"

@@ -68,6 +68,8 @@ def human_value(row: Row, path: str) -> float | None:
         ratings = rater_scores(row, path)
         return sum(ratings) / len(ratings) if ratings else None
     try:
+        if not isinstance(value, int | float | str):
+            raise TypeError(type(value).__name__)
         number = float(value)
     except (TypeError, ValueError):
         raise InputError(f"{row.where}: human score '{path}' is not a number ({value!r})") from None

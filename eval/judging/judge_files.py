@@ -27,7 +27,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from spanjudge.core.digests import file_sha256, folder_fingerprint, sha256_of
 from spanjudge.core.errors import InputError, SpanjudgeError
@@ -87,7 +87,7 @@ def _file_detail(row: Mapping[str, Any]) -> dict[str, Any] | None:
         return detail
     reach, cumulative = 1.0, []
     for confidence in blocks:  # each block's confidence is given those before it: the product writes them all
-        reach *= float(confidence)
+        reach *= float(cast(float, confidence))  # a number: checked above
         cumulative.append(reach)
     anchored = [isinstance(e.get("start"), int) and isinstance(e.get("end"), int) for e in written]
     return detail | {
@@ -196,6 +196,8 @@ def _expected_detail(evaluation: JudgedEvaluation) -> dict[str, Any]:
     count correlation uses), as bench/distill_quintd.py's `+expected` rows read them."""
 
     reading = evaluation.probabilities
+    if reading is None:
+        raise ValueError("an evaluation read without its probabilities has no expected detail")
     kept = [e for e, p in zip(evaluation.reply_errors, reading.written(), strict=True) if p >= SPAN_KEPT_AT]
     return {"errors": len(kept), "spans": _anchored(kept), "expected_errors": reading.expected_errors}
 

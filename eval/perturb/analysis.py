@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from spanjudge.eval.judging.judgment import Judgment
 from spanjudge.eval.perturb.benchmark import BenchItem, Benchmark, originals_by_group
@@ -64,7 +64,7 @@ def analyze_spans(benchmark: Benchmark, scores: Scores) -> dict[str, Any] | None
             if judgment is None or judgment.score is None or not detail or "spans" not in detail:
                 unscored += 1
                 continue
-            predicted = [(int(s), int(e)) for s, e in detail["spans"]]
+            predicted = [(int(s), int(e)) for s, e in cast(list[list[int]], detail["spans"])]
             overlap.append(overlap_span_prf(predicted, list(item.spans)))
             tokens.append(token_prf(predicted, list(item.spans), item.output))
     if not overlap:

@@ -170,6 +170,8 @@ def _need(row: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where
 
 
 def _spans(value: object, output: str, where: str) -> tuple[tuple[int, int], ...]:
+    if not isinstance(value, list | tuple):
+        raise InputError(f"{where}: spans must be a list of [start, end], not {type(value).__name__}")
     spans = []
     for span in value:
         if (

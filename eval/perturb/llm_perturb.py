@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from spanjudge.core.configio import configs_dir, read_yaml
 from spanjudge.core.errors import InputError
@@ -126,7 +126,7 @@ class PromptTemplates:
     @classmethod
     def load(cls, path: Path | None = None) -> PromptTemplates:
         path = path or configs_dir() / "perturb" / "prompts.yaml"
-        data = read_yaml(path)
+        data = cast(dict[str, Any], read_yaml(path))  # its parts are checked below
         try:
             return cls(data["preamble"].strip(), data["output_format"].strip(), dict(data["templates"]))
         except (KeyError, TypeError, AttributeError) as exc:

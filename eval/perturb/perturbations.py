@@ -263,12 +263,15 @@ class RuleTables(_Strict):
 
     @model_validator(mode="after")
     def _names(self) -> RuleTables:
-        rules = [row.rule for row in (*self.dhp, *self.attacks, *self.perturbations) if row.rule is not None]
+        ruled: tuple[DHPRow | AttackRow | PerturbationRow, ...] = (*self.dhp, *self.attacks, *self.perturbations)
+        rules = [row.rule for row in ruled if row.rule is not None]
         unknown = [r for r in rules if r not in RULES]
         if unknown:
             raise ValueError(f"unknown rule {unknown[0]!r}; the rules are {', '.join(RULES)}")
-        rows = (*self.dhp, *self.replacements, *self.perturbations)
-        sets = [row.aspects for row in rows if row.aspects not in self.aspect_sets]
+        aspected: tuple[DHPRow | ReplacementRow | PerturbationRow, ...] = (
+            *self.dhp, *self.replacements, *self.perturbations
+        )  # fmt: skip
+        sets = [row.aspects for row in aspected if row.aspects not in self.aspect_sets]
         if sets:
             raise ValueError(f"unknown aspect set {sets[0]!r}; the sets are {', '.join(self.aspect_sets)}")
         return self

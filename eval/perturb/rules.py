@@ -146,8 +146,8 @@ def _typos(text: str, rng: random.Random, params: Mapping[str, object], _: Seque
     k = _int(params, "k")
     kinds = tuple(str(kind) for kind in params["kinds"])  # type: ignore[attr-defined]
     current, origin, applied = text, list[int | None](range(len(text))), []
-    for _ in range(k):
-        for _ in range(_TYPO_ATTEMPTS):
+    for _typo in range(k):
+        for _attempt in range(_TYPO_ATTEMPTS):
             kind = rng.choice(kinds)
             changed = _one_typo(current, kind, rng.getrandbits(32))
             if changed != current:

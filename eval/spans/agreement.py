@@ -256,8 +256,8 @@ def span_agreement(
     asked = sum(doc.id in predictions for doc in docs)
     overlap, token = micro_total(s.overlap for s in stats), micro_total(s.token for s in stats)
     partial = sum((s.partial for s in stats), PartialPRF(0.0, 0.0, 0, 0))
-    counts = _pearson_from_sums(*_count_sums(stats), what="scored outputs")
-    tokens = _pearson_from_sums(*_token_sums(stats), what="tokens")
+    count_r = _pearson_from_sums(*_count_sums(stats), what="scored outputs")
+    token_r = _pearson_from_sums(*_token_sums(stats), what="tokens")
     row: dict[str, Any] = {
         "n_outputs": len(docs),
         "n_inputs": len({doc.input_id for doc in docs}),
@@ -274,10 +274,10 @@ def span_agreement(
         "mpp_recall": partial.recall,
         "mpp_f1": partial.f1,
         "exact_f1": micro_total(s.exact for s in stats).f1,
-        "count_pearson": counts.value,
-        "count_pearson_reason": counts.reason,
-        "token_pearson": tokens.value,
-        "token_pearson_reason": tokens.reason,
+        "count_pearson": count_r.value,
+        "count_pearson_reason": count_r.reason,
+        "token_pearson": token_r.value,
+        "token_pearson_reason": token_r.reason,
     }
     if not stats:  # P/R/F1 of nothing are undefined, not 0: an unscored judge did not "find no errors"
         spans = ("overlap_", "token_", "mpp_", "exact_")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import SpanjudgeError
@@ -182,9 +182,10 @@ def judge_spans(
             continue
         detail = found.detail or {}
         written = detail.get("spans") if found.score is not None else None
-        predictions[item.id] = None if written is None else [(start, end) for start, end in written]
+        pairs = cast(list[tuple[int, int]], written)  # [start, end] pairs, as the judge's detail keeps them
+        predictions[item.id] = None if written is None else [(start, end) for start, end in pairs]
         if written is not None and "expected_errors" in detail:
-            expected[item.id] = float(detail["expected_errors"])
+            expected[item.id] = float(cast(float, detail["expected_errors"]))
         readings[item.id] = None if written is None else _reading(detail)
     scored = sum(p is not None for p in predictions.values())
     # judgments stored before score=expected kept its reading (or by hand) would be read as written ones
@@ -214,7 +215,7 @@ def _reading(detail: dict[str, Any]) -> dict[str, Any]:
 
 def measured(
     docs: Sequence[SpanDocument],
-    predictions: dict[str, Spans],
+    predictions: Mapping[str, Spans],
     gamma: bool,
     snap_words: bool,
     counts: dict[str, float] | None = None,

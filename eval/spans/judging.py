@@ -40,7 +40,7 @@ def partial_path(path: Path) -> Path:
 def _judgment_row(result: JudgedEvaluation) -> dict[str, Any]:
     scored = result.scored
     written = result.reply_errors  # the study reads its decisions from the written reply (`eval.spans.decision_fit`)
-    row = {
+    row: dict[str, Any] = {
         "spans": [[e.start, e.end] for e in written if e.start is not None] if scored else None,
         "errors": len(written) if scored else None,
         "unanchored": result.unanchored_count if scored else None,
@@ -86,7 +86,7 @@ def _parser(judge_name: str) -> Callable[[str, dict[str, Any]], tuple[str, dict[
 
 
 def judge_span_documents(
-    judge: Judge, docs: Sequence[SpanDocument], path: Path, progress: Advance | None = None
+    judge: Judge | None, docs: Sequence[SpanDocument], path: Path, progress: Advance | None = None
 ) -> dict[str, Any]:
     """The judge's spans per document (None when unscored), with its speed; cached in `path`.
 
@@ -96,7 +96,9 @@ def judge_span_documents(
     unscored item, and is not kept, so a re-run asks again.
     """
     if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    if judge is None:
+        raise SpanjudgeError(f"{path}: not judged yet, and no judge was given to judge it")
     store: JsonlStore[str, dict[str, Any]] = JsonlStore(partial_path(path), _parser(judge.name))
     try:
         payload = _judge_rest(judge, docs, path, store, progress)
@@ -153,7 +155,7 @@ def _judge_rest(
 def predictions(judged: dict[str, Any]) -> dict[str, list[tuple[int, int]] | None]:
     """Document id -> spans (None: unscored), as `span_agreement` takes them."""
     return {
-        doc_id: None if row["spans"] is None else [tuple(s) for s in row["spans"]]  # type: ignore[misc]
+        doc_id: None if row["spans"] is None else [tuple(s) for s in row["spans"]]
         for doc_id, row in judged["rows"].items()
     }
 

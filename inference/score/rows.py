@@ -8,7 +8,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
@@ -74,6 +74,15 @@ class ScoreEvaluation(BaseModel):
         return value
 
 
+def _present(**fields: Any) -> dict[str, Any]:
+    """The fields that are given (not None): a row sets only those, so its JSON keeps the others out."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _integer(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def error_problem(error: object, output: str | None, *, complete: bool = False) -> str | None:
     """What makes one error of a results row impossible, or None (see `ScoreRow`). An explanation and a
     severity may be absent (human span annotations carry neither) unless `complete`; given, they must be
@@ -90,7 +99,7 @@ def error_problem(error: object, output: str | None, *, complete: bool = False) 
     start, end = error.get("start"), error.get("end")
     if start is None and end is None:
         return None
-    if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, end)):
+    if not (_integer(start) and _integer(end)):
         return f"offsets {start!r}, {end!r} are not both integers (or both null: not located)"
     if not 0 <= start < end or (output is not None and end > len(output)):
         size = f" of {len(output)} characters" if output is not None else ""
@@ -145,7 +154,9 @@ class ScoreRow(BaseModel):
     @classmethod
     def of(cls, request: JudgeRequest, evaluation: JudgedEvaluation, key: Mapping[str, Any] | None = None) -> ScoreRow:
         """The row of a JudgeRequest and its JudgedEvaluation; `key` is its resume key (`resume_key`)."""
-        fields = {"id": str(request.id), "task": request.task.id, "aspect": request.aspect.name, **(key or {})}
+        fields: dict[str, Any] = {
+            "id": str(request.id), "task": request.task.id, "aspect": request.aspect.name, **(key or {})
+        }  # fmt: skip
         read = getattr(evaluation, "probabilities", None)
         decision = getattr(evaluation, "decision", None)
         written_errors = getattr(evaluation, "written_errors", None)
@@ -159,11 +170,14 @@ class ScoreRow(BaseModel):
             output=request.output,
             evaluation=ScoreEvaluation(errors=errors, score=evaluation.score),
             # a decision rule's row keeps the written errors beside the decided ones, and what the rule did
-            **({"written_errors": written, "decision": decision.model_dump()} if decision is not None else {}),
-            **({"probabilities": probability_fields(read)} if read is not None else {}),
-            **({"consensus": merged.model_dump()} if (merged := getattr(evaluation, "consensus", None)) else {}),
+            **_present(
+                written_errors=written if decision is not None else None,
+                decision=decision.model_dump() if decision is not None else None,
+                probabilities=probability_fields(read) if read is not None else None,
+                consensus=merged.model_dump() if (merged := getattr(evaluation, "consensus", None)) else None,
+            ),
             unscored_reason=evaluation.unscored_reason,
-            **({"call_failure": evaluation.call_failure} if getattr(evaluation, "call_failure", None) else {}),
+            **_present(call_failure=getattr(evaluation, "call_failure", None) or None),
             truncated=evaluation.truncated,
             attempts=evaluation.attempts,
             raw_replies=evaluation.raw_replies,

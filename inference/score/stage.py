@@ -297,7 +297,7 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
     console = console or Console(stderr=True, soft_wrap=True)  # log lines stay whole (greppable)
     catalog = load_catalog()
     data_name, requests, template = _requests(s, part, catalog)
-    decoding = {"max_new_tokens": s.max_new_tokens, "retries": s.retries, "constrained": s.constrained}
+    decoding: dict[str, Any] = {"max_new_tokens": s.max_new_tokens, "retries": s.retries, "constrained": s.constrained}
     rule, skipped = decision_rule_for(s, s.model)
     if s.probabilities or rule is not None:  # only when read: files scored before these options resume as they were
         decoding["probabilities"] = True

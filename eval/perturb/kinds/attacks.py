@@ -99,7 +99,8 @@ def report(result: Mapping[str, Any], benchmark: Benchmark) -> list[str]:
     summary = result["summary"]
     lines = [f"Δ = mean(original − perturbed) on the 1-5 scale ({result['scale']}).", ""]
     published = [r for r in published_rows("attacks") if r.judge == "GPT-3.5"]
-    reference = statistics.attack_summary({(r.perturbation, r.aspect): r.value for r in published if r.perturbation})
+    values = {(r.perturbation, r.aspect): r.value for r in published if r.perturbation and r.aspect}
+    reference = statistics.attack_summary(values)
     keys = ["mean_delta_T", "mean_abs_delta_F", "pass_rate_T", "pass_rate_F", "n_T", "n_F", "missing_T", "missing_F"]
     rows = [["this judge", *[summary[k] for k in keys]]]
     if published:
