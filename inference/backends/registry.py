@@ -25,7 +25,7 @@ ENGINES: Registry[Engine] = Registry(
         "openai": "spanjudge.inference.backends.openai_compat:ENGINE",
         "ollama": "spanjudge.inference.backends.ollama_native:ENGINE",
         "vllm": "spanjudge.inference.backends.vllm_offline:ENGINE",
-        "llamacpp": "spanjudge.inference.backends.llamacpp:ENGINE",
+        "llamacpp": "spanjudge.inference.backends.llamacpp.local:ENGINE",
         "llamacpp-server": "spanjudge.inference.backends.llamacpp.server:ENGINE",
         "transformers": "spanjudge.inference.backends.transformers_local:ENGINE",
     },

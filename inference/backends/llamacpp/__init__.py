@@ -34,8 +34,7 @@ costs the reply and the alternatives only.
 
 from __future__ import annotations
 
-from ..engine import Engine, grammar_option
-from .local import LlamaCppBackend, checked_files, probe
+from .local import ENGINE, LlamaCppBackend, checked_files, probe
 from .reader import LlamaCppProbabilityReader
 from .server import LlamaCppProbabilities, LlamaCppServer
 
@@ -48,15 +47,3 @@ __all__ = [
     "checked_files",
     "probe",
 ]
-
-ENGINE = Engine(
-    name="llamacpp",
-    backend=LlamaCppBackend,
-    summary="llama.cpp in this process: a GGUF and a GGUF LoRA (CPU); engine option gguf=PATH, lora=PATH",
-    packages=("llama_cpp", "transformers"),
-    install="pip install 'spanjudge[llamacpp]'",
-    extra="llamacpp",
-    judge_options=("reuse_prefix",),
-    read_probabilities=True,
-    constrain=grammar_option,
-)

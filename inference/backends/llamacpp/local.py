@@ -20,6 +20,7 @@ from ...contract import Evaluation
 from ...probabilities import ReplyProbabilities
 from ..adapters import tokenizer_source
 from ..base import Backend, BackendError, CallResult, ChatRequest, Completion, ResultCallback
+from ..engine import Engine, grammar_option
 from ..spec import BackendSpec
 from .build import build_advice
 from .gguf_files import check_model_files
@@ -161,3 +162,16 @@ def probe(gguf: Path, lora: Path | None, where: str) -> None:
                 f"{describe_exit(done.returncode)}; {build_advice()}its output ends: {log_tail(log)}"
             )
         raise BackendError(f"{where}: llama.cpp could not load {what}: {log_tail(log, lines=3)}")
+
+
+ENGINE = Engine(
+    name="llamacpp",
+    backend=LlamaCppBackend,
+    summary="llama.cpp in this process: a GGUF and a GGUF LoRA (CPU); engine option gguf=PATH, lora=PATH",
+    packages=("llama_cpp", "transformers"),
+    install="pip install 'spanjudge[llamacpp]'",
+    extra="llamacpp",
+    judge_options=("reuse_prefix",),
+    read_probabilities=True,
+    constrain=grammar_option,
+)
