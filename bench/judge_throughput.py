@@ -53,8 +53,9 @@ from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf  #
 from spanjudge.inference.backends.prefix import prefix_batches  # noqa: E402
 from spanjudge.inference.chat import encode_text, shared_length  # noqa: E402
 from spanjudge.inference.hf_models import local_folder, resolve_model_source  # noqa: E402
-from spanjudge.inference.judge import Judge, JudgeRequest, recorded_base  # noqa: E402
+from spanjudge.inference.judge import Judge, JudgeRequest  # noqa: E402
 from spanjudge.inference.judge_conversation import judge_prompt_ids  # noqa: E402
+from spanjudge.inference.judge_location import recorded_base  # noqa: E402
 from spanjudge.inference.shipped_models import smollm2_gguf  # noqa: E402
 
 MAX_NEW_TOKENS = 128

@@ -32,7 +32,8 @@ from spanjudge.core.paths import data_dir  # noqa: E402
 from spanjudge.inference.backends.llamacpp import LlamaCppServer  # noqa: E402
 from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf  # noqa: E402
 from spanjudge.inference.hf_models import local_folder, resolve_model_source  # noqa: E402
-from spanjudge.inference.judge import Judge, recorded_base  # noqa: E402
+from spanjudge.inference.judge import Judge  # noqa: E402
+from spanjudge.inference.judge_location import recorded_base  # noqa: E402
 from spanjudge.inference.shipped_models import smollm2_gguf  # noqa: E402
 from tests.support.judge_records import qags_xsum_records, write_qags_records  # noqa: E402
 

@@ -38,14 +38,12 @@ output alone does not fit, the item is unscored with that reason.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spanjudge.core.artifacts import read_adapter_metadata
 from spanjudge.core.catalog import Aspect, Catalog, load_catalog
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.progress import Advance
@@ -53,26 +51,23 @@ from spanjudge.core.progress import Advance
 from .backends import make_backend
 from .backends.adapters import check_safetensors_adapter
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
-from .backends.registry import engine as engine_declaration
 from .backends.registry import engines_that
 from .consensus import consensus
 from .contract import Evaluation, ParseFailure, anchor_evaluation, parse_judge
 from .contract.json_form import json_reply_to_text
-from .decisions import AppliedDecision, DecisionRule, decide_reply, effective_rule, stored_rule
-from .hf_models import local_folder, resolve_model_source
+from .decisions import AppliedDecision, DecisionRule, decide_reply, stored_rule
 from .judge_conversation import (
     JudgeRequest,
     fit_inputs,
     judge_chat_prompt,
     judge_messages,
-    stored_template,
 )
+from .judge_location import adapter_and_model, resolve_prompt_template
 from .judge_options import MAX_NEW_TOKENS, JudgeOptions, judge_options
-from .judge_setup import JudgeSetup, ProbabilitySource, judge_engine, wire
+from .judge_setup import JudgeSetup, ProbabilitySource, applied_rule, judge_engine, wire
 from .judged import JudgedEvaluation
 from .predictions import Predictions, predict
 from .probabilities import ReplyProbabilities
-from .prompts import PromptTemplate
 
 if TYPE_CHECKING:
     pass
@@ -165,13 +160,13 @@ class Judge:
         o = judge_options(options, **changes)
         location = str(model_or_adapter)
         stored = stored_rule(Path(location).expanduser())
-        rule, skipped = _applied_rule(o, stored, probability_reader)
+        rule, skipped = applied_rule(o, stored, probability_reader)
         if rule is not None:
             o = replace(o, probabilities=True)
         declared = judge_engine(o, probability_reader)
         check_safetensors_adapter(Path(location).expanduser())  # a pickled adapter: one line, before anything loads
         template = resolve_prompt_template(location, o.prompt_template)
-        adapter, model = _adapter_and_model(location, o.base)
+        adapter, model = adapter_and_model(location, o.base)
         spec, setup = wire(declared, o, location=location, adapter=adapter, model=model)
         setup = replace(
             setup,
@@ -445,32 +440,6 @@ class Judge:
         self.backend.close()
 
 
-def decision_rule_for(
-    options: JudgeOptions, location: str, probability_reader: ProbabilitySource | None = None
-) -> tuple[DecisionRule | None, str | None]:
-    """The decision rule the judge at `location` applies (`decisions.effective_rule`), and why a rule stored
-    with it is not applied: an engine that cannot read probabilities judges with its written replies then
-    (said, never silent); thresholds given by hand on such an engine are refused by `judge_engine`."""
-    return _applied_rule(options, stored_rule(Path(location).expanduser()), probability_reader)
-
-
-def _applied_rule(
-    options: JudgeOptions, stored: DecisionRule | None, probability_reader: ProbabilitySource | None
-) -> tuple[DecisionRule | None, str | None]:
-    """`decision_rule_for` with the judge's stored rule already read (`stored`: the very object, so that the
-    judge can tell its own rule from thresholds given as options)."""
-    rule = effective_rule(options, stored)
-    if rule is None or options.probabilities or rule is not stored:
-        return rule, None
-    declared = engine_declaration(options.engine)
-    if declared.read_probabilities or probability_reader is not None:
-        return rule, None
-    return None, (
-        f"the decision rule stored with the judge ({rule.describe()}) needs its probabilities, which the "
-        f"{declared.name} engine does not read: its written replies are used"
-    )
-
-
 def _unscored(
     item: _Prepared, replies: list[str], attempts: int, *, reason: str | None = None, call_failure: str | None = None
 ) -> JudgedEvaluation:
@@ -483,36 +452,3 @@ def _unscored(
         attempts=attempts,
         truncated=item.truncated,
     )
-
-
-def resolve_prompt_template(location: str, given: PromptTemplate | Path | str | None) -> PromptTemplate | None:
-    """The judge's prompt template: the one given (a file is loaded), else the one a local
-    adapter folder stores, else None (the built-in prompt)."""
-    if isinstance(given, PromptTemplate):
-        return given
-    if given is not None:
-        return PromptTemplate.load(given)
-    folder = Path(location).expanduser()
-    return stored_template(folder) if folder.is_dir() else None
-
-
-def _adapter_and_model(location: str, base: str | None) -> tuple[str | None, str]:
-    """(adapter folder or None, the model to load) for a judge location."""
-    path = Path(location).expanduser()
-    if (path / "adapter_config.json").is_file():
-        base_spec = base or recorded_base(path)
-        return str(path.resolve()), local_folder(resolve_model_source(base_spec))
-    if base is not None:  # an adapter on the hub, with its base named
-        return location, local_folder(resolve_model_source(base))
-    return None, local_folder(resolve_model_source(location))
-
-
-def recorded_base(adapter: Path) -> str:
-    """The base a spanjudge adapter was trained on (as the user named it), else PEFT's record."""
-    meta = read_adapter_metadata(adapter)
-    if meta is not None and meta.base_model:
-        return meta.base_model
-    recorded = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
-    if not recorded:
-        raise SpanjudgeError(f"{adapter}: the adapter does not name its base model; pass base=...")
-    return str(recorded)

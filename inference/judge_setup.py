@@ -28,7 +28,7 @@ from .backends.registry import NO_PROMPT_LOGPROBS, engines_that
 from .chat import render_chat
 from .contract import Evaluation
 from .contract.grammar import errors_within
-from .decisions import DecisionRule
+from .decisions import DecisionRule, effective_rule, stored_rule
 from .hf_models import load_tokenizer
 from .judge_options import JudgeOptions
 from .probabilities import ReplyProbabilities
@@ -144,3 +144,29 @@ def _model_context(model: str) -> int | None:
         return None
     value = json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings")
     return int(value) if value is not None else None
+
+
+def decision_rule_for(
+    options: JudgeOptions, location: str, probability_reader: ProbabilitySource | None = None
+) -> tuple[DecisionRule | None, str | None]:
+    """The decision rule the judge at `location` applies (`decisions.effective_rule`), and why a rule stored
+    with it is not applied: an engine that cannot read probabilities judges with its written replies then
+    (said, never silent); thresholds given by hand on such an engine are refused by `judge_engine`."""
+    return applied_rule(options, stored_rule(Path(location).expanduser()), probability_reader)
+
+
+def applied_rule(
+    options: JudgeOptions, stored: DecisionRule | None, probability_reader: ProbabilitySource | None
+) -> tuple[DecisionRule | None, str | None]:
+    """`decision_rule_for` with the judge's stored rule already read (`stored`: the very object, so that the
+    judge can tell its own rule from thresholds given as options)."""
+    rule = effective_rule(options, stored)
+    if rule is None or options.probabilities or rule is not stored:
+        return rule, None
+    declared = engine(options.engine)
+    if declared.read_probabilities or probability_reader is not None:
+        return rule, None
+    return None, (
+        f"the decision rule stored with the judge ({rule.describe()}) needs its probabilities, which the "
+        f"{declared.name} engine does not read: its written replies are used"
+    )

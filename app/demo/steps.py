@@ -148,7 +148,7 @@ def training_data(ctx: DemoContext) -> Path:
 def base_model(ctx: DemoContext) -> str:
     """The trained judge's base model as a local transformers folder (the untrained comparison)."""
     from spanjudge.inference.hf_models import local_folder, resolve_model_source
-    from spanjudge.inference.judge import recorded_base
+    from spanjudge.inference.judge_location import recorded_base
 
     return local_folder(resolve_model_source(recorded_base(ctx.layout.adapter)), lambda _: None)
 

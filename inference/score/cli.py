@@ -19,7 +19,7 @@ from ..backends.adapters import check_safetensors_adapter
 from ..backends.llamacpp.lora_export import adapter_to_gguf, check_gguf_target
 from ..export import check_merge_target, merge_adapter
 from ..hf_models import local_folder, resolve_model_source
-from ..judge import recorded_base
+from ..judge_location import recorded_base
 from .rows import read_results
 from .stage import ScoreSettings, score_file, summary_lines
 

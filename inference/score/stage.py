@@ -27,10 +27,11 @@ from spanjudge.core.sharding import SHARD_HELP, Shard, parse_shard
 
 from ..backends import engine, parse_engine_args
 from ..backends.registry import engines_that
-from ..judge import Judge, decision_rule_for, resolve_prompt_template
+from ..judge import Judge
 from ..judge_conversation import JudgeRequest
+from ..judge_location import resolve_prompt_template
 from ..judge_options import JudgeOptions
-from ..judge_setup import judge_engine
+from ..judge_setup import decision_rule_for, judge_engine
 from ..judged import JudgedEvaluation
 from ..prompts import PromptTemplate
 from ..requests import FieldMapping, read_requests, score_source

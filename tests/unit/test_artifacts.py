@@ -12,8 +12,8 @@ import pytest
 from spanjudge.core.artifacts import AdapterMetadata, MetaEvalCell, ResultRow, read_adapter_metadata
 from spanjudge.core.errors import InputError
 from spanjudge.eval.correlation.runner import training_inputs
-from spanjudge.inference.judge import recorded_base
 from spanjudge.inference.judge_conversation import stored_template
+from spanjudge.inference.judge_location import recorded_base
 from spanjudge.publish.results import read_eval_results
 
 TRAINED = {  # as training/run.py writes it (values shortened)

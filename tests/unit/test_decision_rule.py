@@ -14,8 +14,8 @@ from spanjudge.eval.spans.calibration import calibration, calibration_markdown, 
 from spanjudge.eval.spans.decision_fit import check_held_out, decided_spans, fit_decision_rule, objective
 from spanjudge.eval.spans.documents import GoldSpan, SpanDocument
 from spanjudge.inference.decisions import DecisionRule, FittedOn, decide, decide_reply, effective_rule, stored_rule
-from spanjudge.inference.judge import decision_rule_for
 from spanjudge.inference.judge_options import JudgeOptions
+from spanjudge.inference.judge_setup import decision_rule_for
 from spanjudge.inference.probabilities import ErrorProbabilities, ReplyProbabilities
 
 
