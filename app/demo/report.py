@@ -23,6 +23,8 @@ from spanjudge.core.artifacts import read_adapter_metadata
 from spanjudge.core.jsonl import read_jsonl
 from spanjudge.inference.score.html import HEAD, STYLE, legend, render_items
 
+from .layout import DemoLayout
+
 SHOWN_RECORDS = 8  # annotated records shown with their spans (all are in annotate/train.jsonl)
 
 _EXTRA_STYLE = """
@@ -35,81 +37,6 @@ img.plot{max-width:100%;border:1px solid #eee;margin:.4rem .4rem .4rem 0}
 .note{background:#fff8e5;border-left:4px solid #e0b000;padding:.5rem .8rem}
 code{background:#f4f4f4;padding:0 .2rem;border-radius:3px;overflow-wrap:anywhere}
 """
-
-
-@dataclass(frozen=True)
-class DemoLayout:
-    """Where each step of the demo writes, under one output folder."""
-
-    out: Path
-
-    @property
-    def annotate(self) -> Path:
-        return self.out / "annotate"
-
-    @property
-    def teacher(self) -> Path:
-        return self.out / "teacher"
-
-    @property
-    def train_data(self) -> Path:
-        return self.out / "train_data"
-
-    @property
-    def train(self) -> Path:
-        return self.out / "train"
-
-    @property
-    def adapter(self) -> Path:
-        return self.train / "adapter"
-
-    @property
-    def held_out(self) -> Path:
-        return self.out / "score" / "held_out.jsonl"
-
-    @property
-    def scores(self) -> Path:
-        return self.out / "score" / "scores.jsonl"
-
-    @property
-    def base_scores(self) -> Path:
-        return self.out / "score" / "base_scores.jsonl"
-
-    @property
-    def spans(self) -> Path:
-        return self.out / "spans"
-
-    @property
-    def meta_eval(self) -> Path:
-        return self.out / "meta_eval"
-
-    @property
-    def perturbation(self) -> Path:
-        return self.out / "perturbation"
-
-    @property
-    def publish(self) -> Path:
-        return self.out / "publish"
-
-    @property
-    def card_rows(self) -> Path:
-        return self.out / "publish_eval_rows.json"
-
-    @property
-    def logs(self) -> Path:
-        return self.out / "logs"
-
-    @property
-    def report(self) -> Path:
-        return self.out / "report.html"
-
-    @property
-    def run_file(self) -> Path:
-        return self.out / "demo_run.json"
-
-    @property
-    def runs_log(self) -> Path:
-        return self.out / "demo_runs.jsonl"
 
 
 @dataclass

@@ -32,7 +32,8 @@ from spanjudge.inference.backends.engine import Launched
 from spanjudge.inference.backends.launched import acquire, release
 
 from .config import ServerSpec, load_demo_config
-from .report import DemoLayout, StepRecord, render_report
+from .layout import DemoLayout
+from .report import StepRecord, render_report
 from .steps import (
     DemoContext,
     NotBuiltYet,

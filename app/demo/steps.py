@@ -23,7 +23,7 @@ from spanjudge.eval.judging.suite import resolve_config_path
 
 from .compare import as_counts, dataset_coverage, meta_eval_rows, metric, number, parse_row
 from .config import DemoConfig
-from .report import DemoLayout
+from .layout import DemoLayout
 
 DISTILLED = "distilled:adapter"  # the meta-eval name of the judge at OUT/train/adapter
 BASE = "base:untrained"  # the meta-eval name of the untrained base model, judged beside it

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from spanjudge.app.demo.config import load_demo_config
-from spanjudge.app.demo.report import DemoLayout, StepRecord, markdown_html, render_report
+from spanjudge.app.demo.layout import DemoLayout
+from spanjudge.app.demo.report import StepRecord, markdown_html, render_report
 from spanjudge.core.errors import ConfigError
 from tests.support.browser import PHONE, opened
 
