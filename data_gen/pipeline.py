@@ -8,47 +8,38 @@ Every model call goes through the SQLite cache and is committed as it arrives, a
 output file is written atomically at the end; so a run killed at any moment, or a run
 whose servers died, is finished by running the same command again, which repeats no
 call that already succeeded. One run at a time holds the output folder (folder_lock.py).
+The models run as roles (`roles.py`); their evaluations become records in `combine.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from spanjudge.core.catalog import Catalog, Task
+from spanjudge.core.catalog import Catalog
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl
 from spanjudge.core.progress import Tracker
 from spanjudge.core.sharding import Shard, input_key
-from spanjudge.inference.backends import CachedBackend, LLMCache, engine, make_backend
+from spanjudge.inference.backends import engine
 from spanjudge.inference.contract import (
-    MAX_ERRORS,
-    AnnotatorEvaluation,
-    ErrorAnnotation,
-    Evaluation,
-    ParseFailure,
-    anchor_errors,
-    cap_errors,
     parse_annotator,
     parse_supervisor,
 )
-from spanjudge.inference.prompts import render_annotator_prompt, render_supervisor_prompt
+from spanjudge.inference.prompts import render_annotator_prompt
 
-from .aggregate import UNION_RULE, aggregate, union_of_errors
-from .annotate import Outcome, limit_annotator, limit_supervisor, run_with_retries
+from .combine import aggregate_outcomes, supervisor_merge, vote_records
 from .config import EnsembleConfig, ModelRole, SourcesConfig, resolve_source_path
 from .decontaminate import Decontamination
 from .folder_lock import one_run_per_folder
-from .records import Record, split_by_input, task_fields, write_split
+from .records import Record, split_by_input, write_split
+from .roles import Role, annotate_all, keep_loaded
 from .selection import EvalRequest, sample_requests
 from .shards import SHARD_RECORDS, finish_shard, settings_hash, start_shard
 from .sources import read_source
 from .stats import compute_stats, write_stats
-from .vote import MergeRule, Vote, agreement, vote_merge
 
 FAILED_CALLS = "failed_calls.jsonl"  # every failed model call of a run: id, role, cause, reason
 
@@ -136,133 +127,6 @@ def build_requests(
     return requests
 
 
-class _Role:
-    """One model of the ensemble behind its cache, with its call counters."""
-
-    def __init__(self, role: ModelRole, cache_path: Path, parse: Callable[[str], object] | None = None) -> None:
-        self.name = role.name
-        self.spec = role.backend
-        self.cache = LLMCache(cache_path)  # one connection per role: roles run in threads
-        # a reply cut off at max_tokens is a failed call here (stored, as the model's reply); with `parse`
-        # (--refresh-unscored), stored replies it cannot read, or that were cut off, are asked again
-        stale = (
-            (lambda c: c.finish_reason == "length" or isinstance(parse(c.text), ParseFailure))
-            if parse is not None
-            else None
-        )
-        self.backend = CachedBackend(make_backend(role.backend), self.cache, accept_truncated=False, stale=stale)
-
-    def close(self) -> None:
-        self.backend.close()
-        self.cache.close()
-
-
-def _progress_reporter(name: str, total: int, progress: Tracker | None) -> Callable[[int, Outcome[Any]], None] | None:
-    if progress is None:
-        return None
-    advance = progress(name, total, cached=0, failed=0)
-
-    def report(_: int, outcome: Outcome[Any]) -> None:
-        cached = outcome.cached_calls > 0 and outcome.model_seconds == 0
-        advance(1, cached=int(cached), failed=int(not outcome.complete or outcome.parsed is None))
-
-    return report
-
-
-def _annotate_all(
-    ensemble: EnsembleConfig,
-    roles: Sequence[_Role],
-    prompts: Sequence[str],
-    progress: Tracker | None,
-) -> dict[str, list[Outcome[AnnotatorEvaluation]]]:
-    """Every annotator over every prompt; annotators run side by side (different servers)."""
-
-    def one(role: _Role) -> list[Outcome[AnnotatorEvaluation]]:
-        return run_with_retries(
-            role.backend,
-            prompts,
-            ensemble.sampling,
-            ensemble.parse_retry,
-            parse_annotator,
-            _progress_reporter(role.name, len(prompts), progress),
-            limit_annotator(ensemble.field_limits),
-        )
-
-    def in_turn(group: Sequence[_Role]) -> list[tuple[str, list[Outcome[AnnotatorEvaluation]]]]:
-        return [(role.name, one(role)) for role in group]
-
-    groups = host_groups(roles) if ensemble.one_model_at_a_time else [[role] for role in roles]
-    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-        return {name: outcomes for done in pool.map(in_turn, groups) for name, outcomes in done}
-
-
-def host_groups(roles: Sequence[_Role]) -> list[list[_Role]]:
-    """Annotators that share a server (any endpoint's host:port; in-process models share this
-    machine), each group in config order: `one_model_at_a_time` runs a group's models in turn."""
-    groups: list[tuple[set[str], list[int]]] = []
-    for index, role in enumerate(roles):
-        hosts = {urlsplit(url).netloc or url for url in role.spec.endpoints} or {"this machine"}
-        touching = [g for g in groups if g[0] & hosts]
-        groups = [g for g in groups if not any(g is t for t in touching)]
-        groups.append((hosts.union(*(g[0] for g in touching)), [i for g in touching for i in g[1]] + [index]))
-    ordered = sorted((sorted(indices) for _, indices in groups), key=lambda indices: indices[0])
-    return [[roles[i] for i in indices] for indices in ordered]
-
-
-def _keep_loaded(role: ModelRole, ensemble: EnsembleConfig) -> ModelRole:
-    """With `one_model_at_a_time`, a model stays loaded between its requests where its engine can be told
-    to (its declaration's `keep_loaded` options; the user's own win)."""
-    backend = role.backend
-    keep = engine(backend.kind).keep_loaded if ensemble.one_model_at_a_time else {}
-    if not keep.keys() - backend.options.keys():
-        return role
-    options = {**keep, **backend.options}
-    return role.model_copy(update={"backend": backend.model_copy(update={"options": options})})
-
-
-def _annotator_provenance(name: str, role_model: str, outcome: Outcome[AnnotatorEvaluation]) -> dict[str, Any]:
-    parsed = outcome.parsed
-    return {
-        "name": name,
-        "model_id": role_model,
-        "status": _status(outcome),
-        "prompt_hash": outcome.prompt_hash,
-        "raw_replies": outcome.replies,
-        "label": parsed.label.text if parsed else None,
-        "rating": parsed.rating if parsed else None,
-        "errors": [e.model_dump(exclude_none=True) for e in parsed.errors] if parsed else None,
-        "parse_failure": outcome.parse_failure if parsed is None else None,
-        "call_failure": outcome.call_failure,
-        "dropped_outlier": False,
-        **_limit_counts(outcome),
-    }
-
-
-def _status(outcome: Outcome[Any]) -> str:
-    """What became of one model's call, in a word: answered, unparsable, or the failed call's cause."""
-    if outcome.call_cause is not None:
-        return outcome.call_cause
-    return "answered" if outcome.parsed is not None else "unparsable"
-
-
-def _limit_counts(outcome: Outcome[Any]) -> dict[str, Any]:
-    """What the field limits did to this request's replies (stats.json sums them), and the room of a reply
-    asked again because the first was cut off."""
-    counts: dict[str, Any] = {"rejected_too_long": outcome.too_long, "capped_fields": outcome.capped}
-    if outcome.more_room is not None:
-        counts["asked_again_with_max_tokens"] = outcome.more_room
-    return counts
-
-
-def _incomplete(record: Record, reason: str, failures: Sequence[dict[str, Any]]) -> Record:
-    keys = ("id", "dataset", "input_id", "system", "aspect_name")
-    return {**{k: record[k] for k in keys}, "reason": reason, "failed_calls": list(failures)}
-
-
-def _failure(name: str, outcome: Outcome[Any]) -> dict[str, Any]:
-    return {"name": name, "cause": outcome.call_cause, "reason": outcome.call_failure}
-
-
 def failed_calls(records: Sequence[Record], incomplete: Sequence[Record]) -> list[dict[str, Any]]:
     """Every failed model call of a run, one row each (id, role, cause, reason), from what its records keep:
     the provenance of the records (scored or not) and the failures of the incomplete items."""
@@ -288,20 +152,6 @@ def count_failed_calls(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str,
         by_cause = counts.setdefault(row["role"], {})
         by_cause[row["cause"]] = by_cause.get(row["cause"], 0) + 1
     return counts
-
-
-def _base_record(request: EvalRequest, task: Task, ensemble: EnsembleConfig, seed: int) -> Record:
-    item = request.item
-    return {
-        "id": request.id,
-        "dataset": item.dataset,
-        "input_id": item.input_id,
-        "system": item.system,
-        "inputs": item.inputs,
-        "outputs": {task.output: item.output},
-        **task_fields(task, request.aspect),
-        "provenance": {"ensemble": ensemble.name, "seed": seed, "source": item.where},
-    }
 
 
 @one_run_per_folder("out_dir", "spanjudge annotate")
@@ -343,20 +193,24 @@ def run_pipeline(
         for r in requests
     ]
     annotators = [
-        _Role(_keep_loaded(a, ensemble), cache_path, parse_annotator if refresh_unscored else None)
+        Role(keep_loaded(a, ensemble), cache_path, parse_annotator if refresh_unscored else None)
         for a in ensemble.annotators
     ]
     supervisor = (
         None
         if ensemble.supervisor is None  # merged by vote: no model call
-        else _Role(
-            _keep_loaded(ensemble.supervisor, ensemble), cache_path, parse_supervisor if refresh_unscored else None
+        else Role(
+            keep_loaded(ensemble.supervisor, ensemble), cache_path, parse_supervisor if refresh_unscored else None
         )
     )
     try:
-        outcomes = _annotate_all(ensemble, annotators, prompts, progress)
-        scored, unscored, incomplete = _aggregate(ensemble, requests, tasks, annotators, outcomes, sources.seed)
-        records = _merge(ensemble, supervisor, scored, progress) if supervisor else _vote(ensemble.merge, scored)
+        outcomes = annotate_all(ensemble, annotators, prompts, progress)
+        scored, unscored, incomplete = aggregate_outcomes(ensemble, requests, tasks, annotators, outcomes, sources.seed)
+        records = (
+            supervisor_merge(ensemble, supervisor, scored, progress)
+            if supervisor
+            else vote_records(ensemble.merge, scored)
+        )
     finally:
         for role in (*annotators, *([supervisor] if supervisor else [])):
             summary.model_calls[role.name] = role.backend.model_calls
@@ -462,132 +316,6 @@ def _write_stats(
     if summary.decontamination is not None:
         stats["decontamination"] = {k: v for k, v in summary.decontamination.items() if k != "overlaps"}
     write_stats(out_dir, stats)
-
-
-def _aggregate(
-    ensemble: EnsembleConfig,
-    requests: Sequence[EvalRequest],
-    tasks: dict[str, Task],
-    annotators: Sequence[_Role],
-    outcomes: dict[str, list[Outcome[AnnotatorEvaluation]]],
-    seed: int,
-) -> tuple[list[tuple[Record, list[AnnotatorEvaluation]]], list[Record], list[Record]]:
-    """Algorithm 1 per request; requests missing annotators' calls are incomplete."""
-    scored, unscored, incomplete = [], [], []
-    for index, request in enumerate(requests):
-        record = _base_record(request, tasks[request.item.task_id], ensemble, seed)
-        per_role = [(role, outcomes[role.name][index]) for role in annotators]
-        provenance = [_annotator_provenance(role.name, role.spec.model_id, o) for role, o in per_role]
-        record["provenance"]["annotators"] = provenance
-        answered = [o for _, o in per_role if o.complete]
-        if len(answered) < ensemble.min_annotators:
-            failures = [_failure(role.name, o) for role, o in per_role if not o.complete]
-            said = "; ".join(f"{f['name']}: {f['reason']}" for f in failures)
-            need = f"{ensemble.min_annotators} (min_annotators)"
-            incomplete.append(_incomplete(record, f"{len(answered)} annotators answered, not {need}: {said}", failures))
-            continue
-        parsed = [(p, o.parsed) for p, (_, o) in zip(provenance, per_role, strict=True) if o.parsed is not None]
-        # who the record is made from, and why the others are not in it
-        record["provenance"]["answered"] = [p["name"] for p, _ in parsed]
-        if not parsed:
-            record["unscored_reason"] = "no annotator reply could be parsed"
-            unscored.append(record)
-            continue
-        result = aggregate([float(e.rating) for _, e in parsed])
-        for (entry, _), keep in zip(parsed, result.kept, strict=True):
-            entry["dropped_outlier"] = not keep
-        record["provenance"].update({"mean_rating": result.mean_rating, "aggregated_score": result.score})
-        scored.append((record, [e for _, e in parsed]))
-    return scored, unscored, incomplete
-
-
-def _merge(
-    ensemble: EnsembleConfig,
-    supervisor: _Role,
-    scored: Sequence[tuple[Record, list[AnnotatorEvaluation]]],
-    progress: Tracker | None,
-) -> list[Record]:
-    """The supervisor merges the annotators' error sets; scores are not shown to it. Where its call fails or its
-    reply does not parse, the item is kept with the annotators' errors merged by `UNION_RULE`, and says so."""
-    needs_merge = [i for i, (_, evaluations) in enumerate(scored) if any(e.errors for e in evaluations)]
-    prompts = [
-        render_supervisor_prompt(next(iter(scored[i][0]["outputs"].values())), [e.errors for e in scored[i][1]])
-        for i in needs_merge
-    ]
-    merged = run_with_retries(
-        supervisor.backend,
-        prompts,
-        ensemble.supervisor_sampling,
-        ensemble.parse_retry,
-        parse_supervisor,
-        _progress_reporter(supervisor.name, len(prompts), progress),
-        limit_supervisor(ensemble.field_limits),
-    )
-    merged_by_index = dict(zip(needs_merge, merged, strict=True))
-    records = []
-    for index, (record, evaluations) in enumerate(scored):
-        outcome = merged_by_index.get(index)
-        output = next(iter(record["outputs"].values()))
-        if outcome is None:  # no annotator found an error: nothing to merge, no call
-            record["provenance"]["supervisor"] = {"name": supervisor.name, "skipped": "no errors to merge"}
-            errors: list[ErrorAnnotation] = []
-        else:
-            record["provenance"]["supervisor"] = {
-                "name": supervisor.name,
-                "model_id": supervisor.spec.model_id,
-                "status": _status(outcome),
-                "prompt_hash": outcome.prompt_hash,
-                "raw_replies": outcome.replies,
-                "parse_failure": outcome.parse_failure if outcome.parsed is None else None,
-                "call_failure": outcome.call_failure,
-                **_limit_counts(outcome),
-            }
-            if outcome.parsed is None:  # its call failed, or its reply did not parse: the item is kept all the same
-                errors = union_of_errors([e.errors for e in evaluations])
-                record["provenance"]["supervisor"]["merged_without_it"] = UNION_RULE
-            else:
-                errors = cap_errors(outcome.parsed)
-        anchored = anchor_errors([e.model_copy(update={"aspect": record["aspect_name"]}) for e in errors], output)
-        evaluation = Evaluation(errors=anchored, score=record["provenance"]["aggregated_score"])
-        record["evaluation"] = evaluation.model_dump()
-        records.append(record)
-    return records
-
-
-def _vote(rule: MergeRule, scored: Sequence[tuple[Record, list[AnnotatorEvaluation]]]) -> list[Record]:
-    """The annotators' errors merged by vote (`data_gen.vote`, no model call): each annotator's errors placed on
-    the output, the clusters of overlapping spans that `rule.min_votes` annotators mark kept (at most 8, the most
-    severe, as the supervisor's are); each kept error's votes and members in the record's provenance."""
-    records = []
-    for record, evaluations in scored:
-        output = next(iter(record["outputs"].values()))
-        votes = [
-            Vote(name, e.start, e.end, e.severity, e.explanation, e.location)
-            for name, evaluation in zip(record["provenance"]["answered"], evaluations, strict=True)
-            for e in anchor_errors(evaluation.errors, output)
-        ]
-        merged = vote_merge(votes, rule)
-        kept = sorted(sorted(range(len(merged)), key=lambda i: (-merged[i].severity, i))[:MAX_ERRORS])
-        errors = [
-            ErrorAnnotation(
-                location=m.chosen.location if m.start is None else output[m.start : m.end],
-                explanation=m.explanation,
-                severity=m.severity,
-                start=m.start,
-                end=m.end,
-                aspect=record["aspect_name"],
-                anchor=None if m.start is None else "exact",
-            )
-            for m in (merged[i] for i in kept)
-        ]
-        record["provenance"]["merge"] = {
-            "rule": rule.describe(),
-            "errors": [{"votes": merged[i].votes, "members": list(merged[i].members)} for i in kept],
-            "agreement": agreement(votes, len(evaluations)),
-        }
-        record["evaluation"] = Evaluation(errors=errors, score=record["provenance"]["aggregated_score"]).model_dump()
-        records.append(record)
-    return records
 
 
 def failure_lines(summary: RunSummary, out_dir: Path) -> list[str]:
