@@ -20,7 +20,7 @@ the model's tokenization of the reply with it, so a value written as two tokens 
 tokens; the alternatives of a choice are normalised among themselves. This module holds what every
 engine shares (the choices, `ChoiceReader`, the assembly of `ReplyProbabilities`); each engine that
 reads probabilities holds its own reader beside its backend, which gives each alternative's
-log-probability: `backends.transformers_local.ProbabilityReader` (one teacher-forced pass over prompt +
+log-probability: `backends.transformers_reader.ProbabilityReader` (one teacher-forced pass over prompt +
 reply keeps its KV cache; each choice's alternatives run as one batch on a copy of it cut back to where
 they branch), `backends.llamacpp.LlamaCppProbabilityReader`, and vLLM's two readers in
 `backends.vllm_offline`.

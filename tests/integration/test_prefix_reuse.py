@@ -108,11 +108,11 @@ def test_prompts_read_in_pieces_give_the_replies_of_prompts_read_whole(
     prefix and prompt is read in several, with reuse and without."""
     import torch
 
-    from spanjudge.inference.backends import transformers_local
+    from spanjudge.inference.backends import transformers_reader
 
     whole = _replies(tiny_judge_folder, True, batch_size=8)
-    monkeypatch.setattr(transformers_local, "CPU_PREFILL_CHUNK", 7)
-    assert transformers_local.prefill_chunks(0, 20, torch.device("cpu")) == [(0, 7), (7, 14), (14, 20)]
+    monkeypatch.setattr(transformers_reader, "CPU_PREFILL_CHUNK", 7)
+    assert transformers_reader.prefill_chunks(0, 20, torch.device("cpu")) == [(0, 7), (7, 14), (14, 20)]
     assert _replies(tiny_judge_folder, True, batch_size=8) == whole
     assert _replies(tiny_judge_folder, False, batch_size=8) == whole
 

@@ -18,7 +18,7 @@ import pytest
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.inference.backends.base import ChatRequest
-from spanjudge.inference.backends.transformers_local import ProbabilityReader
+from spanjudge.inference.backends.transformers_reader import ProbabilityReader
 from spanjudge.inference.backends.vllm_offline import VLLMCachedProbabilityReader, VLLMProbabilityReader
 from spanjudge.inference.contract import Evaluation, parse_judge
 from spanjudge.inference.contract.render import render_judge
@@ -102,9 +102,9 @@ def test_a_sliding_window_model_reads_what_a_brute_force_computation_reads(
     """Each choice's alternatives read from the cache cut back to where they start, past the local layers'
     window (Gemma 3 judges crashed there: its sliding layers kept only their window); so does a reused prompt.
     Read whole, and in pieces of 5 tokens (a CPU reads a long prompt in pieces: `CPU_PREFILL_CHUNK`)."""
-    from spanjudge.inference.backends import transformers_local
+    from spanjudge.inference.backends import transformers_reader
 
-    monkeypatch.setattr(transformers_local, "CPU_PREFILL_CHUNK", piece)
+    monkeypatch.setattr(transformers_reader, "CPU_PREFILL_CHUNK", piece)
     tokenizer = tiny[1]
     end = {tokenizer.eos_token_id}
     reader = ProbabilityReader(tiny_gemma, tokenizer, end, reuse_prefix=True)
@@ -316,7 +316,7 @@ def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, 
     alternative a pass reads the very same probabilities as sixteen."""
     import torch
 
-    from spanjudge.inference.backends.transformers_local import _cache_bytes, alternatives_per_pass
+    from spanjudge.inference.backends.transformers_reader import _cache_bytes, alternatives_per_pass
 
     assert alternatives_per_pass(0.5e9, 2 * 1024**3) == 4  # an 8B model's 4k-token prompt: 0.5 GB a copy
     assert alternatives_per_pass(10.0, 2 * 1024**3) == 16 and alternatives_per_pass(5e9, 2 * 1024**3) == 1
@@ -342,7 +342,7 @@ def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, 
 def test_the_cache_budget_is_2_gib_or_a_quarter_of_a_gpus_free_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from spanjudge.inference.backends.transformers_local import CACHE_BUDGET_BYTES, cache_budget
+    from spanjudge.inference.backends.transformers_reader import CACHE_BUDGET_BYTES, cache_budget
 
     assert cache_budget(torch.device("cpu")) == CACHE_BUDGET_BYTES == 2 * 1024**3
     free = {"bytes": 60 * 1024**3}  # what torch.cuda.mem_get_info says is free (the stand-in for a GPU here)

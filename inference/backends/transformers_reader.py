@@ -1,0 +1,240 @@
+"""The transformers engine's probability reader (`ProbabilityReader`): the judge's probabilities along a written
+reply, each choice's alternatives run from a copy of the prompt's KV cache, and how a CPU reads a long prompt in
+pieces (`prefill_chunks`). See `inference.probabilities` for what is read."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..chat import shared_length
+from ..probabilities import ChoiceReader, alternative_runs
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+
+# a CPU reads a long prompt in pieces of this many tokens: its attention kernel masks a whole prompt's
+# tokens x tokens scores (Gemma 3's local layers too, whose window is 512), so a 3,800-token owid prompt took
+# 19.0 s at once and 11.2 s in pieces of 512 (Gemma 3 270M, one thread), the logits equal within 3e-5. A GPU's
+# kernels skip what the mask hides: there a prompt is read whole.
+CPU_PREFILL_CHUNK = 512
+
+
+def prefill_chunks(begin: int, end: int, device: Any) -> list[tuple[int, int]]:
+    """The pieces [a, b) in which tokens begin..end are read on `device` (a torch device): CPU_PREFILL_CHUNK tokens
+    each on a CPU, all at once elsewhere."""
+    if getattr(device, "type", "cpu") != "cpu":
+        return [(begin, end)]
+    return [(a, min(end, a + CPU_PREFILL_CHUNK)) for a in range(begin, end, CPU_PREFILL_CHUNK)]
+
+
+# alternatives per forward pass at most: 101 score values x Gemma's 262k vocabulary stay small
+_BATCH = 16
+
+
+# the prompt's KV cache is copied once per alternative in a pass: an 8B model's 4k-token prompt
+# holds 0.5 GB of it, so a pass takes as many alternatives as fit this (at least one); on a CUDA
+# device a quarter of its free memory when more (an 80 GB card then takes 16 such copies a pass:
+# bench/results/gpu_probabilities.md)
+CACHE_BUDGET_BYTES = 2 * 1024**3
+
+
+def cache_budget(device: torch.device) -> int:
+    """The memory the copies of a prompt's cache may take in one pass on `device` (a torch device):
+    `CACHE_BUDGET_BYTES`, or on a CUDA device a quarter of its free memory when that is more."""
+    if getattr(device, "type", None) != "cuda":
+        return CACHE_BUDGET_BYTES
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(CACHE_BUDGET_BYTES, int(free) // 4)
+
+
+def alternatives_per_pass(row_bytes: float, budget_bytes: int) -> int:
+    """How many alternatives one forward pass takes: each copies a prompt cache of `row_bytes`."""
+    return max(1, min(_BATCH, int(budget_bytes // max(1.0, row_bytes))))
+
+
+def sliding_window(model: Any) -> int | None:
+    """The window of the model's sliding-window attention layers (Gemma 3's local layers: 512), or None when it
+    has none."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if not window or (layer_types is not None and "sliding_attention" not in layer_types):
+        return None
+    return int(window)
+
+
+def _cache_bytes(cache: object) -> int:
+    """The memory a KV cache's tensors hold (transformers 5's layered caches and 4.x's lists)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        tensors = [t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))]
+    else:
+        tensors = [*getattr(cache, "key_cache", []), *getattr(cache, "value_cache", [])]
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None and hasattr(t, "numel"))
+
+
+class ProbabilityReader(ChoiceReader):
+    """Reads `ReplyProbabilities` from a causal LM (transformers or PEFT) and its tokenizer.
+
+    `end_ids`: the tokens that end the judge's turn (eos, Gemma's `<end_of_turn>`).
+    `cache_budget_bytes`: how much memory the copies of the prompt's KV cache may take in one
+    forward pass over alternatives (fewer alternatives a pass on a long prompt; same results); by
+    default `cache_budget` of the model's device.
+    `reuse_prefix`: keep the last reading's KV cache, so the next prompt reads only the tokens it does
+    not share with the last one (the judge reads the outputs of one input one after another)."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        end_ids: Collection[int],
+        max_errors: int = 8,
+        cache_budget_bytes: int | None = None,
+        reuse_prefix: bool = False,
+    ) -> None:
+        import torch
+
+        super().__init__(tokenizer, end_ids, max_errors)
+        self.model = model
+        self.cache_budget_bytes = cache_budget_bytes
+        self._torch = torch
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        # alternatives run through the decoder alone and the output layer on the rows read (PEFT's layers are
+        # inside the decoder: the base model's modules are the adapted ones)
+        self._decoder, self._output_layer = base.get_decoder(), base.get_output_embeddings()
+        self._text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        # transformers 5 names the cache argument `cache`; 4.x `past_key_values`
+        self._cache_argument = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+        self.reuse_prefix = reuse_prefix
+        self._window = sliding_window(model)
+        # the last reading's tokens, its KV cache, and the first position the cache can still be cut back to
+        self._held: tuple[list[int], Any, int] | None = None
+
+    def _choice_log_probs(
+        self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],
+        ends: list[bool],
+    ) -> list[list[float]]:  # fmt: skip
+        """For each choice, log P(tail | prompt + reply[:start]) of each alternative tail (and, where the
+        choice ends the reply, of the turn's end after it): one teacher-forced pass over prompt + reply,
+        whose KV cache each choice's alternatives reuse."""
+        with self._torch.inference_mode():
+            keep = sorted({len(prompt_ids) + start - 1 for start, _ in branches})
+            written = [*prompt_ids, *reply]
+            read, past, floor = self._held_prefix(written, len(prompt_ids))
+            cache = self._recording_cache() if past is None else past
+            first: dict[int, Any] = {}
+            for begin, end in prefill_chunks(read, len(written), self.model.device):
+                wanted = [k for k in keep if begin <= k < end]
+                output = self.model(
+                    input_ids=self._torch.tensor([written[begin:end]], device=self.model.device),
+                    use_cache=True,
+                    logits_to_keep=self._torch.tensor(
+                        [k - begin for k in wanted or [end - 1]], device=self.model.device
+                    ),
+                    **{self._cache_argument: cache},
+                )
+                cache = output["cache"] if "cache" in output else output["past_key_values"]  # transformers 5, 4.x
+                if wanted:  # else the one row computed is nobody's
+                    first.update(zip(wanted, output.logits[0].float().log_softmax(-1), strict=True))
+            if self.reuse_prefix:
+                self._held = (written, cache, floor)  # the alternatives below read copies of it
+            return [
+                self._alternative_log_probs(prompt_ids, start, tails, first, cache, end)
+                for (start, tails), end in zip(branches, ends, strict=True)
+            ]
+
+    def _recording_cache(self) -> DynamicCache:
+        """An empty KV cache that can be cut back to an earlier position: each choice's alternatives, and a
+        reused prefix, read from the cache cut back to where they start. A sliding-window layer (Gemma 3's local
+        attention) that does not record its past keeps only its window, so once the sequence is longer than the
+        window it cannot be cut back at all (transformers 5; 4.x caches keep every state)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        if hasattr(cache, "activate_past_recording"):
+            cache.activate_past_recording()
+        return cache
+
+    def _held_prefix(self, written: list[int], prompt_length: int) -> tuple[int, Any, int]:
+        """How many leading tokens of `written` the last reading's cache holds (at most the prompt's but
+        its last token, whose row is computed fresh), a copy of that cache cut back to them, and the first
+        position that copy can still be cut back to; (0, None, 0) when nothing is shared, reuse is off, or
+        the cache no longer holds what the cut needs.
+
+        Cut back to `read`, a sliding-window layer keeps only the window before it, so a cache read after a
+        cut holds positions from `read - window + 1` on: a later cut needs its window to start there or
+        later."""
+        if self._held is None:
+            return 0, None, 0
+        held, cache, floor = self._held
+        read = min(shared_length(held, written), prompt_length - 1)
+        if read <= 0:
+            return 0, None, 0
+        if self._window is not None:
+            if max(0, read - self._window + 1) < floor:
+                return 0, None, 0
+            floor = max(floor, read - self._window + 1)
+        past = copy.deepcopy(cache)
+        try:
+            past.crop(read - past.get_seq_length())  # negative: the tokens to drop
+        except (RuntimeError, ValueError):  # a cache that cannot be cut back: read the prompt whole
+            return 0, None, 0
+        return read, past, floor
+
+    def _alternative_log_probs(
+        self,
+        prompt_ids: Sequence[int],
+        start: int,
+        tails: list[list[int]],
+        first: dict[int, Any],
+        cache: DynamicCache,
+        end: bool,
+    ) -> list[float]:
+        """log P(tail | prompt + reply[:start]) for each tail (and, with `end`, of the turn's end after it).
+
+        Only the rows something reads are computed, as llama.cpp's reader does (`alternative_runs`): tails that
+        begin alike (`8` of `87` and `85`) run as one, a tail's last token runs only where the choice ends the
+        reply, and the output layer (Gemma's 262k words) makes just the rows read: the 101 score values cost
+        ~100 rows instead of one per value and token."""
+        torch = self._torch
+        at = len(prompt_ids) + start  # the first tail token is predicted by the row before it
+        rows: dict[tuple[int, ...], Any] = {(): first[at - 1]}
+        runs = alternative_runs(tails, end)
+        budget = self.cache_budget_bytes or cache_budget(self.model.device)
+        size = alternatives_per_pass(_cache_bytes(cache) * at / max(1, cache.get_seq_length()), budget)
+        for begin in range(0, len(runs), size):
+            group = runs[begin : begin + size]
+            width = max(len(run) for run, _ in group)
+            # right padding: a causal model's rows before it do not see it
+            ids = torch.tensor([[*run, *[run[0]] * (width - len(run))] for run, _ in group], device=self.model.device)
+            branch = copy.deepcopy(cache)
+            branch.crop(at - branch.get_seq_length())  # negative: the tokens to drop (transformers 4.56 and 5)
+            branch.batch_repeat_interleave(len(group))
+            hidden = self._decoder(input_ids=ids, use_cache=True, **{self._cache_argument: branch}).last_hidden_state
+            read = [(index, length) for index, (_, lengths) in enumerate(group) for length in lengths]
+            picked = hidden[[index for index, _ in read], [length - 1 for _, length in read]]
+            for (index, length), row in zip(read, self._output_rows(picked), strict=True):
+                rows[group[index][0][:length]] = row
+        totals = []
+        for tail in tails:
+            total = sum(float(rows[tuple(tail[:j])][tail[j]]) for j in range(len(tail)))
+            if end:
+                total += float(torch.logsumexp(rows[tuple(tail)][self.end_ids], dim=0))
+            totals.append(total)
+        return totals
+
+    def _output_rows(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The log-softmax rows of the model's output layer at these final hidden states, as its forward makes
+        its logits (with Gemma's final soft-capping where the config has one)."""
+        logits = self._output_layer(hidden).float()
+        cap = getattr(self._text_config, "final_logit_softcapping", None)
+        if cap:
+            logits = self._torch.tanh(logits / cap) * cap
+        return logits.log_softmax(-1)
