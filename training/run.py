@@ -19,41 +19,33 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import hashlib
 import json
-import os
 import resource
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from spanjudge.core.artifacts import ADAPTER_METADATA, read_adapter_metadata
+from spanjudge.core.artifacts import ADAPTER_METADATA
 from spanjudge.core.catalog import load_catalog
-from spanjudge.core.errors import ConfigError, SpanjudgeError
+from spanjudge.core.errors import ConfigError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text, widen_to_umask
 from spanjudge.core.locks import Busy, folder_lock, this_command
 from spanjudge.core.overlap import RULE as OVERLAP_RULE
-from spanjudge.inference.backends.adapters import check_safetensors_adapter
 from spanjudge.inference.hf_models import (
     load_causal_lm,
     load_tokenizer,
     local_folder,
     resolve_model_source,
-    torch_dtype,
 )
 from spanjudge.inference.judge_conversation import TEMPLATE_FILE
 from spanjudge.inference.prompts import template_sha256
 
 from .checkpoints import CheckpointModes, TimedSaves, resume_point
 from .config import (
-    LoraSection,
     TrainConfig,
     load_chat_template,
     load_prompt_template,
@@ -64,14 +56,25 @@ from .config import (
 from .cpu_memory import CPU_TILE_TOKENS, CPU_TILE_VOCABULARY, release_freed_memory_per_layer, set_loss_tiles
 from .data import TokenizedSplit, describe, tokenize_split
 from .decision import weighted_trainer
+from .environment import (
+    accelerator_present,
+    check_liger,
+    check_name,
+    check_sharding,
+    configure_wandb,
+    count_quantized,
+    gpu_has_bf16,
+    import_unsloth,
+    module_names,
+    unsloth_model,
+)
 from .eval_loss import token_weighted_eval
 from .precision import TrainingPrecision, training_precision
+from .run_folder import check_same_run, checkpoint_step, init_adapter_metadata, short_sha, whole_run_train_loss
 from .step_times import StepTimes, steady_speed
 from .world import World, gradient_accumulation
 
 if TYPE_CHECKING:
-    import torch
-    from peft import PeftModel
     from transformers import PreTrainedModel
     from trl import SFTTrainer
 
@@ -84,94 +87,6 @@ class OutputDirBusy(Busy):
 
 
 METADATA_FORMAT = "spanjudge-judge/1"
-
-
-def init_adapter_metadata(folder: Path, lora: LoraSection, base: str) -> dict[str, Any]:
-    """The spanjudge.json of the adapter in lora.init_from, checked against this run: the same base model and
-    LoRA shape (one ConfigError naming what differs, before any weights load)."""
-    check_safetensors_adapter(folder)
-    metadata = read_adapter_metadata(folder)
-    if metadata is None:
-        raise ConfigError(None, "lora.init_from", f"{folder} has no {ADAPTER_METADATA}: give a judge spanjudge trained")
-    if metadata.base_model != base:
-        raise ConfigError(
-            None, "lora.init_from", f"{folder} was trained on {metadata.base_model!r}, not on model.base {base!r}"
-        )
-    adapter = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
-    targets = adapter.get("target_modules") or []
-    shapes = {  # this config's value, the adapter's
-        "r": (lora.r, adapter.get("r")),
-        "alpha": (lora.alpha, adapter.get("lora_alpha")),
-        "target_modules": (sorted(lora.target_modules), sorted([targets] if isinstance(targets, str) else targets)),
-    }
-    for key, (ours, theirs) in shapes.items():
-        if ours != theirs:
-            raise ConfigError(
-                None, f"lora.{key}", f"{ours!r}, but the adapter in lora.init_from ({folder}) has {theirs!r}"
-            )
-    return metadata.record()
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def _check_same_run(config: TrainConfig, output_dir: Path) -> None:
-    """A run folder belongs to one config: resuming with another would mix two runs."""
-    saved = output_dir / "train_config.yaml"
-    if not saved.is_file():
-        return
-    before = yaml.safe_load(saved.read_text(encoding="utf-8"))
-    now = config.model_dump(mode="json")
-    for section, values in now.items():
-        for key, value in values.items():
-            if key not in before.get(section, {}) and value == _default(config, section, key):
-                continue  # a setting newer than the saved run, left at its default: the same run
-            if before.get(section, {}).get(key) != value:
-                raise ConfigError(
-                    None,
-                    f"{section}.{key}",
-                    f"{output_dir} holds a run made with {section}.{key} = {before.get(section, {}).get(key)!r}, "
-                    f"not {value!r}; choose another training.output_dir (or delete that folder) to start a new run",
-                )
-
-
-def _default(config: TrainConfig, section: str, key: str) -> object:
-    """A config field's default, as `model_dump(mode="json")` writes it."""
-    from pydantic_core import to_jsonable_python
-
-    field = type(getattr(config, section)).model_fields[key]
-    return to_jsonable_python(field.get_default(call_default_factory=True))
-
-
-def checkpoint_step(checkpoint: str | None) -> int:
-    """The global step a run resumed from (Trainer checkpoints are named checkpoint-<step>)."""
-    return int(Path(checkpoint).name.rsplit("-", 1)[-1]) if checkpoint else 0
-
-
-def whole_run_train_loss(
-    history: Sequence[Mapping[str, Any]], resumed_at: int, since_resume: float | None, global_step: int
-) -> float | None:
-    """The mean training loss per step over the whole run, not only since the last resume.
-
-    The Trainer's own `train_loss` averages only the steps this process trained. The steps
-    before `resumed_at` are in the log history restored from the checkpoint: each logged
-    `loss` is the mean over the steps since the previous log, so it weighs by that many steps
-    (steps trained but never logged before the kill are lost and not counted)."""
-    if since_resume is None:
-        return None
-    total, covered, previous = 0.0, 0, 0
-    for entry in history:
-        step = entry.get("step")
-        if "loss" not in entry or not isinstance(step, int) or step <= previous or step > resumed_at:
-            continue
-        total += float(entry["loss"]) * (step - previous)
-        covered += step - previous
-        previous = step
-    after = global_step - resumed_at
-    if covered + after <= 0:
-        return since_resume
-    return (total + since_resume * after) / (covered + after)
 
 
 def _peak_rss_mib() -> float:
@@ -211,12 +126,12 @@ class TrainingRun:
         """Everything that can fail because of the user's config or data, before any model loads."""
         config = self.config
         if config.model.unsloth:
-            _import_unsloth()  # Unsloth patches transformers, so it must come first
+            import_unsloth()  # Unsloth patches transformers, so it must come first
         if config.training.liger_kernel:
-            _check_liger(self.on_cpu)
-        _check_sharding(self.on_cpu)
+            check_liger(self.on_cpu)
+        check_sharding(self.on_cpu)
         self.accumulation = gradient_accumulation(config, self.world)
-        _check_same_run(config, self.output_dir)
+        check_same_run(config, self.output_dir)
         self.source = resolve_model_source(config.model.base)
         self.folder = local_folder(self.source, self.log)
         self.tokenizer = load_tokenizer(self.folder, trust_remote_code=config.model.trust_remote_code)
@@ -323,7 +238,7 @@ class TrainingRun:
                 "train_examples": len(self.train_split.input_ids),
                 "skipped_too_long": len(self.train_split.too_long),
                 "inputs_cut_to_fit": len(self.train_split.cut),
-                "quantized_linear_layers": _count_quantized(trainer.model),
+                "quantized_linear_layers": count_quantized(trainer.model),
                 "precision": self.precision.record(),
             }
         )
@@ -388,13 +303,13 @@ class TrainingRun:
         from trl import SFTConfig
 
         training = self.config.training
-        _check_name(training.optimizer, [o.value for o in OptimizerNames], "training.optimizer")
-        _check_name(training.lr_scheduler, [t.value for t in SchedulerType], "training.lr_scheduler")
+        check_name(training.optimizer, [o.value for o in OptimizerNames], "training.optimizer")
+        check_name(training.lr_scheduler, [t.value for t in SchedulerType], "training.lr_scheduler")
         if "wandb" in self.config.trackers:
-            _configure_wandb(self.config)
+            configure_wandb(self.config)
         self._check_target_modules()
         arguments = self.trainer_arguments(validation_file(self.config) is not None)
-        if not _accelerator_present():  # bf16/fp16 need a GPU: a config for one is checked here all the same
+        if not accelerator_present():  # bf16/fp16 need a GPU: a config for one is checked here all the same
             arguments.update(bf16=False, fp16=False)
         try:
             SFTConfig(**arguments)
@@ -402,7 +317,7 @@ class TrainingRun:
             raise ConfigError(None, "training", f"the trainer refuses these settings: {exc}") from None
 
     def _check_target_modules(self) -> None:
-        names = _module_names(self.folder, self.config.model.trust_remote_code)
+        names = module_names(self.folder, self.config.model.trust_remote_code)
         if names is None:
             self.log("lora.target_modules not checked: the base model's config.json could not be read here")
             return
@@ -423,7 +338,7 @@ class TrainingRun:
 
         config = self.config
         if "wandb" in config.trackers:
-            _configure_wandb(config)
+            configure_wandb(config)
         model, peft_config = self._model()
         if self.on_cpu and config.training.cpu_memory_fixes:
             self._fit_cpu_memory(model)
@@ -444,7 +359,7 @@ class TrainingRun:
     @property
     def on_cpu(self) -> bool:
         """Whether this run trains on CPU (the Trainer's own choice: training.use_cpu, or no GPU)."""
-        return self.config.training.use_cpu or not _accelerator_present()
+        return self.config.training.use_cpu or not accelerator_present()
 
     def _precision(self) -> TrainingPrecision:
         """model.dtype and training.mixed_precision as this device runs them (training/precision.py)."""
@@ -455,7 +370,7 @@ class TrainingRun:
             self.config.model.dtype,
             self.config.training.mixed_precision,
             on_cpu=on_cpu,
-            gpu_bf16=not on_cpu and _gpu_bf16(),
+            gpu_bf16=not on_cpu and gpu_has_bf16(),
             cpu_bf16=cpu_bf16,
         )
 
@@ -477,7 +392,7 @@ class TrainingRun:
         config = self.config
         lora = config.lora
         if config.model.unsloth:
-            return _unsloth_model(self.folder, config), None
+            return unsloth_model(self.folder, config), None
         device_map: dict[str, int | str] | None = None
         if config.model.quantization != "none" and not config.training.use_cpu:
             import torch
@@ -555,7 +470,7 @@ class TrainingRun:
             "quantization": self.config.model.quantization,
             "dtype": self.precision.dtype,
             "precision": self.precision.record(),
-            "chat_template_sha256": _sha(str(self.tokenizer.chat_template)),
+            "chat_template_sha256": short_sha(str(self.tokenizer.chat_template)),
             "judge_prompt_sha256": template_sha256(self.template),
             "prompt_template": TEMPLATE_FILE if self.template else None,
             "train_file": str(train_file(self.config)),
@@ -566,118 +481,3 @@ class TrainingRun:
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "versions": {name: version(name) for name in ("spanjudge", "transformers", "peft", "trl", "torch")},
         }
-
-
-def _check_name(value: str, known: list[str], field: str) -> None:
-    if value not in known:
-        close = difflib.get_close_matches(value, known, n=3)
-        hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else f"known: {', '.join(known)}"
-        raise ConfigError(None, field, f"unknown value '{value}'; {hint}")
-
-
-def _accelerator_present() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
-def _gpu_bf16() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-
-
-def _module_names(folder: str, trust_remote_code: bool) -> list[str] | None:
-    """Every module name of the base model, built from its config.json on the meta device (no
-    weights, no memory); None when the config cannot be read (a hub id offline)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    try:
-        model_config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError):
-        return None
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(model_config, trust_remote_code=trust_remote_code)
-    return [name for name, _ in model.named_modules() if name]
-
-
-def _count_quantized(model: torch.nn.Module) -> int:
-    """bitsandbytes layers in the model: proves a QLoRA run really trained on a 4-bit base."""
-    return sum(1 for module in model.modules() if type(module).__module__.startswith("bitsandbytes"))
-
-
-def _check_sharding(on_cpu: bool) -> None:
-    """An accelerate config that asks for FSDP or DeepSpeed, on CPU: accelerate turns them on only for
-    accelerator devices and would run plain DDP instead, silently; one line instead."""
-    for variable, name in (("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DeepSpeed")):
-        if on_cpu and os.environ.get(variable, "false").lower() == "true":
-            raise SpanjudgeError(
-                f"the accelerate config asks for {name}, which accelerate runs on GPUs only: on CPU it would train "
-                "plain DDP instead; use configs/accelerate/cpu_ddp.yaml here"
-            )
-
-
-def _check_liger(on_cpu: bool) -> None:
-    """training.liger_kernel runs Triton kernels: a CUDA GPU and the liger-kernel package, or one line why not."""
-    if on_cpu:
-        raise ConfigError(
-            None,
-            "training.liger_kernel",
-            "Liger's kernels are Triton kernels for a CUDA GPU and this run trains on CPU; set it to false here "
-            "(on CPU the loss is already computed without the logits: training/cpu_memory.py)",
-        )
-    from transformers.utils import is_liger_kernel_available
-
-    if not is_liger_kernel_available():
-        raise ConfigError(
-            None, "training.liger_kernel", "the liger-kernel package is not installed: pip install 'spanjudge[liger]'"
-        )
-
-
-def _import_unsloth() -> ModuleType:
-    try:
-        import unsloth
-    except ImportError:
-        raise SpanjudgeError(
-            "model.unsloth is set but Unsloth is not installed (pip install 'spanjudge[unsloth]', GPU only); "
-            "set model.unsloth: false to train with plain transformers + peft"
-        ) from None
-    module: ModuleType = unsloth
-    return module
-
-
-def _unsloth_model(folder: str, config: TrainConfig) -> PeftModel:
-    """Unsloth's fast path: its own loader and LoRA wrapper (same LoRA settings)."""
-    from unsloth import FastLanguageModel
-
-    model, _ = FastLanguageModel.from_pretrained(
-        model_name=folder,
-        max_seq_length=config.data.max_length,
-        dtype=torch_dtype("bfloat16" if config.model.dtype == "auto" else config.model.dtype),  # GPU only
-        load_in_4bit=config.model.quantization == "4bit",
-    )
-    return FastLanguageModel.get_peft_model(
-        model,
-        r=config.lora.r,
-        lora_alpha=config.lora.alpha,
-        lora_dropout=config.lora.dropout,
-        target_modules=list(config.lora.target_modules),
-        bias="none",
-        use_gradient_checkpointing="unsloth" if config.training.gradient_checkpointing else False,
-        random_state=config.training.seed,
-    )
-
-
-def _configure_wandb(config: TrainConfig) -> None:
-    """W&B reads its key from the environment or its login store; we only set project and mode."""
-    try:
-        import wandb  # noqa: F401
-    except ImportError:
-        raise SpanjudgeError(
-            "logging.report_to is wandb but wandb is not installed: pip install 'spanjudge[wandb]'"
-        ) from None
-    os.environ.setdefault("WANDB_PROJECT", config.logging.wandb_project)
-    if config.logging.wandb_mode:
-        os.environ["WANDB_MODE"] = config.logging.wandb_mode
-    os.environ.setdefault("WANDB_DIR", str(config.training.output_dir))

@@ -413,7 +413,7 @@ def test_trainer_args_reach_sft_config(tmp_path: Path, records: Path, monkeypatc
 def test_a_run_saved_before_trainer_args_existed_still_resumes(tmp_path: Path, records: Path) -> None:
     from spanjudge.core.errors import ConfigError
     from spanjudge.training.config import load_train_config, resolved_yaml
-    from spanjudge.training.run import _check_same_run
+    from spanjudge.training.run_folder import check_same_run
 
     config = load_train_config(smoke_config(tmp_path, records))
     saved = yaml.safe_load(resolved_yaml(config))
@@ -421,12 +421,12 @@ def test_a_run_saved_before_trainer_args_existed_still_resumes(tmp_path: Path, r
     out = tmp_path / "old_run"
     out.mkdir()
     (out / "train_config.yaml").write_text(yaml.safe_dump(saved))
-    _check_same_run(config, out)  # the default of a newer field is the same run
+    check_same_run(config, out)  # the default of a newer field is the same run
     changed = config.model_copy(
         update={"training": config.training.model_copy(update={"trainer_args": {"neftune_noise_alpha": 5}})}
     )
     with pytest.raises(ConfigError, match=r"training\.trainer_args"):
-        _check_same_run(changed, out)
+        check_same_run(changed, out)
 
 
 WORLD_SCRIPT = """

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from spanjudge.training.run import checkpoint_step, whole_run_train_loss
+from spanjudge.training.run_folder import checkpoint_step, whole_run_train_loss
 
 LOSSES = [4.0, 3.6, 3.1, 2.9, 2.0, 1.8, 1.5, 1.3]  # steps 1-8
 
