@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from spanjudge.eval.distill.calibration_table import calibration_tables
+from spanjudge.eval.distill.choice import bar_checks, bar_lines, choice_lines, dev_choice, rounded, seed_stats
 from spanjudge.eval.distill.study import IMPORT_CONFIG, checkout_free
 from spanjudge.eval.spans.calibration import MEASURES
-from spanjudge.eval.spans.decision_fit import AGREEMENT, OBJECTIVE
+from spanjudge.eval.spans.decision_fit import AGREEMENT
 from spanjudge.eval.spans.metrics import MATCHING
 from spanjudge.inference.decisions import DecisionRule
 
@@ -99,14 +101,6 @@ MATCHING_LINE = (
     + "; ".join(MATCHING[variant] for variant in ("overlap", "token", "mpp"))
     + ". MPP is shown, not part of the objective or the bar (runs recorded before it have –)."
 )
-
-
-def seed_stats(values: list[float | None]) -> dict[str, Any]:
-    """Mean, lowest and highest over seeds (all None when a seed has none)."""
-    present = [v for v in values if v is not None]
-    if not values or len(present) < len(values):
-        return {"mean": None, "min": None, "max": None}
-    return {"mean": round(sum(present) / len(present), 4), "min": round(min(present), 4), "max": round(max(present), 4)}
 
 
 # the student's rows of a run, and the recipe name's suffix each gets in the recipes list
@@ -233,13 +227,6 @@ def _cell(row: dict[str, Any], key: str) -> str:
     if row.get(f"{key}_low") is not None:
         text += f" [{row[f'{key}_low']:.2f}, {row[f'{key}_high']:.2f}]"
     return text
-
-
-def rounded(value: object) -> str:
-    """A table cell: '–' for a missing value, a float to 3 places, a count as it is."""
-    if value is None:
-        return "–"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 # What a setting was in runs made before the benchmark recorded it (None: not recorded)
@@ -416,183 +403,6 @@ def _decisions_line(recorded: dict[str, Any] | None) -> list[str]:
         f"for the written replies ({fit.objective}). On dev these rows are the fit's own outputs; on test they are "
         "held out.",
     ]
-
-
-CHOICE_SEEDS = 3  # a recipe is one of dev's candidates once this many of its seeds have fitted decisions
-
-
-def dev_choice(runs: dict[str, Any]) -> dict[str, Any]:
-    """Dev's choice of recipe and reading (issue #49), made by the decision fit's own objective
-    (`decision_fit.OBJECTIVE`, on the pooled dev outputs): among the protocol recipes with at least
-    `CHOICE_SEEDS` seeds whose dev judgments have fitted decisions, the highest mean over seeds of the decided
-    objective; read `+decided` where that mean is above the written replies'. No choice with fewer than two
-    candidates. `apart`: every seed of the chosen recipe lies above every seed of the others (otherwise the
-    choice is within the training seeds' spread)."""
-    seeds: dict[str, list[dict[str, Any]]] = {}
-    for run in runs.values():
-        s = run["settings"]
-        fit = (s.get("decisions") or {}).get("fitted_on")
-        if s.get("protocol") and fit and fit.get("value") is not None:
-            rule = s["decisions"]
-            seeds.setdefault(s["recipe"], []).append(
-                {"seed": s["train_seed"], "decided": fit["value"], "written": fit["written_value"],
-                 "no_error_threshold": rule["no_error_threshold"], "min_confidence": rule["min_confidence"]}
-            )  # fmt: skip
-    candidates: list[dict[str, Any]] = [
-        {"recipe": recipe, "seeds": found, **{k: seed_stats([f[k] for f in found]) for k in ("decided", "written")}}
-        for recipe, found in seeds.items()
-    ]
-    candidates.sort(key=lambda c: -c["decided"]["mean"])
-    ready = [c for c in candidates if len(c["seeds"]) >= CHOICE_SEEDS]
-    choice: dict[str, Any] = {"objective": OBJECTIVE, "candidates": candidates, "chosen": None}
-    if len(ready) >= 2:
-        best = ready[0]
-        choice["chosen"] = best["recipe"]
-        choice["reading"] = "decided" if best["decided"]["mean"] > best["written"]["mean"] else "written"
-        choice["apart"] = all(best["decided"]["min"] > other["decided"]["max"] for other in ready[1:])
-    return choice
-
-
-def choice_lines(choice: dict[str, Any]) -> list[str]:
-    """The report's account of dev's choice: each candidate's objective over its seeds and its thresholds."""
-    if not choice["candidates"]:
-        return []
-    lines = [
-        "",
-        "### What dev chose",
-        "",
-        f"By the decision fit's objective, the {choice['objective']}, on the pooled dev outputs: mean [lowest, "
-        f"highest] over seeds. A recipe is a candidate with {CHOICE_SEEDS} seeds. On dev, the decided reading is the "
-        "fit's own outputs.",
-        "",
-        "| recipe | seeds | objective, decided | objective, written | thresholds per seed (τ₀ / τ; – the written "
-        "reply's) |",
-        "|---|---|---:|---:|---|",
-    ]
-    for c in choice["candidates"]:
-        stats = [f"{c[k]['mean']:.3f} [{c[k]['min']:.3f}, {c[k]['max']:.3f}]" for k in ("decided", "written")]
-        thresholds = ", ".join(
-            f"{f['seed']}: {rounded(f['no_error_threshold'])} / {rounded(f['min_confidence'])}" for f in c["seeds"]
-        )
-        seeds = ", ".join(str(f["seed"]) for f in c["seeds"])
-        lines.append(f"| {c['recipe']} | {seeds} | {' | '.join(stats)} | {thresholds} |")
-    chosen = choice["chosen"]
-    if chosen is None:
-        waiting = ", ".join(f"{c['recipe']} ({len(c['seeds'])})" for c in choice["candidates"])
-        return [*lines, "", f"No choice yet: it needs two recipes with {CHOICE_SEEDS} seeds each; so far {waiting}."]
-    spread = (
-        "every seed of it lies above every seed of the others"
-        if choice["apart"]
-        else "the seeds' ranges overlap, so the choice is within the training seeds' spread"
-    )
-    return [
-        *lines,
-        "",
-        f"**Dev chooses `{chosen}`, read {choice['reading']}** (each seed with its own thresholds above); {spread}. "
-        "The test split is judged with these values only.",
-    ]
-
-
-def _no_error_rate(entry: dict[str, Any]) -> tuple[float, float] | None:
-    """The judge's and the humans' share of outputs with no error (per seed: asked / seeds outputs)."""
-    if entry["no_error_outputs"] is None or entry["human_no_error_outputs"] is None:
-        return None
-    outputs = entry["asked"] / len(entry["seeds"])
-    return entry["no_error_outputs"] / outputs, entry["human_no_error_outputs"] / outputs
-
-
-def bar_checks(entries: list[dict[str, Any]], choice: dict[str, Any]) -> dict[str, Any] | None:
-    """Issue #49's bar for the chosen recipe on the test split, mean over its seeds: every agreement column at least
-    half of the teacher's and count r at least the number baseline's, pooled and in wikidata; the 'No Error' rate
-    within 10 points of the humans'; span-confidence ECE at most 0.05. One check each: what, target, value, met
-    (None where the value is undefined or not yet measured), under `checks`, and the seeds judged on test under
-    `seeds`. None until dev has chosen and the test split is judged."""
-    if choice["chosen"] is None:
-        return None
-    suffix = "+decided" if choice["reading"] == "decided" else ""
-
-    def entry(recipe: str, domain: str) -> dict[str, Any] | None:
-        return next((e for e in entries if (e["recipe"], e["split"], e["domain"]) == (recipe, "test", domain)), None)
-
-    read, written = entry(choice["chosen"] + suffix, "pooled"), entry(choice["chosen"], "pooled")
-    if read is None:
-        return None
-    checks = []
-    for domain in ("pooled", "wikidata"):
-        found = entry(choice["chosen"] + suffix, domain)
-        for column in AGREEMENT:
-            value = None if found is None else found["mean"][column]
-            teacher = None if found is None else found["teacher"][column]
-            half = None if teacher is None else teacher / 2
-            met = None if value is None or half is None else value >= half
-            checks.append({"what": f"{column} ({domain}) ≥ half the teacher's", "target": half, "value": value,
-                           "met": met})  # fmt: skip
-        value = None if found is None else found["mean"]["count_pearson"]
-        baseline = None if found is None else found["number_baseline"]["count_pearson"]
-        met = None if value is None or baseline is None else value >= baseline
-        checks.append({"what": f"count_pearson ({domain}) ≥ the number baseline's", "target": baseline,
-                       "value": value, "met": met})  # fmt: skip
-    rates = _no_error_rate(read)
-    checks.append({
-        "what": "'No Error' rate within 0.10 of the humans' (pooled)",
-        "target": None if rates is None else rates[1],
-        "value": None if rates is None else rates[0],
-        "met": None if rates is None else abs(rates[0] - rates[1]) <= 0.10 + 1e-9,
-    })  # fmt: skip
-    ece = None if written is None or "calibration" not in written else written["calibration"]["span_confidence"]
-    value = None if ece is None else ece["mean"]
-    checks.append({"what": "span-confidence ECE ≤ 0.05 (pooled)", "target": 0.05, "value": value,
-                   "met": None if value is None else value <= 0.05})  # fmt: skip
-    return {"seeds": read["seeds"], "checks": checks}
-
-
-def bar_lines(bar: dict[str, Any] | None, choice: dict[str, Any]) -> list[str]:
-    if bar is None:
-        return []
-    checks = bar["checks"]
-    met = sum(c["met"] is True for c in checks)
-    lines = [
-        "",
-        f"### Issue #49's bar on the test split: `{choice['chosen']}`, read {choice['reading']}",
-        "",
-        f"Mean over seeds {', '.join(map(str, bar['seeds']))}; {met} of {len(checks)} checks met.",
-        "",
-        "| check | target | measured | met |",
-        "|---|---:|---:|---|",
-    ]
-    for c in checks:
-        verdict = "–" if c["met"] is None else "yes" if c["met"] else "no"
-        lines.append(f"| {c['what']} | {rounded(c['target'])} | {rounded(c['value'])} | {verdict} |")
-    return lines
-
-
-def calibration_tables(entries: list[dict[str, Any]]) -> list[str]:
-    """Per split, the ECE of each recipe's probabilities (mean [lowest, highest] over its seeds), per domain."""
-    chosen = [e for e in entries if e.get("calibration")]
-    if not chosen:
-        return []
-    lines = [
-        "",
-        "### Calibration of the student's probabilities",
-        "",
-        "Expected calibration error (`spanjudge.eval.spans.calibration`: 10 equal bins; the count in bins of one "
-        "error, its ECE in errors), mean [lowest, highest] over the seeds; reliability diagrams in "
-        "`bench/results/distill_calibration/`.",
-        "",
-        "| recipe | split | domain | seeds | span confidence vs. overlaps a human span | P(no error) vs. humans "
-        "marked nothing | expected count vs. human count (errors) |",
-        "|---|---|---|---|---:|---:|---:|",
-    ]
-    for e in chosen:
-        cells = []
-        for measure in MEASURES:
-            found = e["calibration"][measure]
-            cells.append(
-                "–" if found["mean"] is None else f"{found['mean']:.3f} [{found['min']:.2f}, {found['max']:.2f}]"
-            )
-        seeds = ", ".join(map(str, e["seeds"]))
-        lines.append(f"| {e['recipe']} | {e['split']} | {e['domain']} | {seeds} | {' | '.join(cells)} |")
-    return lines
 
 
 def markdown(runs: dict[str, Any]) -> str:
