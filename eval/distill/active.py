@@ -144,8 +144,8 @@ class Loop:
         if not scores.is_file() and kept.is_file():  # scored in an earlier session: the results keep the scores
             atomic_write_bytes(scores, gzip.decompress(kept.read_bytes()))
         done = sum(1 for _ in scores.open(encoding="utf-8")) if scores.is_file() else 0
-        if done < imported["records"]:  # `spanjudge score` resumes: it judges only what the file lacks
-            self.say(f"pool: the start scores {imported['records']} outputs ({done} already)")
+        if done < imported.records:  # `spanjudge score` resumes: it judges only what the file lacks
+            self.say(f"pool: the start scores {imported.records} outputs ({done} already)")
             adapter = self.start_dir / "student" / "adapter"
             command = [str(BIN / "spanjudge"), "score", "--model", str(adapter), "--engine", "llamacpp",
                        "--engine-arg", f"gguf={student_gguf(s.student)}",
@@ -156,7 +156,7 @@ class Loop:
             run_command(command, work / "pool_score.log")
         if not kept.is_file():
             atomic_write_bytes(kept, gzip.compress(scores.read_bytes(), mtime=0))
-        return scores, imported["records"]
+        return scores, imported.records
 
     def arm(self, arm: str, seed: int, scores: Path) -> dict[str, Any]:
         """Select, import the humans' spans of the selection, continue the start's training on them."""
@@ -173,7 +173,7 @@ class Loop:
         imported = import_quintd(folder, "human", self.start.import_config, self.start.domains, s.pool_tables,
                                  validation_fraction=0, ids=ids, annotator="human",
                                  on_mismatch="relocate_or_drop")  # fmt: skip
-        steps = math.ceil(s.epochs * imported["records"] / s.batch)
+        steps = math.ceil(s.epochs * imported.records / s.batch)
         sets = {
             "data.train": str(folder / "human"),
             # the start's validation records: every arm's eval loss is measured on the same outputs
@@ -195,9 +195,9 @@ class Loop:
         }
         records = [json.loads(line) for line in (folder / "human" / "train.jsonl").read_text().splitlines()]
         no_error = sum(1 for r in records if not r["evaluation"]["errors"])
-        self.say(f"{label}: {len(records)} selected outputs ({imported['spans']} human spans), {steps} steps")
+        self.say(f"{label}: {len(records)} selected outputs ({imported.spans} human spans), {steps} steps")
         trained = train(folder / "student", sets, folder)
-        return {"label": label, "arm": arm, "seed": seed, "selected": selection(ids), "human_spans": imported["spans"],
+        return {"label": label, "arm": arm, "seed": seed, "selected": selection(ids), "human_spans": imported.spans,
                 "human_no_error": no_error, "steps": steps, "train": trained}  # fmt: skip
 
     def judge_dev(self, label: str) -> tuple[list[Any], dict[str, Any]]:

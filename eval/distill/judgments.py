@@ -1,6 +1,6 @@
 """The study's judgments as data: each judge's judgments of a run's held-out split, kept compressed beside the
 results (`bench/results/distill_judgments/LABEL/SPLIT/JUDGE.json.gz`), so that every table is recomputed
-from them without a model (`bench/distill_quintd.py --from-judgments`) on any machine, and the decisions
+from them without a model (`spanjudge distill --recompute`) on any machine, and the decisions
 a run's student makes from its probabilities are fitted on its dev judgments alone.
 
 A judgments file is the payload `eval.spans.judging.judge_span_documents` keeps: per output, the written

@@ -2,8 +2,9 @@
 split, and the result rows (`report.domain_rows`). Each phase keeps its result in the run's work folder,
 so a killed run resumes where it stopped, and a finished phase is reused only for the same settings.
 
-The commands run as `spanjudge import` and `spanjudge train` in child processes (their logs in the work
-folder; a crash is reported with its signal, peak memory and what lowers it), from the working directory.
+The import runs in this process (`data_gen.stage.import_records`). Training runs as `spanjudge train` in a child
+process (its log in the work folder): an hour-long training that the out-of-memory killer ends is reported with its
+signal, peak memory and what lowers it, and the study lives to say so; run again, it resumes from the checkpoint.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,11 @@ import yaml
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.crash import describe_exit
 from spanjudge.core.digests import file_sha256
+from spanjudge.core.errors import InputError, SpanjudgeError
 from spanjudge.core.fileio import atomic_write_json
 from spanjudge.core.progress import Advance
+from spanjudge.data_gen.stage import import_records
+from spanjudge.data_gen.teacher import ImportSummary
 from spanjudge.eval.distill.judgments import archive, readings, restorable
 from spanjudge.eval.distill.report import domain_rows
 from spanjudge.eval.distill.study import (
@@ -88,7 +93,7 @@ def run_command(command: list[str], log: Path, stdout: Path | None = None) -> fl
             )
         with log.open("a", encoding="utf-8") as handle:
             handle.write(f"[distill_quintd] {message}\n")
-        sys.exit(f"{message}; see {log}")
+        raise SpanjudgeError(f"{message}; see {log}")
     return round(time.perf_counter() - started, 1)
 
 
@@ -102,10 +107,10 @@ def import_quintd(
     validation_fraction: float | None = None,
     ids: Path | None = None,
     **source: Any,
-) -> dict[str, Any]:
-    """`spanjudge import` of quintd-1 `tables` of `domains` into `work/name`, by `config_path` with `source`'s
-    settings changed (and only the records the `ids` file names); a finished import is reused only for the very
-    same settings."""
+) -> ImportSummary:
+    """The import stage (`data_gen.stage.import_records`, in this process) of quintd-1 `tables` of `domains` into
+    `work/name`, by `config_path` with `source`'s settings changed (and only the records the `ids` file names); a
+    finished import is reused only for the very same settings (the config's copy in `work/name.yaml`)."""
     out = work / name
     config = yaml.safe_load(config_path.read_text())
     config["source"].update(domains=domains, table_range=list(tables), **source)
@@ -114,15 +119,28 @@ def import_quintd(
     path, text = work / f"{name}.yaml", yaml.safe_dump(config, sort_keys=False)
     if (out / "run.json").is_file():
         if not path.is_file() or path.read_text() != text:
-            sys.exit(f"{out} was imported with other settings than this run's; use another --label or delete {work}")
-        return dict(json.loads((out / "run.json").read_text()))
+            raise InputError(
+                f"{out} was imported with other settings than this run's; use another --label or delete {work}"
+            )
+        recorded = json.loads((out / "run.json").read_text())
+        known = {f.name for f in dataclass_fields(ImportSummary)}
+        return ImportSummary(**{"name": name, "format": "quintd1", **{k: v for k, v in recorded.items() if k in known},
+                                "out_dir": out})  # fmt: skip
     path.write_text(text)
-    command = [str(BIN / "spanjudge"), "import", "--config", str(path), "--out", str(out)]
-    run_command(command + (["--ids", str(ids)] if ids else []), work / f"{name}.log")
-    return dict(json.loads((out / "run.json").read_text()))
+    return import_records(path, out, ids=ids).summary
 
 
-def import_teacher(work: Path, args: StudySettings) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TeacherRecords:
+    """The teacher's training records of a run: how many train and validate, and how many of the training ones
+    came from --extra-domains (None without)."""
+
+    train: int
+    validation: int
+    extra_train: int | None = None
+
+
+def import_teacher(work: Path, args: StudySettings) -> TeacherRecords:
     """GPT-4's records on the training tables; with --extra-domains, theirs appended to the training split.
 
     The validation split stays the main domains' own, so eval loss is comparable across runs.
@@ -136,7 +154,7 @@ def import_teacher(work: Path, args: StudySettings) -> dict[str, Any]:
         changed["annotator"] = args.train_source
     imported = import_quintd(work, "teacher", args.import_config, args.domains, args.train_tables, **changed)
     if not args.extra_domains:
-        return imported
+        return TeacherRecords(imported.train, imported.validation)
     # the other domains' GPT-4 spans misquote their outputs more often: drop those spans (counted in stats.md)
     extra = import_quintd(
         work, "teacher_extra", args.import_config, args.extra_domains, args.extra_tables, on_mismatch="relocate_or_drop"
@@ -152,7 +170,7 @@ def import_teacher(work: Path, args: StudySettings) -> dict[str, Any]:
     ]
     (mixed / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (mixed / "validation.jsonl").write_text((work / "teacher" / "validation.jsonl").read_text(encoding="utf-8"))
-    return {**imported, "train": len(lines), "extra_train": extra["train"] + extra["validation"]}
+    return TeacherRecords(len(lines), imported.validation, extra.train + extra.validation)
 
 
 def teacher_folder(work: Path) -> Path:
@@ -225,7 +243,7 @@ def train(run_dir: Path, sets: dict[str, Any], work: Path) -> dict[str, Any]:
     if metrics_path.is_file():  # a finished student is reused only if it was trained with these settings
         differ = _differing(sets, yaml.safe_load((run_dir / "train_config.yaml").read_text()))
         if differ:
-            sys.exit(f"{run_dir} was trained with other settings ({', '.join(differ)}); use another --label or "
+            raise InputError(f"{run_dir} was trained with other settings ({', '.join(differ)}); use another --label or "
                      f"delete {work}")  # fmt: skip
     else:  # `spanjudge train` resumes a killed run from its last checkpoint
         command = [str(BIN / "spanjudge"), "train", "--config", str(TRAIN_CONFIG)]
@@ -435,7 +453,7 @@ def result_rows(
 
 
 def run_settings(
-    args: StudySettings, imported: dict[str, Any], train: dict[str, Any], judged: dict[str, Any]
+    args: StudySettings, imported: TeacherRecords, train: dict[str, Any], judged: dict[str, Any]
 ) -> dict[str, Any]:
     """What the results record of a run: its recipe, the phases' outcomes and each judge's wall time."""
     return {
@@ -449,9 +467,9 @@ def run_settings(
         "dev_tables": list(args.dev_tables),
         "test_tables": list(args.test_tables),
         "eval_domains": args.eval_domains,
-        "train_outputs": imported["train"],
+        "train_outputs": imported.train,
         "extra_domains": args.extra_domains,
-        "extra_train": imported.get("extra_train"),
+        "extra_train": imported.extra_train,
         "extra_tables": list(args.extra_tables) if args.extra_domains else None,
         "import_config": checkout_free(args.import_config),
         "batch": args.batch,

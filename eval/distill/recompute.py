@@ -1,6 +1,6 @@
 """A run's rows from its kept judgments, without a model: the decisions fitted on its dev judgments, the
 calibration of its probabilities with their reliability diagrams, and every table of the report
-(`bench/distill_quintd.py` after judging, and `--from-judgments` for the runs already in the results)."""
+(`spanjudge distill` after judging, and `--recompute` for the runs already in the results)."""
 
 from __future__ import annotations
 

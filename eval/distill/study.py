@@ -9,11 +9,12 @@ once per finished recipe (`held_out_tables`), and the seeds of one recipe differ
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from spanjudge.core.configio import configs_dir
+from spanjudge.core.options import option
 from spanjudge.eval.spans.quintd import QUINTD_SPLITS
 
 IMPORT_CONFIG = configs_dir() / "import" / "quintd1_gpt4_wikidata.yaml"
@@ -21,42 +22,79 @@ IMPORT_CONFIG = configs_dir() / "import" / "quintd1_gpt4_wikidata.yaml"
 
 @dataclass(frozen=True, kw_only=True)
 class StudySettings:
-    """One run of the study (each field is the driver's option of the same name; see its --help)."""
+    """One run of the study: `spanjudge distill`'s options, each declared once here (`core.options`)."""
 
-    label: str
-    recipe: str | None = None
-    work: Path | None = None
-    domains: list[str] = field(default_factory=lambda: ["wikidata", "ice_hockey", "owid"])
-    train_source: str = "gpt-4"  # gpt-4, human, or config (the import config's teacher: a vote of several)
-    train_tables: tuple[int, int] = (0, 25)
-    dev_tables: tuple[int, int] = QUINTD_SPLITS["dev"]
-    split: str = "dev"  # dev or test
-    eval_domains: list[str] = field(default_factory=lambda: ["wikidata", "ice_hockey", "owid"])
-    extra_domains: list[str] = field(default_factory=list)
-    extra_tables: tuple[int, int] = (0, 20)
-    import_config: Path = IMPORT_CONFIG
-    test_tables: tuple[int, int] = QUINTD_SPLITS["test"]
-    student: str = "gemma3"  # the student dev chose under the protocol (issue #49)
-    epochs: float = 1.0
-    steps: int | None = None
-    batch: int = 4
-    device_batch: int | None = None  # None: the student's own (STUDENTS)
-    lr: float = 5e-4
-    rank: int = 16
-    repeat_no_error: int = 1
-    example_weights: str = "none"  # data.example_weights: none, or agreement (a vote teacher's annotators')
-    decision_weight: float = 1.0
-    too_long: str = "cut"  # data.too_long: a record longer than data.max_length is cut as judging cuts it
-    train_seed: int = 42
-    max_new_tokens: int = 320
-    retries: int = 1
-    constrained: bool = False
-    probabilities: bool = True
-    samples: int = 0
-    resamples: int = 1000
-    gamma: bool = False
-    seed: int = 0
-    note: str = ""
+    label: str = option("", help="Name of this run's rows in the results (one seed of a recipe).")
+    recipe: str | None = option(
+        None, help="The recipe this run is one training seed of (default: the label); its seeds' mean is reported."
+    )
+    work: Path | None = option(None, help="Working folder (default runs/bench/distill_quintd/LABEL).")
+    domains: list[str] = option(["wikidata", "ice_hockey", "owid"], help="Training domains (repeatable).")
+    train_source: str = option(
+        "gpt-4",
+        help="Whose quintd-1 spans train the student: gpt-4, human (the reference row), or config: the teacher "
+        "--import-config names (e.g. configs/import/quintd1_vote_gpt4_twice.yaml: a vote of two annotators).",
+    )
+    train_tables: tuple[int, int] = option(
+        (0, 25), help="Training tables of each domain, FIRST STOP (0 70 is the same size for one domain).", min=0
+    )
+    dev_tables: tuple[int, int] = option(QUINTD_SPLITS["dev"], help="The split for choices, FIRST STOP.", min=0)
+    split: str = option(
+        "dev", help="Which held-out split this run judges: dev (for choices) or test (once, for a finished recipe)."
+    )
+    eval_domains: list[str] = option(["wikidata", "ice_hockey", "owid"], help="The held-out tables' domains.")
+    extra_domains: list[str] = option([], help="More training data: GPT-4's spans on these domains too.")
+    extra_tables: tuple[int, int] = option((0, 20), help="The extra domains' tables, FIRST STOP.", min=0)
+    import_config: Path = option(IMPORT_CONFIG, help="The import rule (configs/import/...).")
+    test_tables: tuple[int, int] = option(QUINTD_SPLITS["test"], help="The reported split, FIRST STOP.", min=0)
+    student: str = option("gemma3", help="The student model: gemma3 (the protocol's choice on dev) or smollm2.")
+    epochs: float = option(1.0, help="Training epochs.", min=0)
+    steps: int | None = option(None, help="Optimizer steps (default: --epochs over the training records).", min=1)
+    batch: int = option(4, help="Effective batch size.", min=1)
+    device_batch: int | None = option(
+        None,
+        help="Examples per forward pass (memory; gradient accumulation keeps --batch; default: the student's, "
+        "4 for SmolLM2 and 1 for Gemma 3).",
+        min=1,
+    )
+    lr: float = option(5e-4, help="Learning rate.", min=0)
+    rank: int = option(16, help="LoRA rank (alpha = 2 × rank).", min=1)
+    repeat_no_error: int = option(1, help="Train on 'No Error' records N times (data.repeat_no_error).", min=1)
+    example_weights: str = option(
+        "none",
+        help="data.example_weights: none, or agreement: each example weighed by its vote teacher's agreement "
+        "(--train-source config).",
+    )
+    decision_weight: float = option(
+        1.0,
+        help="Count each example's first completion token ('No Error' or 'Error 1:') this many times in the loss "
+        "(training.decision_weight).",
+        min=0,
+    )
+    too_long: str = option(
+        "cut",
+        help="A training record longer than 2048 tokens: cut its input as judging does, or skip it (the runs "
+        "before the default was cut).",
+    )
+    train_seed: int = option(42, help="training.seed: another draw of the same recipe.")
+    max_new_tokens: int = option(320, help="The judge's token limit per reply.", min=1)
+    retries: int = option(1, help="Sampled retries of a reply that does not parse.", min=0)
+    constrained: bool = option(
+        False, help="Hold replies to the output contract's grammar (GBNF on llama.cpp, xgrammar on transformers)."
+    )
+    probabilities: bool = option(
+        True, help="Read the student's probabilities along its replies: the `+expected` and `+decided` rows."
+    )
+    samples: int = option(
+        0,
+        help="Also judge the student with self-consistency: N sampled replies per output merged (the `+consensus` "
+        "rows; a judging option, not part of the recipe, so it can be added to a finished run).",
+        min=0,
+    )
+    resamples: int = option(1000, help="Bootstrap resamples of the intervals.", min=1)
+    gamma: bool = option(False, help="Also factgenie's γ agreement per row (pygamma-agreement).")
+    seed: int = option(0, help="The bootstrap's seed.")
+    note: str = option("", help="A remark printed with the run (e.g. what else shared the machine).")
 
 
 # The students the benchmark can train. SmolLM2 judges on llama.cpp (GGUF + exported GGUF LoRA);

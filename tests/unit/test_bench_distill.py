@@ -19,6 +19,8 @@ import pytest
 import yaml
 from support.scripts import REPO, load_script
 
+from spanjudge.core.errors import InputError
+
 
 def _bench_module(name: str) -> ModuleType:
     return load_script(f"bench/{name}.py")
@@ -51,9 +53,7 @@ def test_the_driver_stays_a_thin_script_over_the_stage_api() -> None:
 def test_the_benchmark_trains_the_student_dev_chose_each_at_its_own_device_batch(bench: SimpleNamespace) -> None:
     """Dev chose Gemma 3 (issue #49), so the driver trains it unless told otherwise, one example a forward pass
     (its vocabulary's logits); SmolLM2 keeps four. --device-batch overrides both, never above the batch."""
-    driver = _bench_module("distill_quintd")
-    gemma = driver.settings(driver.parser().parse_args(["--label", "x"]))
-    smollm2 = driver.settings(driver.parser().parse_args(["--label", "x", "--student", "smollm2"]))
+    gemma, smollm2 = bench.StudySettings(label="x"), bench.StudySettings(label="x", student="smollm2")
     assert (gemma.student, bench.per_device_batch(gemma)) == ("gemma3", 1)
     assert bench.per_device_batch(smollm2) == 4
     assert bench.per_device_batch(bench.StudySettings(label="x", device_batch=2)) == 2
@@ -67,9 +67,9 @@ def test_a_finished_import_is_reused_only_for_the_same_settings(bench: SimpleNam
     (tmp_path / "teacher.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     (tmp_path / "teacher").mkdir()
     (tmp_path / "teacher" / "run.json").write_text(json.dumps({"train": 304, "validation": 16}))
-    assert bench.import_quintd(tmp_path, "teacher", bench.IMPORT_CONFIG, ["wikidata"], (0, 80))["train"] == 304
+    assert bench.import_quintd(tmp_path, "teacher", bench.IMPORT_CONFIG, ["wikidata"], (0, 80)).train == 304
     # other tables under the same folder: refused, naming the folder, instead of reusing the wrong records
-    with pytest.raises(SystemExit, match="imported with other settings"):
+    with pytest.raises(InputError, match="imported with other settings"):
         bench.import_quintd(tmp_path, "teacher", bench.IMPORT_CONFIG, ["wikidata"], (0, 40))
 
 
@@ -290,8 +290,10 @@ def test_a_reading_that_only_some_seeds_have_is_a_recipe_entry_over_those_seeds(
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        (["--samples", "-1"], "--samples is 0 (no self-consistency rows) or more, not -1"),
-        (["--device-batch", "0"], "--device-batch is at least 1 example a forward pass, not 0"),
+        (["--samples", "-1"], "Invalid value for '--samples'"),
+        (["--device-batch", "0"], "Invalid value for '--device-batch'"),
+        (["--split", "tset"], "--split is one of dev, test, not 'tset'"),
+        (["--train-tables", "0", "75"], "--train-tables and --dev-tables overlap"),
     ],
 )
 def test_a_bad_count_is_refused_before_any_work(tmp_path: Path, option: list[str], message: str) -> None:

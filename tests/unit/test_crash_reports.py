@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from spanjudge.core.crash import crashed, describe_exit
+from spanjudge.core.errors import SpanjudgeError
 
 
 def test_a_crashed_child_is_said_as_a_crash() -> None:
@@ -26,7 +27,7 @@ def test_a_killed_training_in_the_bench_names_the_signal_the_memory_and_the_leve
     spanjudge = tmp_path / "spanjudge"  # a stand-in for `spanjudge train` that the kernel kills
     spanjudge.write_text("#!/bin/sh\nkill -KILL $$\n")
     spanjudge.chmod(0o755)
-    with pytest.raises(SystemExit) as stopped:
+    with pytest.raises(SpanjudgeError) as stopped:
         run_command([str(spanjudge), "train", "--config", "x.yaml"], log)
     message = str(stopped.value)
     assert "killed by SIGKILL" in message and "out-of-memory killer" in message and "peak memory" in message
