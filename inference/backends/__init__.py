@@ -15,7 +15,7 @@ How to add an engine (say `sglang`), with probabilities and constraints if it ha
    `BackendSpec` (a server: subclass `server.ServerBackend`, as `ollama_native.py` does), with
    `read_probabilities(request, evaluation)` if it reads them, ending in
    `ENGINE = Engine("sglang", SGLangBackend, ...)`: what it needs (packages, install hint) and can
-   do (`serve`, `read_probabilities`, `constrain`, `prefix_reuse_off`; see `engine.py`).
+   do (`serve`, `constrain`, `prefix_reuse_off`, `launch`; `read_probabilities` is the method; see `engine.py`).
 2. `inference/backends/registry.py`: one line in `ENGINES`, "sglang": "module:ENGINE" (another
    package adds an entry point of the group `spanjudge.engines` instead).
 3. `pyproject.toml`, only if its packages are optional: an extra named in the declaration's `extra`.

@@ -7,8 +7,8 @@ declaration — never its name — what it needs and can do:
 - `serve`: reached over HTTP (`Serving`: the endpoint to show in messages, whether it takes the
   prompt the judge templated itself, whether it takes server-specific request fields); None for
   an engine that runs in this process and takes engine arguments (`--engine-arg`);
-- `read_probabilities`: its backend reads the judge's probabilities along a reply
-  (`Backend.read_probabilities(request, evaluation)`, see `probabilities.py`);
+- `read_probabilities`: its backend reads the judge's probabilities along a reply: the backend has
+  `read_probabilities(request, evaluation)` (see `probabilities.py`); the method is the declaration;
 - `constrain`: how it holds replies to the output contract (`Wiring` for a given number of error
   blocks: a GBNF engine option, request fields, or a JSON schema whose replies come back in the
   contract's JSON form);
@@ -107,7 +107,6 @@ class Engine:
     extra: str | None = None
     serve: Serving | None = None
     judge_options: tuple[str, ...] = ()
-    read_probabilities: bool = False
     constrain: Callable[[int], Wiring] = no_constraint
     prefix_reuse_off: Wiring = field(default_factory=Wiring)
     keep_loaded: Mapping[str, Any] = field(default_factory=dict)
@@ -117,6 +116,11 @@ class Engine:
     def in_process(self) -> bool:
         """Runs in this process and takes engine arguments (`--engine-arg`, `engine_options`)."""
         return self.serve is None
+
+    @property
+    def read_probabilities(self) -> bool:
+        """Its backend reads the judge's probabilities: it has the method (declared there, once)."""
+        return callable(getattr(self.backend, "read_probabilities", None))
 
     @property
     def takes_engine_args(self) -> bool:

@@ -483,6 +483,5 @@ ENGINE = Engine(
     packages=("transformers", "torch"),
     install="pip install transformers",
     judge_options=("batch_size", "dtype", "reuse_prefix"),
-    read_probabilities=True,
     constrain=grammar_option,
 )

@@ -328,6 +328,5 @@ ENGINE = Engine(
     install="pip install 'spanjudge[vllm]' (needs a CUDA GPU)",
     extra="vllm",
     judge_options=("reuse_prefix",),
-    read_probabilities=True,
     constrain=grammar_option,
 )

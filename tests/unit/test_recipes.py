@@ -52,7 +52,7 @@ class EchoBackend(Backend):
 
 
 ENGINE = Engine("echo", EchoBackend, "a toy: says No Error", (), "nothing to install",
-                read_probabilities=True, constrain=grammar_option, judge_options=("reuse_prefix",))
+                constrain=grammar_option, judge_options=("reuse_prefix",))
 '''
 
 TOY_TOKENIZER = """

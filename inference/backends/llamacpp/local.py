@@ -172,6 +172,5 @@ ENGINE = Engine(
     install="pip install 'spanjudge[llamacpp]'",
     extra="llamacpp",
     judge_options=("reuse_prefix",),
-    read_probabilities=True,
     constrain=grammar_option,
 )

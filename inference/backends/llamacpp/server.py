@@ -328,7 +328,6 @@ ENGINE = Engine(
     install="pip install 'spanjudge[llamacpp]'",
     extra="llamacpp",
     serve=Serving("started by spanjudge on 127.0.0.1", templated_prompt=True, request_fields=True),
-    read_probabilities=True,
     constrain=request_grammar,
     prefix_reuse_off=Wiring(request_fields={"cache_prompt": False}),
     launch=LlamaCppServedBackend.launch,
