@@ -78,7 +78,7 @@ class JudgeOptions:
     probabilities: bool = option(
         False,
         help="Also read the judge's probabilities along each written evaluation (engines transformers, "
-        "llamacpp and vllm): "
+        "llamacpp, llamacpp-server and vllm): "
         "P(no error), the expected number of errors, each error's confidence and expected severity, and the "
         "expected score over 0-100, beside the written values (`probabilities` in each row).",
     )
