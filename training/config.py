@@ -260,29 +260,21 @@ def load_train_config(
     return config
 
 
-# SFTConfig arguments that a field of this config sets: trainer_args may not set them again
-OWN_TRAINER_ARGS = {
-    "output_dir": "training.output_dir",
+# The one map from this config to TRL's SFTConfig. An argument read straight from a config field:
+SFT_FROM_FIELDS: dict[str, str] = {
     "num_train_epochs": "training.epochs",
-    "max_steps": "training.max_steps",
     "per_device_train_batch_size": "training.per_device_batch_size",
     "per_device_eval_batch_size": "training.per_device_batch_size",
-    "gradient_accumulation_steps": "training.effective_batch_size",
     "learning_rate": "training.learning_rate",
     "weight_decay": "training.weight_decay",
     "optim": "training.optimizer",
     "lr_scheduler_type": "training.lr_scheduler",
-    "warmup_steps": "training.warmup_ratio",
-    "warmup_ratio": "training.warmup_ratio",
+    "warmup_steps": "training.warmup_ratio",  # transformers 5: a float < 1 is a ratio
     "gradient_checkpointing": "training.gradient_checkpointing",
-    "bf16": "training.mixed_precision",
-    "fp16": "training.mixed_precision",
-    "max_length": "data.max_length",
     "packing": "training.packing",
     "padding_free": "training.padding_free",
     "use_liger_kernel": "training.liger_kernel",
     "eval_steps": "training.eval_steps",
-    "eval_on_start": "training.eval_on_start",
     "save_steps": "training.save_steps",
     "save_total_limit": "training.save_total_limit",
     "logging_steps": "training.logging_steps",
@@ -290,9 +282,29 @@ OWN_TRAINER_ARGS = {
     "data_seed": "training.seed",
     "use_cpu": "training.use_cpu",
     "dataloader_num_workers": "training.dataloader_num_workers",
-    "report_to": "logging.report_to",
     "run_name": "logging.run_name",
 }
+# An argument the run sets from a config field in its own way (`run.TrainingRun.trainer_arguments`; warmup_ratio:
+# training.warmup_ratio goes as warmup_steps):
+SFT_COMPUTED: dict[str, str] = {
+    "output_dir": "training.output_dir",
+    "max_steps": "training.max_steps",
+    "gradient_accumulation_steps": "training.effective_batch_size",
+    "warmup_ratio": "training.warmup_ratio",
+    "bf16": "training.mixed_precision",
+    "fp16": "training.mixed_precision",
+    "max_length": "data.max_length",
+    "eval_on_start": "training.eval_on_start",
+    "report_to": "logging.report_to",
+}
+# SFTConfig arguments that a field of this config sets: trainer_args may not set them again
+OWN_TRAINER_ARGS: dict[str, str] = {**SFT_FROM_FIELDS, **SFT_COMPUTED}
+
+
+def config_value(config: TrainConfig, dotted: str) -> Any:
+    """The value of a config field named `section.key`."""
+    section, key = dotted.split(".", 1)
+    return getattr(getattr(config, section), key)
 
 
 def check_trainer_args(config: TrainConfig, path: Path | None) -> None:

@@ -46,7 +46,9 @@ from spanjudge.inference.prompts import template_sha256
 
 from .checkpoints import CheckpointModes, TimedSaves, resume_point
 from .config import (
+    SFT_FROM_FIELDS,
     TrainConfig,
+    config_value,
     load_chat_template,
     load_prompt_template,
     resolved_yaml,
@@ -250,42 +252,22 @@ class TrainingRun:
     def trainer_arguments(self, has_validation: bool) -> dict[str, Any]:
         """The SFTConfig keyword arguments of this run (`--check` builds them without a model)."""
         config, training = self.config, self.config.training
-        ours = dict(
+        ours = {name: config_value(config, field) for name, field in SFT_FROM_FIELDS.items()}
+        ours |= dict(  # what the run computes (config.SFT_COMPUTED), and TRL's defaults the run changes
             output_dir=str(self.output_dir),
-            num_train_epochs=training.epochs,
             max_steps=training.max_steps or -1,
-            per_device_train_batch_size=training.per_device_batch_size,
-            per_device_eval_batch_size=training.per_device_batch_size,
             gradient_accumulation_steps=self.accumulation,
-            learning_rate=training.learning_rate,
-            weight_decay=training.weight_decay,
-            optim=training.optimizer,
-            lr_scheduler_type=training.lr_scheduler,
-            warmup_steps=training.warmup_ratio,  # transformers 5: a float < 1 is a ratio
-            gradient_checkpointing=training.gradient_checkpointing,
             bf16=self.precision.mixed_precision == "bf16",
             fp16=self.precision.mixed_precision == "fp16",
             # TRL 1.16 refuses max_length with padding_free but no packing (it could not enforce it);
             # tokenize_split has already enforced data.max_length (too_long: cut | error | skip) by then
             max_length=None if training.padding_free and not training.packing else config.data.max_length,
-            packing=training.packing,
-            padding_free=training.padding_free,
-            use_liger_kernel=training.liger_kernel,
             eval_strategy="steps" if training.eval_steps and has_validation else "no",
-            eval_steps=training.eval_steps,
             eval_on_start=training.eval_on_start and has_validation,
             save_strategy="steps",
-            save_steps=training.save_steps,
-            save_total_limit=training.save_total_limit,
-            logging_steps=training.logging_steps,
             logging_first_step=True,
             include_num_input_tokens_seen="non_padding",
-            seed=training.seed,
-            data_seed=training.seed,
-            use_cpu=training.use_cpu,
             report_to=config.trackers,
-            run_name=config.logging.run_name,
-            dataloader_num_workers=training.dataloader_num_workers,
             ddp_find_unused_parameters=False if self.world.size > 1 else None,
             disable_tqdm=not sys.stderr.isatty(),
         )
