@@ -236,8 +236,8 @@ def score_step(ctx: DemoContext) -> StepOutput:
         run = score_file(settings, ctx.console)
         if run.failed:
             raise SpanjudgeError("score: some outputs could not reach the model; re-run the demo to finish")
-        spans = sum(1 for r in run.rows if r["evaluation"]["score"] is not None
-                    for e in r["evaluation"]["errors"] if e.get("start") is not None)  # fmt: skip
+        spans = sum(1 for r in run.rows if r.evaluation.score is not None
+                    for e in r.evaluation.errors if e.get("start") is not None)  # fmt: skip
         counts[name] = {"outputs": len(run.rows), "scored": run.scored, "anchored_spans": spans}
     trained = counts["trained"]
     text = (

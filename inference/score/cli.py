@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -20,7 +20,7 @@ from ..backends.llamacpp.lora_export import adapter_to_gguf, check_gguf_target
 from ..export import check_merge_target, merge_adapter
 from ..hf_models import local_folder, resolve_model_source
 from ..judge_location import recorded_base
-from .rows import read_results
+from .rows import ScoreRow, read_results
 from .stage import ScoreSettings, score_file, summary_lines
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def score_command(settings: ScoreSettings) -> None:
 settings_command(score, ScoreSettings, score_command)
 
 
-def _summary(console: Console, rows: list[dict[str, Any]], failed: int) -> None:
+def _summary(console: Console, rows: list[ScoreRow], failed: int) -> None:
 
     for line in summary_lines(rows, failed):
         console.print(line)

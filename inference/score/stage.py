@@ -109,7 +109,7 @@ class ScoreRun:
     """What a scoring run left in `out`: the rows of the requested items (earlier runs' included)."""
 
     out: Path
-    rows: list[dict[str, Any]]
+    rows: list[ScoreRow]
     requested: int
     already_done: int
     failed: int = 0  # model calls that failed: written unscored with their reason; a re-run scores them again
@@ -117,7 +117,7 @@ class ScoreRun:
     scored: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self.scored = sum(1 for row in self.rows if row["evaluation"]["score"] is not None)
+        self.scored = sum(1 for row in self.rows if row.evaluation.score is not None)
 
 
 def result_row(
@@ -331,31 +331,35 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
         if todo:
             rows = _in_data_order(out, rows, requests)
         wanted = {r.id for r in requests}
-        rows = [row for row in rows if row["id"] in wanted]
-        run = ScoreRun(out, rows, len(requests), len(requests) - len(todo), failed)
+        typed = [ScoreRow.model_validate(row) for row in rows if row["id"] in wanted]
+        run = ScoreRun(out, typed, len(requests), len(requests) - len(todo), failed)
         if s.output_format == "html":
             from spanjudge.core.fileio import atomic_write_text
 
             from .html import render_html
 
             run.page = page_path(out)
-            atomic_write_text(run.page, render_html(run.rows, title=f"spanjudge: {Path(data_name).name}"))
+            atomic_write_text(
+                run.page, render_html([row.line() for row in run.rows], title=f"spanjudge: {Path(data_name).name}")
+            )
     finally:
         store.close()
     return run
 
 
-def summary_lines(rows: Sequence[Mapping[str, Any]], failed: int) -> list[str]:
+def summary_lines(rows: Sequence[ScoreRow], failed: int) -> list[str]:
     """The run's summary: scored, unscored (by reason), truncated, failed calls, spans."""
-    scored = [row for row in rows if row["evaluation"]["score"] is not None]
-    unscored = Counter(row["unscored_reason"].split(" (")[0] for row in rows if row["evaluation"]["score"] is None)
-    truncated = sum(1 for row in rows if row.get("truncated"))
-    errors = [e for row in scored for e in row["evaluation"]["errors"]]
+    scores = [row.evaluation.score for row in rows if row.evaluation.score is not None]
+    unscored = Counter(
+        str(row.unscored_reason).split(" (")[0] for row in rows if row.evaluation.score is None
+    )  # fmt: skip
+    truncated = sum(1 for row in rows if row.truncated)
+    errors = [e for row in rows if row.evaluation.score is not None for e in row.evaluation.errors]
     unanchored = sum(1 for e in errors if e.get("location") is not None and e.get("start") is None)
     # no made-up mean (nor "nan") when nothing was scored
-    mean = f"{sum(row['evaluation']['score'] for row in scored) / len(scored):.1f}" if scored else "- (nothing scored)"
+    mean = f"{sum(scores) / len(scores):.1f}" if scores else "- (nothing scored)"
     first = (
-        f"scored {len(scored)}, unscored {len(rows) - len(scored)}, truncated inputs {truncated}"
+        f"scored {len(scores)}, unscored {len(rows) - len(scores)}, truncated inputs {truncated}"
         + (f", failed calls {failed}" if failed else "")
         + f"; mean score {mean}; {len(errors)} error spans ({unanchored} not found in their output)"
     )

@@ -51,8 +51,8 @@ def test_score_file_returns_the_run_resumes_and_records_its_options(serve, tmp_p
     settings = _settings(url, tmp_path, output_format="html")
     run = score_file(settings)
     assert (run.requested, run.already_done, run.scored, run.failed) == (3, 0, 3, 0)
-    assert [row["id"] for row in run.rows] == ["i0", "i1", "i2"] and len(stand_in.bodies) == 3
-    assert run.rows[0]["evaluation"]["errors"][0]["start"] == 10  # "on a hat", anchored in "A cat sat on a hat."
+    assert [row.id for row in run.rows] == ["i0", "i1", "i2"] and len(stand_in.bodies) == 3
+    assert run.rows[0].evaluation.errors[0]["start"] == 10  # "on a hat", anchored in "A cat sat on a hat."
     assert run.page is not None and "<mark" in run.page.read_text(encoding="utf-8")
     provenance = json.loads(settings.out.with_suffix(".run.json").read_text(encoding="utf-8"))
     assert provenance["options"]["max_new_tokens"] == 96 and provenance["options"]["input_field"] == ["Article=article"]
