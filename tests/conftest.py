@@ -59,6 +59,22 @@ def smollm2_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_folder() -> Path:
+    """SmolLM2-135M-Instruct as a transformers folder: its weights, tokenizer and chat template (converted once,
+    cached)."""
+    from spanjudge.inference.hf_models import convert_gguf
+
+    return convert_gguf(smollm2_gguf())
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_folder: Path) -> Any:
+    from spanjudge.inference.hf_models import load_tokenizer
+
+    return load_tokenizer(str(smollm2_folder))
+
+
+@pytest.fixture(scope="session")
 def gemma3_path() -> Path:
     return gemma3_gguf()
 

@@ -44,9 +44,7 @@ from spanjudge.inference.contract.grammar import (
     max_reply_chars,
     server_grammar_fields,
 )
-from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
-from spanjudge.inference.shipped_models import smollm2_gguf
 
 GRAMMAR = judge_grammar()
 
@@ -198,11 +196,6 @@ def test_llama_cpp_reads_the_grammar() -> None:
 
 
 # -- the engines' option --------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def smollm2_folder() -> Path:
-    return convert_gguf(smollm2_gguf())  # SmolLM2-135M-Instruct's weights, tokenizer and chat template
 
 
 GOOD = reply(block(1, location="sat on a hat"), score="40")

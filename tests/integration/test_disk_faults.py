@@ -5,73 +5,18 @@ mount one."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
-from safetensors.numpy import save_file
-from support.standin import Reply, StandIn
+from support.faults import GOOD, Serve, items, one_line, served_score, tiny_adapter
+from support.standin import Reply
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import SpanjudgeError
-
-TASK, ASPECT = "qags_xsum", "factual consistency"
-
-
-GOOD = "Error 1:\nLocation: on a hat\nExplanation: The article says mat.\nSeverity: 3\n\nOverall score: 40"
-
-
-Serve = Callable[..., tuple[StandIn, str]]
-
-
-def _items(path: Path, count: int, first: int = 0) -> Path:
-    rows = [
-        {"id": f"item-{n}", "article": f"The cat {n} sat on the mat.", "summary": "A cat sat on a hat."}
-        for n in range(first, first + count)
-    ]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def _score_args(url: str, data: Path, out: Path, *more: str) -> list[str]:
-    return [
-        "score", "--model", "stand-in-judge", "--engine", "openai", "--base-url", url, "--served-model", "judge",
-        "--data", str(data), "--out", str(out), "--task", TASK, "--aspect", ASPECT,
-        "--input", "Article=article", "--output-field", "summary", "--max-new-tokens", "96", "--retries", "0", *more,
-    ]  # fmt: skip
-
-
-def _score(url: str, data: Path, out: Path, *more: str) -> int:
-    return cli_main(_score_args(url, data, out, *more))
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    """The last line printed to stderr, after checking no traceback was printed."""
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert lines, "nothing printed"
-    return lines[-1]
-
-
-def _adapter(folder: Path, *, pickle_only: bool = False) -> Path:
-    """A LoRA adapter folder as `spanjudge train` leaves it (tiny real safetensors weights)."""
-    folder.mkdir(parents=True)
-    config = {"base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct", "r": 4, "lora_alpha": 8,
-              "peft_type": "LORA", "target_modules": ["q_proj"], "task_type": "CAUSAL_LM"}  # fmt: skip
-    (folder / "adapter_config.json").write_text(json.dumps(config))
-    weights = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": np.zeros((4, 8), np.float32)}
-    if pickle_only:
-        (folder / "adapter_model.bin").write_bytes(b"\x80\x04K\x01.")  # a pickle: never to be loaded
-    else:
-        save_file(weights, str(folder / "adapter_model.safetensors"))
-    (folder / "spanjudge.json").write_text(json.dumps({"base_model": "@smollm2"}))
-    return folder
 
 
 @pytest.fixture
@@ -100,8 +45,8 @@ def test_a_read_only_out_is_one_line(
 ) -> None:
     _, url = serve([Reply(text=GOOD)])
     read_only = mount_tmpfs(read_only=True)
-    assert _score(url, _items(tmp_path / "items.jsonl", 1), read_only / "scores.jsonl") == 2
-    line = _one_line(capsys)
+    assert served_score(url, items(tmp_path / "items.jsonl", 1), read_only / "scores.jsonl") == 2
+    line = one_line(capsys)
     assert f"cannot write {read_only}" in line and "Read-only file system" in line and "re-run" in line
 
 
@@ -116,12 +61,12 @@ def test_read_only_outs_of_import_and_publish_are_one_line(
     config = tmp_path / "import.yaml"
     config.write_text(yaml.safe_dump(quintd_config(root).model_dump(mode="json")))
     code = cli_main(["import", "--config", str(config), "--out", str(read_only / "teacher"), "--allow-overlap"])
-    line = _one_line(capsys)
+    line = one_line(capsys)
     assert code == 2 and f"cannot write {read_only}" in line and "Read-only file system" in line, line
     run = tmp_path / "run"
-    _adapter(run / "adapter")
+    tiny_adapter(run / "adapter")
     code = cli_main(["publish", "--repo-id", "someone/judge", "--model", str(run), "--dry-run", str(read_only / "s")])
-    line = _one_line(capsys)
+    line = one_line(capsys)
     assert code == 2 and f"cannot write {read_only}" in line and "Read-only file system" in line, line
 
 
@@ -140,12 +85,12 @@ def test_a_full_disk_is_one_line_and_resumes(
     finally:
         os.close(descriptor)
     out = disk / "scores.jsonl"
-    data = _items(tmp_path / "items.jsonl", 3)
-    assert _score(url, data, out) == 2
-    line = _one_line(capsys)
+    data = items(tmp_path / "items.jsonl", 3)
+    assert served_score(url, data, out) == 2
+    line = one_line(capsys)
     assert "No space left on device" in line and "free some space" in line and "re-run" in line
     filler.unlink()
-    assert _score(url, data, out) == 0  # nothing half-written is in the way
+    assert served_score(url, data, out) == 0  # nothing half-written is in the way
     assert len(out.read_text().splitlines()) == 3
 
 

@@ -6,52 +6,14 @@ Model servers are the scripted stand-in of tests/support/standin.py on 127.0.0.1
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
-from support.standin import Reply, StandIn
+from support.faults import GOOD, Serve, items, one_line, served_score
+from support.standin import Reply
 
 from spanjudge.app.cli import main as cli_main
-
-TASK, ASPECT = "qags_xsum", "factual consistency"
-
-
-GOOD = "Error 1:\nLocation: on a hat\nExplanation: The article says mat.\nSeverity: 3\n\nOverall score: 40"
-
-
-Serve = Callable[..., tuple[StandIn, str]]
-
-
-def _items(path: Path, count: int, first: int = 0) -> Path:
-    rows = [
-        {"id": f"item-{n}", "article": f"The cat {n} sat on the mat.", "summary": "A cat sat on a hat."}
-        for n in range(first, first + count)
-    ]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def _score_args(url: str, data: Path, out: Path, *more: str) -> list[str]:
-    return [
-        "score", "--model", "stand-in-judge", "--engine", "openai", "--base-url", url, "--served-model", "judge",
-        "--data", str(data), "--out", str(out), "--task", TASK, "--aspect", ASPECT,
-        "--input", "Article=article", "--output-field", "summary", "--max-new-tokens", "96", "--retries", "0", *more,
-    ]  # fmt: skip
-
-
-def _score(url: str, data: Path, out: Path, *more: str) -> int:
-    return cli_main(_score_args(url, data, out, *more))
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    """The last line printed to stderr, after checking no traceback was printed."""
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert lines, "nothing printed"
-    return lines[-1]
 
 
 @pytest.fixture
@@ -70,8 +32,8 @@ def test_every_call_failing_shows_why_and_writes_the_rows(
         url = "http://127.0.0.1:9/v1"  # the discard port: nothing listens there
     else:
         _, url = serve([Reply(text=None)])  # type: ignore[arg-type]  # a 200 whose message has no content
-    data, out = _items(tmp_path / "items.jsonl", 1), tmp_path / "scores.jsonl"  # one: each waits out the retries
-    code = _score(url, data, out)
+    data, out = items(tmp_path / "items.jsonl", 1), tmp_path / "scores.jsonl"  # one: each waits out the retries
+    code = served_score(url, data, out)
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err and "file not found" not in err, err
     assert "unscored ×1: model call failed" in err and "re-run the same command" in err.strip().splitlines()[-1]
@@ -81,12 +43,12 @@ def test_every_call_failing_shows_why_and_writes_the_rows(
 
 
 def test_rows_whose_call_failed_are_scored_again(serve: Serve, tmp_path: Path, no_backoff: None) -> None:
-    data, out = _items(tmp_path / "items.jsonl", 2), tmp_path / "scores.jsonl"
+    data, out = items(tmp_path / "items.jsonl", 2), tmp_path / "scores.jsonl"
     stand_in, url = serve([Reply(text=GOOD), Reply(text=None)])  # type: ignore[list-item]  # then content: null
-    assert _score(url, data, out) == 1
+    assert served_score(url, data, out) == 1
     assert [json.loads(line).get("call_failure") is None for line in out.read_text().splitlines()] == [True, False]
     stand_in.replies = [Reply(text=GOOD)]
-    assert _score(url, data, out) == 0
+    assert served_score(url, data, out) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(row["id"], row["evaluation"]["score"]) for row in rows] == [("item-0", 40), ("item-1", 40)]
     assert stand_in.hits == 1 + 4 + 1  # item-0 once; item-1 failed (a call and its 3 retries), then once more
@@ -111,7 +73,7 @@ def test_annotate_on_an_empty_source_is_an_error(tmp_path: Path, capsys: pytest.
     (tmp_path / "sources.yaml").write_text(yaml.safe_dump(sources))
     code = cli_main(["annotate", "--ensemble", str(tmp_path / "ensemble.yaml"),
                      "--sources", str(tmp_path / "sources.yaml"), "--out", str(tmp_path / "out")])  # fmt: skip
-    line = _one_line(capsys)
+    line = one_line(capsys)
     assert code == 2 and f"{empty}: source 'mine' has no rows to annotate" in line, line
 
 

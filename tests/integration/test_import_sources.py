@@ -11,8 +11,6 @@ import yaml
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import InputError
 
-GOOD = "Error 1:\nLocation: on a hat\nExplanation: The article says mat.\nSeverity: 3\n\nOverall score: 40"
-
 
 def test_import_quintd_reads_the_data_dir_given(
     tmp_path: Path, shared_data: Path, capsys: pytest.CaptureFixture[str]

@@ -14,23 +14,16 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from support.faults import ASPECT, TASK
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import InputError
 from spanjudge.inference.backends import BackendSpec, make_backend
 from spanjudge.inference.backends.base import CallFailure, ChatRequest, Completion, SamplingParams
 from spanjudge.inference.backends.launched import running_servers
-from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
-from spanjudge.inference.shipped_models import smollm2_gguf
 
-TASK, ASPECT = "qags_xsum", "factual consistency"
 SERVER = {"gguf": "@smollm2", "n_threads": 1, "n_ctx": 2048}
-
-
-@pytest.fixture(scope="module")
-def smollm2_folder() -> Path:
-    return convert_gguf(smollm2_gguf())  # SmolLM2-135M-Instruct as a transformers folder (cached)
 
 
 def _answers(url: str) -> bool:

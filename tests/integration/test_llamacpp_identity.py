@@ -9,35 +9,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.faults import one_item_score_args, one_line
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.inference.backends.base import BackendError
-from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.shipped_models import smollm2_gguf
-
-TASK, ASPECT = "qags_xsum", "factual consistency"
-
-
-@pytest.fixture(scope="module")
-def smollm2_folder() -> Path:
-    return convert_gguf(smollm2_gguf())  # SmolLM2-135M-Instruct as a transformers folder (cached)
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    return err.strip().splitlines()[-1]
-
-
-def _score_args(tmp_path: Path, model: str, *engine: str) -> tuple[list[str], Path]:
-    """`spanjudge score` of one item with the judge `model` on `engine` (its flags), and the results file."""
-    data, out = tmp_path / "items.jsonl", tmp_path / "scores.jsonl"
-    data.write_text(json.dumps({"id": "a", "article": "The cat sat.", "summary": "A cat sat."}) + "\n")
-    args = ["score", "--model", model, *engine, "--data", str(data), "--out", str(out), "--task", TASK,
-            "--aspect", ASPECT, "--input", "Article=article", "--output-field", "summary",
-            "--retries", "0"]  # fmt: skip
-    return args, out
 
 
 def _lora(path: Path, width: int, layers: int = 1) -> Path:
@@ -92,12 +69,12 @@ def test_the_gguf_and_the_lora_are_part_of_the_judges_identity(
     tmp_path: Path, smollm2_folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     engine = ["--engine", "llamacpp", "--engine-arg", f"gguf={smollm2_gguf()}", "--engine-arg", "n_ctx=1024"]
-    args, out = _score_args(tmp_path, str(smollm2_folder), *engine, "--max-new-tokens", "16")
+    args, out = one_item_score_args(tmp_path, str(smollm2_folder), *engine, "--max-new-tokens", "16")
     assert cli_main(args) == 0
     [row] = [json.loads(line) for line in out.read_text().splitlines()]
     assert f"gguf {smollm2_gguf().name} sha256:" in row["model"]
     lora = _lora(tmp_path / "judge-lora.gguf", 576)
     assert cli_main([*args, "--engine-arg", f"lora={lora}"]) == 2  # another judge: never into the same file
-    line = _one_line(capsys)
+    line = one_line(capsys)
     assert "was scored with judge" in line and "another --out" in line, line
     assert len(out.read_text().splitlines()) == 1

@@ -8,95 +8,40 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
-from safetensors.numpy import save_file
-from support.standin import Reply, StandIn
+from support.faults import GOOD, Serve, items, one_line, served_score, tiny_adapter
+from support.standin import Reply
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import OUTPUT_MARKER, atomic_directory
 from spanjudge.core.locks import Busy
 
-TASK, ASPECT = "qags_xsum", "factual consistency"
-
-
-GOOD = "Error 1:\nLocation: on a hat\nExplanation: The article says mat.\nSeverity: 3\n\nOverall score: 40"
-
-
-Serve = Callable[..., tuple[StandIn, str]]
-
-
-def _items(path: Path, count: int, first: int = 0) -> Path:
-    rows = [
-        {"id": f"item-{n}", "article": f"The cat {n} sat on the mat.", "summary": "A cat sat on a hat."}
-        for n in range(first, first + count)
-    ]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def _score_args(url: str, data: Path, out: Path, *more: str) -> list[str]:
-    return [
-        "score", "--model", "stand-in-judge", "--engine", "openai", "--base-url", url, "--served-model", "judge",
-        "--data", str(data), "--out", str(out), "--task", TASK, "--aspect", ASPECT,
-        "--input", "Article=article", "--output-field", "summary", "--max-new-tokens", "96", "--retries", "0", *more,
-    ]  # fmt: skip
-
-
-def _score(url: str, data: Path, out: Path, *more: str) -> int:
-    return cli_main(_score_args(url, data, out, *more))
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    """The last line printed to stderr, after checking no traceback was printed."""
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert lines, "nothing printed"
-    return lines[-1]
-
-
-def _adapter(folder: Path, *, pickle_only: bool = False) -> Path:
-    """A LoRA adapter folder as `spanjudge train` leaves it (tiny real safetensors weights)."""
-    folder.mkdir(parents=True)
-    config = {"base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct", "r": 4, "lora_alpha": 8,
-              "peft_type": "LORA", "target_modules": ["q_proj"], "task_type": "CAUSAL_LM"}  # fmt: skip
-    (folder / "adapter_config.json").write_text(json.dumps(config))
-    weights = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": np.zeros((4, 8), np.float32)}
-    if pickle_only:
-        (folder / "adapter_model.bin").write_bytes(b"\x80\x04K\x01.")  # a pickle: never to be loaded
-    else:
-        save_file(weights, str(folder / "adapter_model.safetensors"))
-    (folder / "spanjudge.json").write_text(json.dumps({"base_model": "@smollm2"}))
-    return folder
-
 
 def test_export_merge_refuses_a_folder_it_did_not_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    adapter = _adapter(tmp_path / "adapter")
+    adapter = tiny_adapter(tmp_path / "adapter")
     mine = tmp_path / "work"
     mine.mkdir()
     (mine / "thesis.tex").write_text("years of work")
     assert cli_main(["export", "--model", str(adapter), "--merge", "--out", str(mine)]) == 2
-    line = _one_line(capsys)
+    line = one_line(capsys)
     assert f"--out {mine}" in line and "never replaced" in line
     assert (mine / "thesis.tex").read_text() == "years of work"
 
 
 def test_export_gguf_refuses_an_existing_file_and_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    adapter = _adapter(tmp_path / "adapter")
+    adapter = tiny_adapter(tmp_path / "adapter")
     existing = tmp_path / "judge.gguf"
     existing.write_text("someone else's file")
     assert cli_main(["export", "--model", str(adapter), "--gguf-lora", "--out", str(existing)]) == 2
-    assert "never overwritten" in _one_line(capsys)
+    assert "never overwritten" in one_line(capsys)
     assert existing.read_text() == "someone else's file"
     folder = tmp_path / "a-folder"
     folder.mkdir()
     assert cli_main(["export", "--model", str(adapter), "--gguf-lora", "--out", str(folder)]) == 2
-    assert "is a folder" in _one_line(capsys)
+    assert "is a folder" in one_line(capsys)
     assert not list(tmp_path.glob("*.partial"))
 
 
@@ -117,15 +62,15 @@ def test_score_html_never_writes_the_page_over_the_results(
     serve: Serve, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stand_in, url = serve([Reply(text=GOOD)])
-    data, out = _items(tmp_path / "items.jsonl", 2), tmp_path / "x.html"
-    assert _score(url, data, out, "--format", "html") == 2
-    assert "the HTML page would be written over the results" in _one_line(capsys)
+    data, out = items(tmp_path / "items.jsonl", 2), tmp_path / "x.html"
+    assert served_score(url, data, out, "--format", "html") == 2
+    assert "the HTML page would be written over the results" in one_line(capsys)
     assert not out.exists() and stand_in.hits == 0
     results = tmp_path / "x.jsonl"
-    assert _score(url, data, results, "--format", "html") == 0
+    assert served_score(url, data, results, "--format", "html") == 0
     assert len(results.read_text().splitlines()) == 2 and (tmp_path / "x.html").read_text().startswith("<!")
     assert cli_main(["render", str(results), "--out", str(results)]) == 2
-    assert "is one of this command's inputs; write the page to another file" in _one_line(capsys)
+    assert "is one of this command's inputs; write the page to another file" in one_line(capsys)
     assert len(results.read_text().splitlines()) == 2
 
 
@@ -133,11 +78,11 @@ def test_publish_dry_run_into_the_adapter_or_run_folder_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = tmp_path / "run"
-    adapter = _adapter(run / "adapter")
+    adapter = tiny_adapter(run / "adapter")
     before = (adapter / "spanjudge.json").read_text()
     for target in (adapter, run, run / "inside"):
         code = cli_main(["publish", "--repo-id", "someone/judge", "--model", str(run), "--dry-run", str(target)])
-        line = _one_line(capsys)
+        line = one_line(capsys)
         assert code == 2 and "the folder being published" in line, line
     assert (adapter / "spanjudge.json").read_text() == before and not (run / "inside").exists()
 
@@ -150,8 +95,8 @@ def test_score_refuses_to_append_to_training_records(
     record = {"id": "summeval/1/m1/coherence", "evaluation": {"errors": [], "score": 80}, "task_id": "summeval"}
     train.write_text(json.dumps(record) + "\n")
     before = train.read_text()
-    assert _score(url, _items(tmp_path / "items.jsonl", 2), train) == 2
-    line = _one_line(capsys)
+    assert served_score(url, items(tmp_path / "items.jsonl", 2), train) == 2
+    line = one_line(capsys)
     assert f"{train}:1: not a result of `spanjudge score`" in line and "resume key" in line
     assert train.read_text() == before and stand_in.hits == 0
 

@@ -4,53 +4,16 @@ writes no provenance), a training plan whose mean is longer than max_length."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
-from support.standin import Reply, StandIn
+from support.faults import GOOD, Serve, one_item_score_args, one_line
+from support.standin import Reply
 
 from spanjudge.app.cli import main as cli_main
-from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.score.rows import run_info_path
-from spanjudge.inference.shipped_models import smollm2_gguf
-
-TASK, ASPECT = "qags_xsum", "factual consistency"
-
-
-GOOD = "Error 1:\nLocation: on a hat\nExplanation: The article says mat.\nSeverity: 3\n\nOverall score: 40"
-
-
-Serve = Callable[..., tuple[StandIn, str]]
-
-
-@pytest.fixture(scope="module")
-def smollm2_folder() -> Path:
-    return convert_gguf(smollm2_gguf())  # SmolLM2-135M-Instruct as a transformers folder (cached)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_folder: Path) -> Any:
-    return load_tokenizer(str(smollm2_folder))
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    return err.strip().splitlines()[-1]
-
-
-def _score_args(tmp_path: Path, model: str, *engine: str) -> tuple[list[str], Path]:
-    """`spanjudge score` of one item with the judge `model` on `engine` (its flags), and the results file."""
-    data, out = tmp_path / "items.jsonl", tmp_path / "scores.jsonl"
-    data.write_text(json.dumps({"id": "a", "article": "The cat sat.", "summary": "A cat sat."}) + "\n")
-    args = ["score", "--model", model, *engine, "--data", str(data), "--out", str(out), "--task", TASK,
-            "--aspect", ASPECT, "--input", "Article=article", "--output-field", "summary",
-            "--retries", "0"]  # fmt: skip
-    return args, out
 
 
 def _adapter_with_tokenizer(folder: Path, smollm2_folder: Path) -> Path:
@@ -77,9 +40,9 @@ def test_an_adapter_that_asks_to_run_code_is_one_line(
         (adapter / "tokenizer_config.json").write_text(json.dumps(config))
     else:
         (adapter / "chat_template.jinja").write_text("{{ ''.__class__.__mro__[1].__subclasses__() }}")
-    args, out = _score_args(tmp_path, str(adapter), "--engine", "openai", "--base-url", url)
+    args, out = one_item_score_args(tmp_path, str(adapter), "--engine", "openai", "--base-url", url)
     code = cli_main(args)
-    line = _one_line(capsys)
+    line = one_line(capsys)
     assert code == 2
     said = "needs its own Python code" if trap == "auto_map" else "reaches outside Jinja's sandbox"
     assert said in line, line
@@ -90,14 +53,14 @@ def test_a_run_that_fails_before_judging_writes_no_provenance(
     tmp_path: Path, smollm2_folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     engine = ["--engine", "llamacpp", "--engine-arg", f"gguf={tmp_path / 'absent.gguf'}"]
-    args, out = _score_args(tmp_path, str(smollm2_folder), *engine)
+    args, out = one_item_score_args(tmp_path, str(smollm2_folder), *engine)
     code = cli_main(args)
-    assert code == 2 and "absent.gguf: no such file" in _one_line(capsys)
+    assert code == 2 and "absent.gguf: no such file" in one_line(capsys)
     assert not run_info_path(out).exists()
 
 
 def test_plan_refuses_a_mean_longer_than_max_length(capsys: pytest.CaptureFixture[str]) -> None:
     config = Path(__file__).resolve().parents[2] / "configs/train/smollm2_cpu_smoke.yaml"
     code = cli_main(["train", "--config", str(config), "--plan", "--gpu", "A40", "--mean-tokens", "100000"])
-    line = _one_line(capsys)
+    line = one_line(capsys)
     assert code == 2 and "--mean-tokens 100000: no example is longer than data.max_length" in line, line

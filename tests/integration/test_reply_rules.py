@@ -7,36 +7,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from support.standin import Reply, StandIn
+from support.faults import ASPECT, GOOD, TASK, Serve, one_item_score_args
+from support.standin import Reply
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import InputError
 from spanjudge.inference.backends import BackendSpec, make_backend
 from spanjudge.inference.backends.base import CallFailure, ChatRequest
 from spanjudge.inference.judge import Judge
-
-TASK, ASPECT = "qags_xsum", "factual consistency"
-
-
-GOOD = "Error 1:\nLocation: on a hat\nExplanation: The article says mat.\nSeverity: 3\n\nOverall score: 40"
-
-
-Serve = Callable[..., tuple[StandIn, str]]
-
-
-def _score_args(tmp_path: Path, model: str, *engine: str) -> tuple[list[str], Path]:
-    """`spanjudge score` of one item with the judge `model` on `engine` (its flags), and the results file."""
-    data, out = tmp_path / "items.jsonl", tmp_path / "scores.jsonl"
-    data.write_text(json.dumps({"id": "a", "article": "The cat sat.", "summary": "A cat sat."}) + "\n")
-    args = ["score", "--model", model, *engine, "--data", str(data), "--out", str(out), "--task", TASK,
-            "--aspect", ASPECT, "--input", "Article=article", "--output-field", "summary",
-            "--retries", "0"]  # fmt: skip
-    return args, out
 
 
 def test_an_empty_reply_is_a_failed_call_for_the_judge_too(
@@ -46,7 +28,7 @@ def test_an_empty_reply_is_a_failed_call_for_the_judge_too(
 
     monkeypatch.setattr(server, "backoff_delay", lambda backoff_s, retry: 0.0)  # its retries, without the waits
     stand_in, url = serve([Reply(text="")])
-    args, out = _score_args(tmp_path, "judge", "--engine", "openai", "--base-url", url)
+    args, out = one_item_score_args(tmp_path, "judge", "--engine", "openai", "--base-url", url)
     assert cli_main(args) == 1
     [row] = [json.loads(line) for line in out.read_text().splitlines()]
     assert "empty content" in row["call_failure"]  # a server fault, as annotate counts it: asked again

@@ -3,51 +3,14 @@ the project only, and a pickled adapter is refused."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
-from safetensors.numpy import save_file
+from support.faults import ASPECT, TASK, items, one_line, tiny_adapter
 
 from spanjudge.app.cli import main as cli_main
-
-TASK, ASPECT = "qags_xsum", "factual consistency"
-
-
-def _items(path: Path, count: int, first: int = 0) -> Path:
-    rows = [
-        {"id": f"item-{n}", "article": f"The cat {n} sat on the mat.", "summary": "A cat sat on a hat."}
-        for n in range(first, first + count)
-    ]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    """The last line printed to stderr, after checking no traceback was printed."""
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert lines, "nothing printed"
-    return lines[-1]
-
-
-def _adapter(folder: Path, *, pickle_only: bool = False) -> Path:
-    """A LoRA adapter folder as `spanjudge train` leaves it (tiny real safetensors weights)."""
-    folder.mkdir(parents=True)
-    config = {"base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct", "r": 4, "lora_alpha": 8,
-              "peft_type": "LORA", "target_modules": ["q_proj"], "task_type": "CAUSAL_LM"}  # fmt: skip
-    (folder / "adapter_config.json").write_text(json.dumps(config))
-    weights = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": np.zeros((4, 8), np.float32)}
-    if pickle_only:
-        (folder / "adapter_model.bin").write_bytes(b"\x80\x04K\x01.")  # a pickle: never to be loaded
-    else:
-        save_file(weights, str(folder / "adapter_model.safetensors"))
-    (folder / "spanjudge.json").write_text(json.dumps({"base_model": "@smollm2"}))
-    return folder
 
 
 def test_generate_templates_cannot_reach_python(tmp_path: Path) -> None:
@@ -71,17 +34,17 @@ def test_publish_refuses_hard_links_and_files_that_are_not_what_they_say(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = tmp_path / "run"
-    adapter = _adapter(run / "adapter")
+    adapter = tiny_adapter(run / "adapter")
     secret = tmp_path / "secret.txt"
     secret.write_text('{"token": "not for the hub"}')
     os.link(secret, adapter / "tokenizer.json")
     args = ["publish", "--repo-id", "someone/judge", "--model", str(run), "--dry-run", str(tmp_path / "staged")]
     assert cli_main(args) == 2
-    assert "hard links" in _one_line(capsys)
+    assert "hard links" in one_line(capsys)
     (adapter / "tokenizer.json").unlink()
     (adapter / "tokenizer.json").write_text("root:x:0:0:root:/root:/bin/bash\n")
     assert cli_main(args) == 2
-    assert "tokenizer.json: not valid JSON" in _one_line(capsys)
+    assert "tokenizer.json: not valid JSON" in one_line(capsys)
     assert not (tmp_path / "staged").exists()
 
 
@@ -90,7 +53,7 @@ def test_publish_accepts_relative_paths_inside_the_project(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     run = Path("runs/smoke")
-    _adapter(run / "adapter")
+    tiny_adapter(run / "adapter")
     (run / "train_config.yaml").write_text(yaml.safe_dump({"training": {"output_dir": "runs/smoke"}}))
     code = cli_main(["publish", "--repo-id", "someone/judge", "--model", str(run), "--dry-run", "staged"])
     assert code == 0, capsys.readouterr().err
@@ -98,10 +61,10 @@ def test_publish_accepts_relative_paths_inside_the_project(
 
 
 def test_a_pickled_adapter_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    adapter = _adapter(tmp_path / "adapter", pickle_only=True)
-    data = _items(tmp_path / "items.jsonl", 1)
+    adapter = tiny_adapter(tmp_path / "adapter", pickle_only=True)
+    data = items(tmp_path / "items.jsonl", 1)
     out = tmp_path / "s.jsonl"
     code = cli_main(["score", "--model", str(adapter), "--data", str(data), "--out", str(out), "--task", TASK,
                      "--aspect", ASPECT, "--input", "Article=article", "--output-field", "summary"])  # fmt: skip
-    line = _one_line(capsys)
+    line = one_line(capsys)
     assert code == 2 and "only safetensors adapters" in line and "weights_only" not in line, line

@@ -13,33 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.faults import one_item_score_args
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.inference.backends import BackendSpec, make_backend
 from spanjudge.inference.backends.base import BackendError, CallFailure, ChatRequest
 from spanjudge.inference.backends.llamacpp import LlamaCppServer
-from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.shipped_models import smollm2_gguf
-
-TASK, ASPECT = "qags_xsum", "factual consistency"
-
-
-@pytest.fixture(scope="module")
-def smollm2_folder() -> Path:
-    return convert_gguf(smollm2_gguf())  # SmolLM2-135M-Instruct as a transformers folder (cached)
-
-
-def _score_args(tmp_path: Path, model: str, *engine: str) -> tuple[list[str], Path]:
-    """`spanjudge score` of one item with the judge `model` on `engine` (its flags), and the results file."""
-    data, out = tmp_path / "items.jsonl", tmp_path / "scores.jsonl"
-    data.write_text(json.dumps({"id": "a", "article": "The cat sat.", "summary": "A cat sat."}) + "\n")
-    args = ["score", "--model", model, *engine, "--data", str(data), "--out", str(out), "--task", TASK,
-            "--aspect", ASPECT, "--input", "Article=article", "--output-field", "summary",
-            "--retries", "0"]  # fmt: skip
-    return args, out
-
 
 _FAULTING_SERVER = """
 import os, signal, sys, json
@@ -85,7 +67,7 @@ def test_a_server_that_crashes_mid_run_is_named_in_every_failure(
         first, second = make_backend(spec).generate([ChatRequest.user("hi"), ChatRequest.user("again")])
         for failure in (first, second):  # annotate's backend: no retry of a dead server, the crash said
             assert isinstance(failure, CallFailure) and "crashed: killed by SIGSEGV" in failure.reason
-        args, out = _score_args(tmp_path, "judge", "--engine", "openai", "--base-url", server.base_url)
+        args, out = one_item_score_args(tmp_path, "judge", "--engine", "openai", "--base-url", server.base_url)
         assert cli_main(args) == 1
         [row] = [json.loads(line) for line in out.read_text().splitlines()]
         assert "the llama.cpp server 'judge'" in row["call_failure"] and "SIGSEGV" in row["call_failure"]

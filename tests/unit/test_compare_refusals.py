@@ -9,26 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.faults import one_line, results_row
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import InputError
 from spanjudge.eval.compare import compare_systems, markdown
 
 
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    return err.strip().splitlines()[-1]
-
-
-def _row(item: str, score: Any, *, aspect: str = "relevance", severity: Any = 2, model: str = "judge-a") -> dict:
-    error = {"location": "x", "start": 0, "end": 1, "severity": severity, "explanation": "e"}
-    return {"id": item, "task": "summeval", "aspect": aspect, "model": model, "output": "xyz",
-            "evaluation": {"errors": [error], "score": score}}  # fmt: skip
-
-
 def _system(scores: list[Any], **settings: Any) -> list[dict]:
-    return [_row(f"i{n}", score, **settings) for n, score in enumerate(scores)]
+    return [results_row(f"i{n}", score, **settings) for n, score in enumerate(scores)]
 
 
 def test_compare_refuses_results_of_another_aspect_or_judge_unless_allowed() -> None:
@@ -43,7 +32,7 @@ def test_compare_refuses_results_of_another_aspect_or_judge_unless_allowed() -> 
     assert mixed.mixed == {"aspect": {"A": "relevance", "B": "coherence"}}
     assert markdown(mixed).startswith("**Mixed settings (--allow-mixed)**: the systems differ in aspect")
     with pytest.raises(InputError, match="system 'A' mixes rows of several aspects"):
-        compare_systems({"A": [*a, _row("i9", 10, aspect="coherence")], "B": a}, resamples=100)
+        compare_systems({"A": [*a, results_row("i9", 10, aspect="coherence")], "B": a}, resamples=100)
 
 
 @pytest.mark.parametrize(
@@ -65,7 +54,7 @@ def test_compare_refuses_a_score_outside_the_contract(bad: Any, said: str) -> No
 def test_compare_refuses_repeated_ids_string_severities_and_a_bad_alpha() -> None:
     a, b = _system([40, 50, 60, 70]), _system([50, 60, 70, 80])
     with pytest.raises(InputError, match=r"system 'B': id 'i1' appears twice \(row 5\)"):
-        compare_systems({"A": a, "B": [*b, _row("i1", 99)]}, resamples=100)
+        compare_systems({"A": a, "B": [*b, results_row("i1", 99)]}, resamples=100)
     with pytest.raises(InputError, match="severity 'major' is not a number within 1-5"):
         compare_systems({"A": a, "B": _system([50, 60, 70, 80], severity="major")}, resamples=100)
     for alpha in (1.5, 0, -0.1):
@@ -86,14 +75,14 @@ def test_compare_cli_never_writes_over_its_results_or_a_file_it_did_not_write(
     before = b.read_bytes()
     args = ["compare", "--results", str(a), "--results", str(b), "--resamples", "100"]
     assert cli_main([*args, "--out", str(b)]) == 2
-    assert "is one of this command's inputs" in _one_line(capsys) and b.read_bytes() == before
+    assert "is one of this command's inputs" in one_line(capsys) and b.read_bytes() == before
     (tmp_path / "notes.md").write_text("my notes\n")
     assert cli_main([*args, "--out", str(tmp_path / "notes.json")]) == 2
-    assert "the file exists and is not spanjudge's comparison table" in _one_line(capsys)
+    assert "the file exists and is not spanjudge's comparison table" in one_line(capsys)
     assert (tmp_path / "notes.md").read_text() == "my notes\n"
     assert cli_main([*args, "--out", str(tmp_path / "cmp.json")]) == 0
     assert cli_main([*args, "--out", str(tmp_path / "cmp.json")]) == 0  # its own files: overwritten
-    assert cli_main([*args, "--alpha", "1.5"]) == 2 and "alpha must be between 0 and 1" in _one_line(capsys)
+    assert cli_main([*args, "--alpha", "1.5"]) == 2 and "alpha must be between 0 and 1" in one_line(capsys)
 
 
 def test_the_plot_of_many_categories_stays_a_readable_size(tmp_path: Path) -> None:

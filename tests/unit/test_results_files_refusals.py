@@ -8,22 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.faults import one_line, results_row
 
 from spanjudge.app.cli import main as cli_main
 
 OUTPUT = "The café opened in 1998 and closed in 2003 after a fire."
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    return err.strip().splitlines()[-1]
-
-
-def _row(item: str, score: Any, *, aspect: str = "relevance", severity: Any = 2, model: str = "judge-a") -> dict:
-    error = {"location": "x", "start": 0, "end": 1, "severity": severity, "explanation": "e"}
-    return {"id": item, "task": "summeval", "aspect": aspect, "model": model, "output": "xyz",
-            "evaluation": {"errors": [error], "score": score}}  # fmt: skip
 
 
 def _results(path: Path, rows: list[dict]) -> Path:
@@ -32,7 +21,7 @@ def _results(path: Path, rows: list[dict]) -> Path:
 
 
 def _scores(path: Path, rows: list[dict] | None = None) -> Path:
-    return _results(path, rows or [_row("a", 60)])
+    return _results(path, rows or [results_row("a", 60)])
 
 
 @pytest.mark.parametrize("to", ["xcomet", "html"])
@@ -43,12 +32,12 @@ def test_render_never_overwrites_a_file_it_did_not_write(
     other = tmp_path / "other.jsonl"
     other.write_text('{"my": "data"}\n')
     assert cli_main(["render", str(results), "--to", to, "--out", str(other)]) == 2
-    assert "the file exists and is not spanjudge's" in _one_line(capsys) and other.read_text() == '{"my": "data"}\n'
+    assert "the file exists and is not spanjudge's" in one_line(capsys) and other.read_text() == '{"my": "data"}\n'
     mine = tmp_path / f"mine.{to}"
     assert cli_main(["render", str(results), "--to", to, "--out", str(mine)]) == 0
     assert cli_main(["render", str(results), "--to", to, "--out", str(mine)]) == 0  # again: its own file
     assert cli_main(["render", str(results), "--to", to, "--out", str(results)]) == 2
-    assert "is one of this command's inputs" in _one_line(capsys)
+    assert "is one of this command's inputs" in one_line(capsys)
 
 
 @pytest.mark.parametrize(
@@ -67,11 +56,11 @@ def test_render_never_overwrites_a_file_it_did_not_write(
 def test_render_checks_foreign_rows_and_copies_no_impossible_offset(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], change: Any, said: str, to: str
 ) -> None:
-    row = _row("a", 60)
+    row = results_row("a", 60)
     change(row)
     results = _scores(tmp_path / "scores.jsonl", [row])
     assert cli_main(["render", str(results), "--to", to]) == 2
-    line = _one_line(capsys)
+    line = one_line(capsys)
     assert f"{results}:1" in line and __import__("re").search(said, line), line
     assert not (tmp_path / "scores.xcomet.jsonl").exists() and not (tmp_path / "scores-factgenie").exists()
 
@@ -98,7 +87,7 @@ def test_a_scores_row_judged_on_another_text_is_refused(tmp_path: Path, capsys: 
     assert cli_main([*args, f"factgenie:{same}", "--out", str(tmp_path / "e1")]) == 0
     other = campaign(tmp_path / "other", OUTPUT.replace("1998", "2001").replace("café", "shop"))  # ids match, texts not
     assert cli_main([*args, f"factgenie:{other}", "--out", str(tmp_path / "e2")]) == 2
-    line = _one_line(capsys)
+    line = one_line(capsys)
     assert f"{scores}:1: id 'a' was judged on another text" in line and "they part at character 4" in line, line
 
 
@@ -114,5 +103,5 @@ def test_score_never_writes_its_page_over_a_file_it_did_not_write(
             "--aspect", "factual consistency", "--input", "Article=article", "--output-field", "summary",
             "--format", "html"]  # fmt: skip
     assert cli_main(args) == 2
-    assert "the file exists and is not spanjudge's page" in _one_line(capsys)
+    assert "the file exists and is not spanjudge's page" in one_line(capsys)
     assert page.read_text() == "<p>my notes</p>" and not (tmp_path / "scores.jsonl").exists()
