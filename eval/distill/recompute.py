@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from spanjudge.core.errors import InputError
 from spanjudge.eval.distill.judgments import STUDENT_READ, archive, archived, dev_rule, readings, rule_for_split
 from spanjudge.eval.distill.phases import Say, held_out_documents, result_rows
 from spanjudge.eval.distill.report import write_results
@@ -71,11 +72,13 @@ def from_judgments(results: Path, kept: Path, works: Path, labels: list[str], sa
     """Recompute the rows of the protocol runs `labels` (default: every one) from their kept judgments, every
     split they have; the labels recomputed. Gamma is recomputed for runs whose rows have it (about 0.3 s an
     output and judge)."""
+    if not results.with_suffix(".json").is_file():
+        raise InputError(f"{results.with_suffix('.json')}: no results to recompute (run the study first)")
     runs = json.loads(results.with_suffix(".json").read_text())["runs"]
     done = []
     for label in labels or [label for label, run in runs.items() if run["settings"].get("protocol")]:
         if label not in runs:
-            raise SystemExit(f"no run {label!r} in {results.with_suffix('.json')}")
+            raise InputError(f"no run {label!r} in {results.with_suffix('.json')}")
         run = runs[label]
         settings = run["settings"]
         values = {field: settings[field] for field in FIELDS if field in settings}

@@ -1,0 +1,58 @@
+"""`spanjudge distill`: the study is a command whose options are the study's settings, declared once; what the
+protocol refuses is one line before anything runs, and --recompute needs no model."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+from support.scripts import REPO
+
+from spanjudge.app.cli import main as cli_main
+from spanjudge.app.cli import registered_commands
+from spanjudge.eval.distill.cli import DistillSettings
+from spanjudge.eval.distill.study import StudySettings
+
+
+def test_the_command_is_registered_and_its_options_are_the_study_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "distill" in registered_commands()
+    assert cli_main(["distill", "--help"]) == 0
+    shown = capsys.readouterr().out
+    study = {f.name for f in dataclasses.fields(StudySettings)}
+    assert study < {f.name for f in dataclasses.fields(DistillSettings)}  # declared once, on the study's settings
+    for name in ("label", "train_tables", "example_weights", "recompute"):
+        assert "--" + name.replace("_", "-") in shown
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ([], "give --label"),
+        (["--label", "x", "--split", "tset"], "--split is one of dev, test, not 'tset'"),
+        (["--label", "x", "--student", "llama"], "--student is one of smollm2, gemma3, not 'llama'"),
+        (["--label", "x", "--train-tables", "0", "75"], "--train-tables and --dev-tables overlap"),
+        (["--label", "x", "--example-weights", "votes"], "--example-weights is one of none, agreement"),
+    ],
+)
+def test_what_the_protocol_refuses_is_one_line_before_anything_runs(
+    options: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "work"
+    code = cli_main(["distill", *options, "--work", str(work), "--results", str(tmp_path / "results")])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not work.exists() and not (tmp_path / "results.json").exists()
+
+
+def test_recompute_refuses_what_it_cannot_recompute_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "distill_quintd"
+    assert cli_main(["distill", "--recompute", "--results", str(results)]) == 2
+    assert "no results to recompute" in capsys.readouterr().err
+    shutil.copy(REPO / "bench/results/distill_quintd.json", results.with_suffix(".json"))
+    assert cli_main(["distill", "--recompute", "--results", str(results), "--only", "no-such-run"]) == 2
+    err = capsys.readouterr().err
+    assert "no run 'no-such-run'" in err and len(err.strip().splitlines()) == 1
