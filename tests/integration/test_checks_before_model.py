@@ -24,6 +24,7 @@ from spanjudge.core.progress import progress_bars
 from spanjudge.data_gen.cli import model_progress
 from spanjudge.inference.hf_models import resolve_model_source
 from spanjudge.inference.score.cli import _summary
+from spanjudge.inference.score.rows import ScoreRow
 from spanjudge.training.config import load_train_config
 from spanjudge.training.run import TrainingRun
 
@@ -97,7 +98,9 @@ def test_a_mistyped_local_model_path_is_no_such_folder(tmp_path: Path, monkeypat
 
 def test_score_summary_says_nothing_scored_instead_of_nan() -> None:
     console = Console(file=io.StringIO(), width=200)
-    rows = [{"id": "1", "evaluation": {"score": None, "errors": []}, "unscored_reason": "no reply parsed (x)"}]
+    rows = [ScoreRow.model_validate(
+        {"id": "1", "evaluation": {"score": None, "errors": []}, "unscored_reason": "no reply parsed (x)"}
+    )]  # fmt: skip
     _summary(console, rows, failed=0)
     text = console.file.getvalue()
     assert "nan" not in text and "mean score - (nothing scored)" in text
