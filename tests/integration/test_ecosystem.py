@@ -252,7 +252,7 @@ def test_score_refuses_engine_args_for_a_server(tmp_path: Path, capsys: pytest.C
     err = capsys.readouterr().err.strip()
     from spanjudge.inference.backends.registry import ENGINES, engines_that
 
-    assert f"--engine-arg is for --engine {engines_that('takes_engine_args')}" in err  # in-process, or a server they start
+    assert f"--engine-arg is for --engine {engines_that('takes_engine_args')}" in err  # or a launched server
     assert code == 2 and not ENGINES.load("openai").in_process and len(err.splitlines()) == 1
 
 
