@@ -72,7 +72,12 @@ def judge_engine(options: JudgeOptions, probability_reader: ProbabilitySource | 
     """The engine the options name, checked against what they ask of it; one InputError if it cannot."""
     declared = engine(options.engine)
     if options.probabilities and not declared.read_probabilities and probability_reader is None:
-        why = f"{NO_PROMPT_LOGPROBS}; a served llama.cpp judge: give probability_reader=" if declared.serve else ""
+        why = (
+            f"{NO_PROMPT_LOGPROBS}; a llama.cpp judge on a server: --engine llamacpp-server starts one and reads them, "
+            "or give probability_reader= for one you serve"
+            if declared.serve
+            else ""
+        )
         raise InputError(
             f"probabilities are read on the {engines_that('read_probabilities')} engines, not {declared.name!r}"
             + (f" ({why})" if why else "")
