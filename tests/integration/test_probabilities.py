@@ -583,7 +583,7 @@ def test_meta_eval_expected_score_needs_an_engine_that_reads_probabilities() -> 
         DistilledJudge("judge", {"score": "median"})
     with pytest.raises(InputError, match="give --judge-option samples=N too"):
         DistilledJudge("judge", {"score": "consensus"})
-    with pytest.raises(SpanjudgeError, match="llamacpp-server or transformers engines, not .openai."):
+    with pytest.raises(SpanjudgeError, match="llamacpp-server or transformers engines, not 'openai'"):
         DistilledJudge("judge", {"score": "expected", "engine": "openai", "base_url": "http://127.0.0.1:9/v1"})
     written = DistilledJudge("judge", {"engine": "openai", "base_url": "http://127.0.0.1:9/v1"})
     assert written.name == "distilled:judge" and written.score_kind == "written"
