@@ -18,6 +18,10 @@ from pathlib import Path
 from spanjudge.app.cli import run
 from spanjudge.eval.distill.cli import distill
 
-if __name__ == "__main__":
+def main() -> int:
     os.chdir(Path(__file__).resolve().parents[1])  # the protocol's results and work folders are the checkout's
-    sys.exit(run(distill, sys.argv[1:], prog_name="bench/distill_quintd.py"))
+    return run(distill, sys.argv[1:], prog_name="bench/distill_quintd.py")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
