@@ -18,6 +18,7 @@ from pathlib import Path
 from spanjudge.app.cli import run
 from spanjudge.eval.distill.cli import distill
 
+
 def main() -> int:
     os.chdir(Path(__file__).resolve().parents[1])  # the protocol's results and work folders are the checkout's
     return run(distill, sys.argv[1:], prog_name="bench/distill_quintd.py")
