@@ -1,4 +1,4 @@
-"""Hand-worked checks of the perturbation-benchmark metrics (eval/perturb/statistics.py)."""
+"""Hand-worked checks of the perturbation-benchmark metrics (eval/perturb/statistics/)."""
 
 from __future__ import annotations
 
