@@ -19,7 +19,7 @@
 # smollm2-mixed-cut-s42, -s1 and -s2; gemma3-mixed-cut-s42, -s1 and -s2 (dev chose gemma3-mixed-cut);
 # on test, gemma3-mixed-cut-s42, -s1 and -s2. Issue #66: the teacher the ensemble study chose on dev
 # (bench/results/ensemble_quintd.md: GPT-4's two samples merged by vote), recipe gemma3-vote-cut: on dev,
-# gemma3-vote-cut-s42 and -s1, on dev and on test; -s2 on dev (its test split judged to 193 of 240: run it again to finish). The votes as training signal (issue #66, decided on
+# gemma3-vote-cut-s42 and -s1, on dev and on test; -s2 on dev and on test. The votes as training signal (issue #66, decided on
 # dev: the two samples' agreement on an output tracks how well their vote matches the humans there), recipe
 # gemma3-vote-agree-cut: the same teacher, each example weighted by that agreement; on dev, -s42 and -s1 are
 # still to run.
