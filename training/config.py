@@ -301,6 +301,19 @@ SFT_COMPUTED: dict[str, str] = {
 OWN_TRAINER_ARGS: dict[str, str] = {**SFT_FROM_FIELDS, **SFT_COMPUTED}
 
 
+def field_default(section: str, key: str) -> object:
+    """A config field's default as `model_dump(mode="json")` writes it (None for a required or unknown field): what
+    a run saved before the field existed trained with."""
+    from pydantic_core import to_jsonable_python
+
+    owner = TrainConfig.model_fields.get(section)
+    fields = getattr(owner.annotation, "model_fields", {}) if owner is not None else {}
+    field = fields.get(key)
+    if field is None or field.is_required():
+        return None
+    return to_jsonable_python(field.get_default(call_default_factory=True))
+
+
 def config_value(config: TrainConfig, dotted: str) -> Any:
     """The value of a config field named `section.key`."""
     section, key = dotted.split(".", 1)

@@ -7,7 +7,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -15,13 +15,7 @@ from spanjudge.core.artifacts import ADAPTER_METADATA, read_adapter_metadata
 from spanjudge.core.errors import ConfigError
 from spanjudge.inference.backends.adapters import check_safetensors_adapter
 
-from .config import (
-    LoraSection,
-    TrainConfig,
-)
-
-if TYPE_CHECKING:
-    pass
+from .config import LoraSection, TrainConfig, field_default
 
 
 def init_adapter_metadata(folder: Path, lora: LoraSection, base: str) -> dict[str, Any]:
@@ -63,7 +57,7 @@ def check_same_run(config: TrainConfig, output_dir: Path) -> None:
     now = config.model_dump(mode="json")
     for section, values in now.items():
         for key, value in values.items():
-            if key not in before.get(section, {}) and value == _default(config, section, key):
+            if key not in before.get(section, {}) and value == field_default(section, key):
                 continue  # a setting newer than the saved run, left at its default: the same run
             if before.get(section, {}).get(key) != value:
                 raise ConfigError(
@@ -72,14 +66,6 @@ def check_same_run(config: TrainConfig, output_dir: Path) -> None:
                     f"{output_dir} holds a run made with {section}.{key} = {before.get(section, {}).get(key)!r}, "
                     f"not {value!r}; choose another training.output_dir (or delete that folder) to start a new run",
                 )
-
-
-def _default(config: TrainConfig, section: str, key: str) -> object:
-    """A config field's default, as `model_dump(mode="json")` writes it."""
-    from pydantic_core import to_jsonable_python
-
-    field = type(getattr(config, section)).model_fields[key]
-    return to_jsonable_python(field.get_default(call_default_factory=True))
 
 
 def checkpoint_step(checkpoint: str | None) -> int:

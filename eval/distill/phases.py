@@ -58,7 +58,7 @@ from spanjudge.inference.decisions import DecisionRule
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
-from spanjudge.training.config import TrainConfig
+from spanjudge.training.config import field_default
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"}
@@ -268,19 +268,10 @@ def _differing(sets: dict[str, Any], saved: dict[str, Any]) -> list[str]:
     differ = []
     for dotted, value in sets.items():
         section, key = dotted.split(".", 1)
-        before = saved.get(section, {}).get(key, _config_default(section, key))
+        before = saved.get(section, {}).get(key, field_default(section, key))
         if str(before) != str(value):  # the saved YAML holds paths as text
             differ.append(f"{dotted} {before!r}, not {value!r}")
     return differ
-
-
-def _config_default(section: str, key: str) -> Any:
-    """The default of a train config key (None for a key without one)."""
-    fields = TrainConfig.model_fields
-    if section not in fields or fields[section].annotation is None:
-        return None
-    field = getattr(fields[section].annotation, "model_fields", {}).get(key)
-    return None if field is None or field.is_required() else field.default
 
 
 def student_gguf(student: str) -> Path:

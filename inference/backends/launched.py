@@ -53,7 +53,7 @@ def release(server: Launched) -> None:
 
 
 def running_servers() -> int:
-    """How many launched servers run in this process (for tests and the demo's report)."""
+    """How many launched servers run in this process."""
     with _LOCK:
         return len(_RUNNING)
 
