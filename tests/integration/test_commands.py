@@ -17,7 +17,7 @@ from spanjudge.core.errors import SpanjudgeError
 
 EXPECTED = {
     "tasks", "prompt", "parse", "generate", "annotate", "import", "merge", "train", "score", "render", "select",
-    "export", "meta-eval", "compare", "perturb", "publish", "demo",
+    "export", "meta-eval", "compare", "perturb", "distill", "publish", "demo",
 }  # fmt: skip
 
 
