@@ -29,15 +29,19 @@ class FolderBusy(Busy):
 
 
 def one_run_per_folder(argument: str, command: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Run the decorated function holding its folder argument `argument` (`folder_lock`; FolderBusy if
-    another run holds it)."""
+    """Run the decorated function holding its folder argument `argument`, or that argument's attribute
+    ("run.out_dir") (`folder_lock`; FolderBusy if another run holds it)."""
 
     def decorate(run: Callable[P, R]) -> Callable[P, R]:
         signature = inspect.signature(run)
 
         @functools.wraps(run)
         def locked(*args: P.args, **kwargs: P.kwargs) -> R:
-            with folder_lock(Path(signature.bind(*args, **kwargs).arguments[argument]), command, FolderBusy):
+            name, *attributes = argument.split(".")
+            folder = signature.bind(*args, **kwargs).arguments[name]
+            for attribute in attributes:
+                folder = getattr(folder, attribute)
+            with folder_lock(Path(folder), command, FolderBusy):
                 return run(*args, **kwargs)
 
         return locked

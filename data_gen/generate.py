@@ -26,7 +26,7 @@ from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import ConfigError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from spanjudge.core.progress import Tracker
-from spanjudge.core.sharding import Shard, input_key
+from spanjudge.core.sharding import input_key
 from spanjudge.inference.backends import (
     CachedBackend,
     CallFailure,
@@ -44,6 +44,7 @@ from .generate_post import postprocess
 from .generate_prompts import Template, Templates, build_request, load_templates, render_prompt, templates_for
 from .pipeline import StageSummary
 from .shards import finish_shard, settings_hash, start_shard
+from .source_run import SourceRun
 from .sources import TaskInput, read_inputs
 
 OUTPUT_FIELDS = {"input_id": "input_id", "system": "system", "output": "output", "inputs_from": "inputs"}
@@ -193,30 +194,18 @@ def _base(job: GenJob) -> dict[str, Any]:
     }
 
 
-def run_generate(
-    config: GenerateConfig,
-    config_path: Path,
-    sources: SourcesConfig,
-    sources_path: Path,
-    out_dir: Path,
-    catalog: Catalog,
-    *,
-    data_root: Path | None,
-    cache_path: Path | None = None,
-    progress: Tracker | None = None,
-    shard: Shard | None = None,
-) -> GenerateSummary:
-    """`shard`: only the jobs of the inputs in this shard (data_gen/shards.py)."""
+def run_generate(config: GenerateConfig, config_path: Path, run: SourceRun) -> GenerateSummary:
+    """Every system's outputs for the sources' inputs (only the shard's, given one)."""
+    sources, out_dir, shard = run.sources, run.out_dir, run.shard
     start_shard(out_dir, shard, "generate")
     summary = GenerateSummary(out_dir=out_dir)
-    jobs = plan_jobs(config, config_path, sources, sources_path, catalog, data_root, summary)
+    jobs = plan_jobs(config, config_path, sources, run.sources_path, run.catalog, run.data_root, summary)
     order = {job.id: index for index, job in enumerate(jobs)}  # the single run's order, for merge
     plan = settings_hash((job.id, job.system_name, _job_settings(config, job)) for job in jobs)
     if shard is not None:
         jobs = [job for job in jobs if shard.holds(input_key(job.item.dataset, job.item.input_id))]
     summary.jobs = len(jobs)
-    cache_path = cache_path or out_dir / "cache.sqlite"
-    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    cache_path = run.cache
     by_system: dict[int, list[int]] = {}
     for position, job in enumerate(jobs):
         by_system.setdefault(job.system_index, []).append(position)
@@ -225,7 +214,7 @@ def run_generate(
     def one(index: int) -> None:
         system = config.systems[index]
         positions = by_system[index]
-        answers, calls, hits = _run_system(system, [jobs[p] for p in positions], cache_path, progress)
+        answers, calls, hits = _run_system(system, [jobs[p] for p in positions], cache_path, run.progress)
         summary.model_calls[system.name], summary.cache_hits[system.name] = calls, hits
         for position, answer in zip(positions, answers, strict=True):
             results[position] = answer

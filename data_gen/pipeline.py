@@ -21,8 +21,7 @@ from typing import Any
 from spanjudge.core.catalog import Catalog
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_json, atomic_write_jsonl
-from spanjudge.core.progress import Tracker
-from spanjudge.core.sharding import Shard, input_key
+from spanjudge.core.sharding import input_key
 from spanjudge.inference.backends import engine
 from spanjudge.inference.contract import (
     parse_annotator,
@@ -38,6 +37,7 @@ from .records import Record, split_by_input, write_split
 from .roles import Role, annotate_all, keep_loaded
 from .selection import EvalRequest, sample_requests
 from .shards import SHARD_RECORDS, finish_shard, settings_hash, start_shard
+from .source_run import SourceRun
 from .sources import read_source
 from .stats import compute_stats, write_stats
 
@@ -154,27 +154,20 @@ def count_failed_calls(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str,
     return counts
 
 
-@one_run_per_folder("out_dir", "spanjudge annotate")
+@one_run_per_folder("run.out_dir", "spanjudge annotate")
 def run_pipeline(
     ensemble: EnsembleConfig,
-    sources: SourcesConfig,
-    sources_path: Path,
-    out_dir: Path,
-    catalog: Catalog,
+    run: SourceRun,
     *,
-    data_root: Path | None,
-    cache_path: Path | None = None,
-    progress: Tracker | None = None,
     refresh_unscored: bool = False,
     decontamination: Decontamination | None = None,
-    shard: Shard | None = None,
 ) -> RunSummary:
     """`refresh_unscored`: ask again every cached reply that did not parse (left unscored).
-    `decontamination`: leave out (or, allowed, count) inputs of the meta-evaluation sets.
-    `shard`: only the requests of the inputs in this shard (data_gen/shards.py)."""
+    `decontamination`: leave out (or, allowed, count) inputs of the meta-evaluation sets."""
+    sources, out_dir, shard = run.sources, run.out_dir, run.shard
     start_shard(out_dir, shard, "annotate")
     summary = RunSummary(out_dir=out_dir)
-    requests = build_requests(sources, sources_path, catalog, data_root, summary, decontamination)
+    requests = build_requests(sources, run.sources_path, run.catalog, run.data_root, summary, decontamination)
     if decontamination is not None:
         summary.decontamination = decontamination.as_dict()
     # every shard plans the whole run, so each request knows its place in the single run's order
@@ -183,9 +176,8 @@ def run_pipeline(
     if shard is not None:
         requests = [r for r in requests if shard.holds(input_key(r.item.dataset, r.item.input_id))]
     summary.requests = len(requests)
-    cache_path = cache_path or out_dir / "cache.sqlite"
-    cache_path.parent.mkdir(parents=True, exist_ok=True)
-    tasks = {r.item.task_id: catalog.task(r.item.task_id) for r in requests}
+    cache_path = run.cache
+    tasks = {r.item.task_id: run.catalog.task(r.item.task_id) for r in requests}
     prompts = [
         render_annotator_prompt(
             tasks[r.item.task_id], tasks[r.item.task_id].aspect(r.aspect), r.item.inputs, r.item.output
@@ -204,10 +196,10 @@ def run_pipeline(
         )
     )
     try:
-        outcomes = annotate_all(ensemble, annotators, prompts, progress)
+        outcomes = annotate_all(ensemble, annotators, prompts, run.progress)
         scored, unscored, incomplete = aggregate_outcomes(ensemble, requests, tasks, annotators, outcomes, sources.seed)
         records = (
-            supervisor_merge(ensemble, supervisor, scored, progress)
+            supervisor_merge(ensemble, supervisor, scored, run.progress)
             if supervisor
             else vote_records(ensemble.merge, scored)
         )

@@ -27,6 +27,7 @@ from .decontaminate import Decontamination, prepare
 from .generate import GenerateSummary, run_generate
 from .generate_config import load_generate_config
 from .pipeline import RunSummary, run_pipeline
+from .source_run import SourceRun
 from .teacher import IdList, ImportSummary, import_annotations, load_import_config
 
 Say = Callable[[str], None]
@@ -71,11 +72,11 @@ def annotate_outputs(
     decontamination = prepare(decontaminate_against, allow_overlap, root)
     if allow_overlap and warn is not None:  # loudly, before the run as well as after it
         warn(decontamination.lines()[-1])
-    summary = run_pipeline(
-        ensemble_config, sources_config, sources, out, load_catalog(), data_root=root,
-        cache_path=shard_path(cache, part) if cache is not None else None, progress=progress,
-        refresh_unscored=refresh_unscored, decontamination=decontamination, shard=part,
+    run = SourceRun(
+        sources_config, sources, out, load_catalog(), root,
+        shard_path(cache, part) if cache is not None else None, progress, part,
     )  # fmt: skip
+    summary = run_pipeline(ensemble_config, run, refresh_unscored=refresh_unscored, decontamination=decontamination)
     return StageRun(out, summary, decontamination, part)
 
 
@@ -96,10 +97,11 @@ def generate_outputs(
     part = parse_shard(shard)
     generate_config = load_generate_config(systems, endpoints or {})
     sources_config = load_sources(sources)
-    summary = run_generate(
-        generate_config, systems, sources_config, sources, out, load_catalog(), data_root=optional_data_dir(data_dir),
-        cache_path=shard_path(cache, part) if cache is not None else None, progress=progress, shard=part,
+    run = SourceRun(
+        sources_config, sources, out, load_catalog(), optional_data_dir(data_dir),
+        shard_path(cache, part) if cache is not None else None, progress, part,
     )  # fmt: skip
+    summary = run_generate(generate_config, systems, run)
     return StageRun(out, summary, shard=part)
 
 

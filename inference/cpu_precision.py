@@ -80,7 +80,20 @@ def host_key() -> str:
 
 def measure_ratio(repeats: int = 5) -> float:
     """How many times as long one bf16 matrix product takes as the same product in float32, on this CPU:
-    the fastest of `repeats` each, taken in turn so that a busy machine slows both alike."""
+    the fastest of `repeats` each, taken in turn so that a busy machine slows both alike, in one thread: with
+    two, a process busy on the other core stalls half of each product and the ratio swings from 1.7 to 46 on
+    one emulating host; in one it stays between 19 and 32 there."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _ratio(repeats)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _ratio(repeats: int) -> float:
     import torch
 
     rows, inner, columns = SHAPE

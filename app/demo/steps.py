@@ -64,6 +64,7 @@ def annotate_step(ctx: DemoContext) -> StepOutput:
     from spanjudge.data_gen.config import load_ensemble, load_sources
     from spanjudge.data_gen.decontaminate import prepare
     from spanjudge.data_gen.pipeline import failure_lines, run_pipeline
+    from spanjudge.data_gen.source_run import SourceRun
     from spanjudge.data_gen.stage import model_progress
 
     section = ctx.config.annotate
@@ -73,10 +74,8 @@ def annotate_step(ctx: DemoContext) -> StepOutput:
     # the inputs of the sets this demo meta-evaluates stay out of its training data
     clean = prepare(ctx.path(ctx.config.meta_eval.suite), False, ctx.data_root, only=ctx.config.meta_eval.datasets)
     with model_progress(ctx.console) as progress:
-        summary = run_pipeline(
-            ensemble, sources, sources_path, ctx.layout.annotate, load_catalog(), data_root=ctx.data_root,
-            progress=progress, decontamination=clean,
-        )  # fmt: skip
+        run = SourceRun(sources, sources_path, ctx.layout.annotate, load_catalog(), ctx.data_root, progress=progress)
+        summary = run_pipeline(ensemble, run, decontamination=clean)
     # one member of the ensemble never stops the demo: items are merged from the annotators that answered
     for line in failure_lines(summary, ctx.layout.annotate):
         ctx.console.print(f"[yellow]annotate:[/yellow] {line}")

@@ -18,22 +18,18 @@ from pathlib import Path
 from spanjudge.core.catalog import Catalog, Task, load_catalog
 from spanjudge.core.errors import ConfigError, InputError
 from spanjudge.data_gen.config import SourcesConfig, SourceSpec, load_sources, resolve_source_path
-from spanjudge.data_gen.sources import Row, source_fields, source_item, source_rows
+from spanjudge.data_gen.sources import Row, SourceItem, source_fields, source_item, source_rows
 from spanjudge.eval.judging.qags import summary_score
 from spanjudge.eval.judging.suite import DatasetSpec, References, SuiteConfig, resolve_config_path
 
 QAGS_MAJORITY = "qags_majority"
 
 
-@dataclass(frozen=True)
-class MetaItem:
+@dataclass(frozen=True, kw_only=True)
+class MetaItem(SourceItem):
+    """A source's output with the human judgments a meta-evaluation compares a judge with."""
+
     id: str  # "<dataset>-<row number>", stable across runs
-    dataset: str
-    input_id: str
-    system: str
-    task_id: str
-    inputs: dict[str, str]
-    output: str
     human: dict[str, float]  # report aspect name -> human score (absent when the row has none)
     references: tuple[str, ...] = ()
     # report aspect name -> each rater's score, where the source keeps them (a list at the human path);
@@ -172,13 +168,8 @@ def load_dataset(
         ratings = {a.name: r for a in spec.aspects if a.human != QAGS_MAJORITY and (r := rater_scores(row, a.human))}
         items.append(
             MetaItem(
+                **{**vars(base), "dataset": spec.name, "task_id": task.id},
                 id=f"{spec.name}-{index}",
-                dataset=spec.name,
-                input_id=base.input_id,
-                system=base.system,
-                task_id=task.id,
-                inputs=base.inputs,
-                output=base.output,
                 human=human,
                 ratings=ratings,
             )

@@ -44,6 +44,7 @@ def _meta_item(benchmark: Benchmark, item: BenchItem, original: BenchItem | None
         task_id=benchmark.task.id,
         inputs=item.inputs,
         output=item.output,
+        where=f"benchmark {benchmark.name}: {item.id}",
         human={},
         references=() if original is None else (original.output,),
     )

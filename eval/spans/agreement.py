@@ -37,8 +37,8 @@ from spanjudge.eval.spans.metrics import (
     micro_total,
     mpp,
     overlap_matches,
+    token_count,
     token_prf,
-    token_spans,
 )
 
 INTERVAL_METRICS: tuple[str, ...] = ("overlap_f1", "token_f1", "mpp_f1", "count_pearson", "token_pearson")
@@ -102,7 +102,7 @@ def _scored(
                 exact=from_matches(exact_matches(pred, gold), len(pred)),
                 overlap=from_matches(overlap_matches(pred, gold), len(pred)),
                 token=token_prf(pred, gold, doc.output),
-                n_tokens=len(token_spans(doc.output)),
+                n_tokens=token_count(doc.output),
                 n_predicted=len(pred) if counts is None else counts[doc.id],
                 n_gold=len(gold),
                 partial=mpp(pred, gold),

@@ -157,7 +157,20 @@ def load_span_set(
     task = load_catalog().task(docs[0].task_id)
     aspect = AspectSpec(name=aspect_name or next(iter(task.aspects)), human="-")
     spec = DatasetSpec(name=f"spans-{Path(name).name}", level="global", aspects=(aspect,))
-    items = [MetaItem(d.id, spec.name, d.id, "output", task.id, d.inputs, d.output, {}) for d in docs]
+    items = [
+        MetaItem(
+            dataset=spec.name,
+            input_id=d.id,
+            system="output",
+            task_id=task.id,
+            inputs=d.inputs,
+            output=d.output,
+            where=f"{name}: {d.id}",
+            id=d.id,
+            human={},
+        )
+        for d in docs
+    ]
     return SpanSet(list(docs), MetaDataset(spec, task, items, Path(name)), aspect)
 
 

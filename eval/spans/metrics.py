@@ -8,6 +8,7 @@ trivial mark-every-number baseline and `evaluate_spans`, which applies them to a
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -245,7 +246,23 @@ def overlap_span_prf(predicted: Sequence[Span], gold: Sequence[Span]) -> PRF:
 
 def token_spans(text: str) -> list[Span]:
     """Character ranges of the whitespace-separated tokens of `text`, in order."""
-    return [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    return list(_tokens_of(text))
+
+
+# a decision fit reads the same documents, and mostly the same spans, thousands of times
+@functools.lru_cache(maxsize=8192)
+def _tokens_of(text: str) -> tuple[Span, ...]:
+    return tuple((m.start(), m.end()) for m in re.finditer(r"\S+", text))
+
+
+@functools.lru_cache(maxsize=65536)
+def _marked_in(spans: tuple[Span, ...], text: str) -> frozenset[int]:
+    return frozenset(_marked_tokens(spans, _tokens_of(text)))
+
+
+def token_count(text: str) -> int:
+    """The number of whitespace-separated tokens of `text`."""
+    return len(_tokens_of(text))
 
 
 def _marked_tokens(spans: Sequence[Span], tokens: Sequence[Span]) -> set[int]:
@@ -273,8 +290,7 @@ def token_prf(predicted: Sequence[Span], gold: Sequence[Span], text: str) -> PRF
     and by the submission) carried over to character spans of any text.
     """
     pred, gold_ = check_spans(predicted, "predicted"), check_spans(gold, "gold")
-    tokens = token_spans(text)
-    p_tokens, g_tokens = _marked_tokens(pred, tokens), _marked_tokens(gold_, tokens)
+    p_tokens, g_tokens = _marked_in(tuple(pred), text), _marked_in(tuple(gold_), text)
     tp = len(p_tokens & g_tokens)
     return PRF(tp=tp, fp=len(p_tokens) - tp, fn=len(g_tokens) - tp)
 

@@ -11,6 +11,7 @@ import yaml
 from spanjudge.core.catalog import load_catalog
 from spanjudge.data_gen.config import load_ensemble, load_sources
 from spanjudge.data_gen.pipeline import run_pipeline
+from spanjudge.data_gen.source_run import SourceRun
 from support.standin import Reply
 
 GOOD = (
@@ -71,14 +72,8 @@ def write_configs(tmp_path: Path, urls: dict[str, str], inputs: int = 3, **ensem
 
 def run_annotation(tmp_path: Path, urls: dict[str, str], shared_data: Path, out: str = "out", **extra: Any):
     ensemble_path, sources_path = write_configs(tmp_path, urls, **extra)
-    return run_pipeline(
-        load_ensemble(ensemble_path),
-        load_sources(sources_path),
-        sources_path,
-        tmp_path / out,
-        load_catalog(),
-        data_root=shared_data,
-    )
+    run = SourceRun(load_sources(sources_path), sources_path, tmp_path / out, load_catalog(), shared_data)
+    return run_pipeline(load_ensemble(ensemble_path), run)
 
 
 def read_lines(path: Path) -> list[dict]:

@@ -21,6 +21,7 @@ from spanjudge.core.errors import InputError
 from spanjudge.data_gen.config import SourceSpec, load_ensemble, load_sources
 from spanjudge.data_gen.folder_lock import FolderBusy
 from spanjudge.data_gen.pipeline import run_pipeline
+from spanjudge.data_gen.source_run import SourceRun
 from spanjudge.data_gen.sources import read_source
 
 pytestmark = pytest.mark.timeout(300)
@@ -66,10 +67,8 @@ def write_configs(
 
 def run(tmp_path: Path, configs: tuple[Path, Path], out: str = "out"):
     ensemble_path, sources_path = configs
-    return run_pipeline(
-        load_ensemble(ensemble_path), load_sources(sources_path), sources_path, tmp_path / out, load_catalog(),
-        data_root=None,
-    )  # fmt: skip
+    run = SourceRun(load_sources(sources_path), sources_path, tmp_path / out, load_catalog(), None)
+    return run_pipeline(load_ensemble(ensemble_path), run)
 
 
 def lines(path: Path) -> list[dict]:

@@ -242,17 +242,11 @@ def _run_refresh(tmp_path: Path, urls: dict[str, str], shared_data: Path) -> Any
     from spanjudge.core.catalog import load_catalog
     from spanjudge.data_gen.config import load_ensemble, load_sources
     from spanjudge.data_gen.pipeline import run_pipeline
+    from spanjudge.data_gen.source_run import SourceRun
 
     ensemble, sources = write_configs(tmp_path, urls)
-    return run_pipeline(
-        load_ensemble(ensemble),
-        load_sources(sources),
-        sources,
-        tmp_path / "out",
-        load_catalog(),
-        data_root=shared_data,
-        refresh_unscored=True,
-    )
+    run = SourceRun(load_sources(sources), sources, tmp_path / "out", load_catalog(), shared_data)
+    return run_pipeline(load_ensemble(ensemble), run, refresh_unscored=True)
 
 
 def test_score_refresh_unscored_scores_unscored_rows_again(serve, tmp_path: Path) -> None:

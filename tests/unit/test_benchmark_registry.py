@@ -157,7 +157,10 @@ def test_runner_pairs_judges_with_bootstrap_paired_bootstrap(monkeypatch: pytest
     )
     suite = SuiteConfig(name="s", datasets=(spec,), bootstrap=BootstrapSpec(resamples=200, seed=4))
     task = load_catalog().task("summeval")
-    items = [MetaItem(f"i{k}", "toy", f"in{k // 2}", f"s{k % 2}", task.id, {}, "o", {"a": 0.0}) for k in range(24)]
+    items = [
+        MetaItem("toy", f"in{k // 2}", f"s{k % 2}", task.id, {}, "o", where=f"toy:{k}", id=f"i{k}", human={"a": 0.0})
+        for k in range(24)
+    ]
     result = runner.MetaEvalResult("s", ["A", "B"], {})
     per_judge = {"A": {"a": runner._Series(good, human)}, "B": {"a": runner._Series(noise, human)}}
     runner.correlate_dataset(result, suite, MetaDataset(spec, task, items, Path("toy")), per_judge)

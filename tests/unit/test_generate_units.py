@@ -22,6 +22,7 @@ from spanjudge.data_gen.generate import GenerateSummary, plan_jobs, run_generate
 from spanjudge.data_gen.generate_config import PostProcess, load_generate_config
 from spanjudge.data_gen.generate_post import postprocess
 from spanjudge.data_gen.generate_prompts import load_templates, next_speaker, render_prompt
+from spanjudge.data_gen.source_run import SourceRun
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -322,15 +323,8 @@ def _stand_in_run(tmp_path: Path, urls: dict[str, str], shared_data: Path) -> Ge
     systems_path, sources_path = tmp_path / "systems.yaml", tmp_path / "sources.yaml"
     systems_path.write_text(yaml.safe_dump(systems))
     sources_path.write_text(yaml.safe_dump(sources))
-    return run_generate(
-        load_generate_config(systems_path),
-        systems_path,
-        load_sources(sources_path),
-        sources_path,
-        tmp_path / "out",
-        load_catalog(),
-        data_root=shared_data,
-    )
+    run = SourceRun(load_sources(sources_path), sources_path, tmp_path / "out", load_catalog(), shared_data)
+    return run_generate(load_generate_config(systems_path), systems_path, run)
 
 
 def _lines(path: Path) -> list[dict]:

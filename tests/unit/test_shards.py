@@ -26,6 +26,7 @@ from spanjudge.data_gen.config import load_ensemble, load_sources
 from spanjudge.data_gen.generate import run_generate
 from spanjudge.data_gen.generate_config import load_generate_config
 from spanjudge.data_gen.pipeline import run_pipeline
+from spanjudge.data_gen.source_run import SourceRun
 
 pytestmark = pytest.mark.timeout(300)
 Serve = Callable[..., tuple[StandIn, str]]
@@ -97,9 +98,8 @@ def _annotate(
     tmp_path: Path, urls: dict[str, str], out: Path, data: Path, shard: Shard | None = None, seed: int = 0
 ) -> Any:
     ensemble, sources = _configs(tmp_path, urls, seed=seed)
-    return run_pipeline(
-        load_ensemble(ensemble), load_sources(sources), sources, out, load_catalog(), data_root=data, shard=shard
-    )
+    run = SourceRun(load_sources(sources), sources, out, load_catalog(), data, shard=shard)
+    return run_pipeline(load_ensemble(ensemble), run)
 
 
 def _merge(*args: str) -> int:
@@ -247,16 +247,8 @@ def _generate(tmp_path: Path, url: str, out: Path, data: Path, shard: Shard | No
     systems_path, sources_path = tmp_path / "systems.yaml", tmp_path / "gen-sources.yaml"
     systems_path.write_text(yaml.safe_dump(systems))
     sources_path.write_text(yaml.safe_dump(sources))
-    return run_generate(
-        load_generate_config(systems_path),
-        systems_path,
-        load_sources(sources_path),
-        sources_path,
-        out,
-        load_catalog(),
-        data_root=data,
-        shard=shard,
-    )
+    run = SourceRun(load_sources(sources_path), sources_path, out, load_catalog(), data, shard=shard)
+    return run_generate(load_generate_config(systems_path), systems_path, run)
 
 
 def test_sharded_generate_merged_is_the_single_run(
@@ -348,11 +340,7 @@ def test_ollama_models_run_one_at_a_time_and_stay_loaded(serve: Serve, tmp_path:
     ensemble_path.write_text(yaml.safe_dump(ensemble))
     run_pipeline(
         load_ensemble(ensemble_path),
-        load_sources(sources),
-        sources,
-        tmp_path / "out",
-        load_catalog(),
-        data_root=shared_data,
+        SourceRun(load_sources(sources), sources, tmp_path / "out", load_catalog(), shared_data),
     )
     models = [body["model"] for body in ollama.bodies]
     annotators = [m for m in models if m != "sup:70b"]
