@@ -38,13 +38,16 @@ def option(
     metavar: str | None = None,
     cli: bool = True,
     argument: bool = False,
+    more_help: Callable[[], str] | None = None,
 ) -> Any:
     """A settings field that is also a command-line option: `--field-name` (or `flag`), its help,
     optional bounds and metavar. Without a default the option is required. `argument=True`: a
     positional argument instead of an option. `cli=False`: a field for Python callers only (a
-    mapping, say), left at its default by the command line."""
+    mapping, say), left at its default by the command line. `more_help`: the rest of the help, read
+    when the command is built (what a registry declares, say, which importing this module should not load)."""
     metadata = {
         "help": help,
+        "more_help": more_help,
         "flag": flag,
         "min": min,
         "max": max,
@@ -60,6 +63,17 @@ def option(
 def option_flag(field: dataclasses.Field[Any]) -> str:
     """The command-line flag of a settings field."""
     return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+
+
+def unwrapped(doc: str) -> str:
+    """A docstring's paragraphs each on one line, as a terminal of any width wraps them (typer keeps a paragraph's
+    line breaks after the first, so source-wrapped help came out ragged); a paragraph that is a list or indented
+    (an example) keeps its lines."""
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(
+        p if any(line.startswith(("- ", "* ", " ", "|")) for line in p.splitlines()) else " ".join(p.split("\n"))
+        for p in paragraphs
+    )
 
 
 def settings_command(
@@ -78,12 +92,12 @@ def settings_command(
         if not field.metadata["cli"]:
             continue
         bound = {key: field.metadata[key] for key in ("min", "max") if field.metadata.get(key) is not None}
+        more = field.metadata.get("more_help")
+        text = f"{field.metadata['help']} {more()}" if more else field.metadata["help"]
         if field.metadata.get("argument"):
-            info = typer.Argument(help=field.metadata["help"], metavar=field.metadata["metavar"], **bound)
+            info = typer.Argument(help=text, metavar=field.metadata["metavar"], **bound)
         else:
-            info = typer.Option(
-                option_flag(field), help=field.metadata["help"], metavar=field.metadata["metavar"], **bound
-            )
+            info = typer.Option(option_flag(field), help=text, metavar=field.metadata["metavar"], **bound)
         default = field.default
         if field.default_factory is not dataclasses.MISSING:
             default = field.default_factory()
@@ -100,7 +114,7 @@ def settings_command(
         run(settings(**values))
 
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-    command.__doc__ = help or run.__doc__
+    command.__doc__ = unwrapped(help or run.__doc__ or "")
     command.__name__ = f"{settings.__name__}_command"
     command.__settings__ = settings  # type: ignore[attr-defined]  # which dataclass declares the options
     app.command()(command)

@@ -3,13 +3,14 @@
 `JudgeOptions` is the typed spec `Judge.from_pretrained(model, options)` takes (keyword changes are
 checked against its fields); `spanjudge score`'s settings extend it, so `--engine`, `--base-url`,
 `--max-new-tokens` ... are these fields (`core.options` derives the command line), and meta-eval's
-`--judge-option KEY=VALUE` names them too. Which engine accepts what is in the backend registry.
+`--judge-option KEY=VALUE` names them too. The options only some engines take (`ENGINE_SPECIFIC`) are
+declared by each engine (`Engine.judge_options`): their help names those engines, and another engine refuses them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,13 @@ from typing import Any
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.options import option
 
-from .backends.registry import DEFAULT_JUDGE_ENGINE, engine_names
+from .backends.registry import DEFAULT_JUDGE_ENGINE, engine_names, engines_taking
+
+
+def for_engines(name: str) -> Callable[[], str]:
+    """The rest of an engine option's help: the engines that take it, as their declarations say."""
+    return lambda: f"(engine {' or '.join(engines_taking(name))})"
+
 
 MAX_NEW_TOKENS = 1536
 RETRIES = 3  # the thesis's scorer: three sampled retries of a reply that does not parse
@@ -31,11 +38,14 @@ class JudgeOptions:
     engine: str = option(DEFAULT_JUDGE_ENGINE, help=f"{' | '.join(engine_names())}.")
     base_url: str | None = option(
         None,
-        help="engine openai or ollama: the server, e.g. http://127.0.0.1:8080/v1 (Ollama: http://127.0.0.1:11434).",
+        help="The server, e.g. http://127.0.0.1:8080/v1 (Ollama: http://127.0.0.1:11434).",
+        more_help=for_engines("base_url"),
     )
-    served_model: str | None = option(None, help="engine openai or ollama: served model name.")
-    batch_size: int = option(8, help="transformers: batch size.", min=1)
-    dtype: str = option("auto", help="transformers: the weights' dtype (auto, bfloat16, float32 ...).")
+    served_model: str | None = option(None, help="The served model's name.", more_help=for_engines("served_model"))
+    batch_size: int = option(8, help="Batch size.", min=1, more_help=for_engines("batch_size"))
+    dtype: str = option(
+        "auto", help="The weights' dtype (auto, bfloat16, float32 ...).", more_help=for_engines("dtype")
+    )
     max_new_tokens: int = option(MAX_NEW_TOKENS, help="The longest reply the judge may write, in tokens.", min=16)
     retries: int = option(
         RETRIES,
@@ -55,8 +65,8 @@ class JudgeOptions:
     )
     max_context: int | None = option(None, help="Context length to fit prompts in (default: the model's).")
     trust_remote_code: bool = option(False, help="Run the model repository's own code (off unless asked).")
-    concurrency: int = option(1, help="engine openai: requests in flight.", min=1)
-    timeout_s: float = option(600.0, help="engine openai: seconds one call may take.")
+    concurrency: int = option(1, help="Requests in flight.", min=1, more_help=for_engines("concurrency"))
+    timeout_s: float = option(600.0, help="Seconds one call may take.", more_help=for_engines("timeout_s"))
     engine_options: Mapping[str, Any] | None = option(
         None,
         cli=False,
@@ -111,6 +121,15 @@ class JudgeOptions:
 
 
 JUDGE_OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(JudgeOptions))
+# the options only some engines take: each engine declares which (`Engine.judge_options`), the rest refuse them
+ENGINE_SPECIFIC: tuple[str, ...] = ("base_url", "served_model", "batch_size", "dtype", "concurrency", "timeout_s")
+
+
+def not_taken(options: JudgeOptions, takes: tuple[str, ...]) -> list[str]:
+    """The engine-specific options given a value other than their default that an engine taking `takes` does not
+    take."""
+    defaults = {f.name: f.default for f in dataclasses.fields(JudgeOptions)}
+    return [name for name in ENGINE_SPECIFIC if name not in takes and getattr(options, name) != defaults[name]]
 
 
 def judge_options(options: JudgeOptions | None = None, **changes: Any) -> JudgeOptions:

@@ -24,13 +24,13 @@ from spanjudge.core.errors import InputError, SpanjudgeError
 
 from .backends import BackendSpec, Engine, Wiring, engine
 from .backends.base import ChatRequest
-from .backends.registry import NO_PROMPT_LOGPROBS, engines_that
+from .backends.registry import NO_PROMPT_LOGPROBS, engines_taking, engines_that
 from .chat import render_chat
 from .contract import Evaluation
 from .contract.grammar import errors_within
 from .decisions import DecisionRule, effective_rule, stored_rule
 from .hf_models import load_tokenizer
-from .judge_options import JudgeOptions
+from .judge_options import JudgeOptions, not_taken
 from .probabilities import ReplyProbabilities
 from .prompts import PromptTemplate
 
@@ -82,6 +82,12 @@ def judge_engine(options: JudgeOptions, probability_reader: ProbabilitySource | 
             f"probabilities are read on the {engines_that('read_probabilities')} engines, not {declared.name!r}"
             + (f" ({why})" if why else "")
         )
+    if declared.launch is not None and options.base_url:
+        raise InputError(f"engine {declared.name!r} starts its own server: give no base_url")
+    refused = not_taken(options, declared.judge_options)
+    if refused:
+        takers = "; ".join(f"{name}: engine {' or '.join(engines_taking(name))}" for name in refused)
+        raise InputError(f"engine {declared.name!r} does not take {', '.join(refused)} ({takers})")
     return declared
 
 
@@ -98,8 +104,6 @@ def wire(
     fields: dict[str, Any] = {key: value for w in wiring for key, value in w.request_fields.items()}
     tokenizer_folder = adapter or (model if Path(model).is_dir() else None)
     if declared.serve:
-        if declared.launch is not None and o.base_url:
-            raise InputError(f"engine {declared.name!r} starts its own server: give no base_url")
         if declared.launch is None and not o.base_url:
             raise InputError(f"engine {declared.name!r} needs base_url (e.g. {declared.serve.endpoint_example})")
         tokenizer = (
@@ -122,9 +126,8 @@ def wire(
     else:
         tokenizer = load_tokenizer(tokenizer_folder or model, trust_remote_code=o.trust_remote_code)
         templated = False
-        given = {"batch_size": o.batch_size, "dtype": o.dtype, "reuse_prefix": o.reuse_prefix}
         engine_kwargs: dict[str, Any] = {"trust_remote_code": o.trust_remote_code}
-        engine_kwargs.update({name: given[name] for name in declared.judge_options})
+        engine_kwargs.update({name: getattr(o, name) for name in declared.judge_options})
         engine_kwargs.update(o.engine_options or {})  # the user's engine arguments win over the defaults above
         ours = sorted(({"adapter"} | declared.constrain(1).options.keys()) & engine_kwargs.keys())
         if ours:

@@ -96,7 +96,9 @@ class Engine:
     packages:      the top-level imports it needs (a missing one is an install hint, not a traceback)
     install:       how to install them
     extra:         the pip extra of spanjudge that installs them, if they are optional
-    judge_options: `JudgeOptions` fields passed on to its engine options (in-process engines)
+    judge_options: the `JudgeOptions` it takes of those only some engines take (`judge_options.ENGINE_SPECIFIC`:
+                   any other given a value is refused), and `reuse_prefix` where an in-process engine takes it;
+                   an in-process engine gets them among its engine options
     """
 
     name: str

@@ -176,6 +176,7 @@ ENGINE = Engine(
     install="pip install ollama",
     # chat only: Ollama applies the model's own template (a tokenizer, if any, still measures the prompt)
     serve=Serving("http://127.0.0.1:11434"),
+    judge_options=("base_url", "served_model", "concurrency", "timeout_s"),
     constrain=_json_schema,
     keep_loaded={KEEP_ALIVE: "30m"},  # Ollama's own default is 5m: a slow supervisor turn could unload an annotator
 )

@@ -166,6 +166,7 @@ ENGINE = Engine(
     packages=("openai",),
     install="pip install openai",
     serve=Serving("http://127.0.0.1:8080/v1", templated_prompt=True, request_fields=True),
+    judge_options=("base_url", "served_model", "concurrency", "timeout_s"),
     constrain=request_grammar,
     # llama.cpp's server reuses its slot's prompt cache unless told not to (vLLM ignores the field)
     prefix_reuse_off=Wiring(request_fields={"cache_prompt": False}),

@@ -52,6 +52,11 @@ def engines_that(can: str) -> str:
     return one_of([name for name, declared in ENGINES.load_all().items() if getattr(declared, can)])
 
 
+def engines_taking(option: str) -> tuple[str, ...]:
+    """The engines whose declaration takes the judge option `option` (`Engine.judge_options`)."""
+    return tuple(name for name, declared in ENGINES.load_all().items() if option in declared.judge_options)
+
+
 def _known_kind(name: str) -> str:
     try:
         return ENGINES.check(name)

@@ -14,6 +14,7 @@ import pytest
 
 from spanjudge.app import cli
 from spanjudge.core.errors import SpanjudgeError
+from spanjudge.core.options import unwrapped
 
 EXPECTED = {
     "tasks", "prompt", "parse", "generate", "annotate", "import", "merge", "train", "score", "render", "select",
@@ -28,6 +29,17 @@ def test_every_registered_command_resolves_with_its_own_help() -> None:
         command = cli.load_command(name, entry)
         assert callable(getattr(command, "main", None)) and command.name == name  # a click-style command
         assert (command.help or "").strip(), f"{name} ({entry.value}) has no help"
+
+
+def test_a_commands_help_paragraphs_are_one_line_each_for_the_terminal_to_wrap() -> None:
+    """Docstrings are wrapped at the source's width; typer keeps the line breaks of every paragraph after the
+    first, so each paragraph is joined (lists and indented examples keep their lines)."""
+    for name, entry in cli.registered_commands().items():
+        help_text = cli.load_command(name, entry).help or ""
+        for paragraph in help_text.split("\n\n"):
+            lines = paragraph.splitlines()
+            assert len(lines) == 1 or any(line.startswith(("- ", "* ", " ", "|")) for line in lines), (name, lines)
+    assert unwrapped("A\nb.\n\n- one\n- two\n\n    code\n    more") == "A b.\n\n- one\n- two\n\n    code\n    more"
 
 
 def test_every_command_takes_its_options_from_one_settings_dataclass() -> None:

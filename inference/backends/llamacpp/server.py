@@ -328,6 +328,7 @@ ENGINE = Engine(
     install="pip install 'spanjudge[llamacpp]'",
     extra="llamacpp",
     serve=Serving("started by spanjudge on 127.0.0.1", templated_prompt=True, request_fields=True),
+    judge_options=("served_model", "concurrency", "timeout_s"),
     constrain=request_grammar,
     prefix_reuse_off=Wiring(request_fields={"cache_prompt": False}),
     launch=LlamaCppServedBackend.launch,
