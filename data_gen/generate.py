@@ -205,7 +205,7 @@ def run_generate(config: GenerateConfig, config_path: Path, run: SourceRun) -> G
     if shard is not None:
         jobs = [job for job in jobs if shard.holds(input_key(job.item.dataset, job.item.input_id))]
     summary.jobs = len(jobs)
-    cache_path = run.cache
+    cache_path = run.make_cache_folder()
     by_system: dict[int, list[int]] = {}
     for position, job in enumerate(jobs):
         by_system.setdefault(job.system_index, []).append(position)

@@ -176,7 +176,7 @@ def run_pipeline(
     if shard is not None:
         requests = [r for r in requests if shard.holds(input_key(r.item.dataset, r.item.input_id))]
     summary.requests = len(requests)
-    cache_path = run.cache
+    cache_path = run.make_cache_folder()
     tasks = {r.item.task_id: run.catalog.task(r.item.task_id) for r in requests}
     prompts = [
         render_annotator_prompt(

@@ -30,9 +30,8 @@ class SourceRun:
     progress: Tracker | None = None
     shard: Shard | None = None
 
-    @property
-    def cache(self) -> Path:
-        """The reply cache, its folder made."""
+    def make_cache_folder(self) -> Path:
+        """The reply cache's path, its folder made."""
         path = self.cache_path or self.out_dir / "cache.sqlite"
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
