@@ -21,8 +21,9 @@
 # (bench/results/ensemble_quintd.md: GPT-4's two samples merged by vote), recipe gemma3-vote-cut: on dev,
 # gemma3-vote-cut-s42 and -s1, on dev and on test; -s2 on dev and on test. The votes as training signal (issue #66, decided on
 # dev: the two samples' agreement on an output tracks how well their vote matches the humans there), recipe
-# gemma3-vote-agree-cut: the same teacher, each example weighted by that agreement; on dev, -s42 and -s1 are
-# still to run.
+# gemma3-vote-agree-cut: the same teacher, each example weighted by that agreement; on dev, -s42 (-s1 is still
+# to run). Issue #67 (fast judging): gemma3-vote-agree-cut-llamacpp-s42 is the same student (its work folder)
+# judging dev on llama.cpp in process (--student-engine llamacpp: its Q4_K_M GGUF with the adapter as a GGUF LoRA).
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
@@ -57,6 +58,7 @@ RUNS=(
   "gemma3-vote-cut-s2 --recipe gemma3-vote-cut --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml"
   "gemma3-vote-agree-cut-s42 --recipe gemma3-vote-agree-cut --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
   "gemma3-vote-agree-cut-s1 --recipe gemma3-vote-agree-cut --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
+  "gemma3-vote-agree-cut-llamacpp-s42 --recipe gemma3-vote-agree-cut-llamacpp --work runs/bench/distill_quintd/gemma3-vote-agree-cut-s42 --student-engine llamacpp --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
 )
 case "$SPLIT" in
   dev) log_suffix="" ;;

@@ -36,6 +36,7 @@ from spanjudge.data_gen.teacher import ImportSummary
 from spanjudge.eval.distill.judgments import archive, readings, restorable
 from spanjudge.eval.distill.report import domain_rows
 from spanjudge.eval.distill.study import (
+    ENGINE_LABELS,
     STUDENTS,
     StudySettings,
     checkout_free,
@@ -43,6 +44,7 @@ from spanjudge.eval.distill.study import (
     judging_key,
     per_device_batch,
     recipe_settings,
+    student_engine,
 )
 from spanjudge.eval.spans.decision_fit import decided_spans
 from spanjudge.eval.spans.judging import (
@@ -279,12 +281,22 @@ def student_gguf(student: str) -> Path:
     return gemma3_gguf() if student == "gemma3" else smollm2_gguf()
 
 
-def in_process_judge(adapter: Path, args: StudySettings, probabilities: bool, samples: int) -> Callable[[], Any]:
+def in_process_judge(
+    adapter: Path,
+    args: StudySettings,
+    probabilities: bool,
+    samples: int,
+    engine: str = "transformers",
+    engine_options: dict[str, Any] | None = None,
+) -> Callable[[], Any]:
+    """A judge in this process: the adapter on `engine` (transformers, or llamacpp with `engine_options` naming the
+    GGUF and its GGUF LoRA)."""
 
     def make() -> Any:
         return Judge.from_pretrained(
-            adapter, engine="transformers", max_new_tokens=args.max_new_tokens, retries=args.retries,
-            max_context=4096, constrained=args.constrained, probabilities=probabilities, samples=samples,
+            adapter, engine=engine, engine_options=engine_options, max_new_tokens=args.max_new_tokens,
+            retries=args.retries, max_context=4096, constrained=args.constrained, probabilities=probabilities,
+            samples=samples,
         )  # fmt: skip
 
     return make
@@ -316,6 +328,26 @@ def served_judge(
     return make
 
 
+def student_judge(
+    folder: Path,
+    gguf: Path,
+    lora: Path | None,
+    args: StudySettings,
+    constrained: bool,
+    probabilities: bool,
+    samples: int,
+) -> Callable[[], Any]:
+    """The student's judge on its engine (`student_engine`): the exact reader on transformers, its GGUF with the
+    GGUF LoRA in this process, or the same served by llama.cpp."""
+    engine = student_engine(args)
+    if engine == "transformers":
+        return in_process_judge(folder, args, probabilities, samples)
+    if engine == "llamacpp":
+        options = {"gguf": str(gguf), "lora": str(lora), "n_ctx": 4096, "n_threads": os.cpu_count() or 1}
+        return in_process_judge(folder, args, probabilities, samples, "llamacpp", options)
+    return served_judge(folder, gguf, lora, args, constrained, probabilities, samples)
+
+
 Say = Callable[[str], None]
 
 
@@ -337,7 +369,8 @@ def judge_held_out(
     adapter = work / "student" / "adapter"
     gguf = student_gguf(args.student)
     base_folder = Path(convert_gguf(gguf, progress=say))
-    lora = None if args.student == "gemma3" else work / "student-lora.gguf"
+    engine = student_engine(args)
+    lora = work / "student-lora.gguf" if engine != "transformers" else None
     if lora is not None and not lora.is_file():
         adapter_to_gguf(adapter, json.loads((base_folder / "config.json").read_text()), lora)
     tables = held_out_tables(args)
@@ -361,21 +394,19 @@ def judge_held_out(
         name += "+grammar" if constrained else ""
         probabilities = name.startswith("student") and args.probabilities and not samples
         name += "+probabilities" if probabilities else f"+consensus{samples}" if samples else ""
-        # a SmolLM2 student is served by llama.cpp (its probabilities read from the same GGUF), a Gemma one runs
-        # in process; the engine is in the file's name, so one engine's judgments never resume another's
-        in_process = name.startswith("student") and args.student == "gemma3"
-        engine = "transformers" if in_process else "llamacpp"
-        path = work / "judgments" / f"{name}_{engine}_{key}.json"
+        # the engine is in the file's name, so one engine's judgments never resume another's
+        label = ENGINE_LABELS[engine] if name.startswith("student") else ENGINE_LABELS["llamacpp-server"]
+        path = work / "judgments" / f"{name}_{label}_{key}.json"
         if name.startswith("base"):  # the untrained base is the same judge in every run: judged once per setting
             base_key = key if args.student == "smollm2" else f"{args.student}_{key}"
             path = work.parent / "base_judgments" / f"{base_key}+grammar.json"
-        if in_process:
-            make = in_process_judge(adapter, args, probabilities, samples)
+        if name.startswith("student"):
+            make = student_judge(folder, gguf, adapter_gguf, args, constrained, probabilities, samples)
         else:
             make = served_judge(folder, gguf, adapter_gguf, args, constrained, probabilities, samples)
         # who judged: the same judge's judgments kept by any run are restored, not judged again (runs/ is lost
         # with the machine; the base is the same judge in every run, and a retrained student may be the same)
-        identity = {"judge": name, "engine": engine, "student": args.student, "judging": key,
+        identity = {"judge": name, "engine": label, "student": args.student, "judging": key,
                     "adapter_sha256": None if name.startswith("base") else student}  # fmt: skip
         if keep is not None and not path.is_file() and (found := restorable(keep, args.split, name, identity)):
             atomic_write_json(path, {k: v for k, v in found[1].items() if k != "identity"})
@@ -475,6 +506,7 @@ def run_settings(
         "constrained": args.constrained,
         "probabilities": args.probabilities,
         "samples": args.samples,
+        "student_engine": args.student_engine,
         "recipe_settings": recipe_settings(args),
         "resamples": args.resamples,
         "train": train,

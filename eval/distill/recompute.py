@@ -16,7 +16,7 @@ from spanjudge.eval.distill.study import StudySettings, judging_key
 from spanjudge.eval.spans.calibration import calibration, reliability_png
 from spanjudge.inference.decisions import DecisionRule
 
-FIELDS = ("recipe", "domains", "eval_domains", "max_new_tokens", "retries", "resamples", "train_seed")
+FIELDS = ("recipe", "domains", "eval_domains", "max_new_tokens", "retries", "resamples", "train_seed", "student_engine")
 
 
 def decisions(args: StudySettings, docs: list[Any], kept: Path, judged: dict[str, Any]) -> DecisionRule | None:

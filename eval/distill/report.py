@@ -237,6 +237,7 @@ UNRECORDED = {
     "decision_weight": 1.0,
     "example_weights": "none",
     "train_seed": 42,
+    "student_engine": "default",
 }
 
 
@@ -247,7 +248,7 @@ def _setting(settings: dict[str, Any], key: str) -> Any:
 
 RECIPE = (
     "student_model", "domains", "extra_domains", "import_config", "batch", "lr", "rank", "repeat_no_error",
-    "example_weights", "decision_weight", "max_new_tokens", "constrained",
+    "example_weights", "decision_weight", "max_new_tokens", "constrained", "student_engine",
 )  # fmt: skip
 
 

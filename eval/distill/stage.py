@@ -21,7 +21,7 @@ from spanjudge.core.errors import InputError
 from .phases import TeacherRecords, another_student, import_teacher, judge_held_out, run_settings, train_student
 from .recompute import diagram, from_judgments, rows_and_decisions
 from .report import write_results
-from .study import STUDENTS, StudySettings, leak, recipe_conflict, recipe_settings
+from .study import ENGINE_LABELS, STUDENTS, StudySettings, leak, recipe_conflict, recipe_settings
 
 Say = Callable[[str], None]
 RESULTS = Path("bench/results/distill_quintd")  # the protocol's results (.json, .md), from the checkout
@@ -33,6 +33,7 @@ CHOICES = {
     "train_source": ("gpt-4", "human", "config"),
     "example_weights": ("none", "agreement"),
     "too_long": ("cut", "skip"),
+    "student_engine": ("default", *ENGINE_LABELS),
 }
 
 
@@ -57,6 +58,12 @@ def check_study(settings: StudySettings, results: Path = RESULTS) -> None:
         if getattr(s, name) not in allowed:
             raise InputError(f"--{name.replace('_', '-')} is one of {', '.join(allowed)}, not {getattr(s, name)!r}")
     runs = recorded_runs(results)
+    judged_dev_on = runs.get(s.label, {}).get("settings", {}).get("student_engine") or "default"
+    if s.split == "test" and s.label in runs and judged_dev_on != s.student_engine:
+        raise InputError(
+            f"{s.label}: its dev split was judged with --student-engine {judged_dev_on}, not {s.student_engine}; "
+            "the test split is judged by the judge whose dev judgments fitted its thresholds"
+        )
     problem = leak(s) or recipe_conflict(s.recipe or s.label, s.label, recipe_settings(s), runs)
     if problem:
         raise InputError(problem)

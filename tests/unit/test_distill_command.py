@@ -4,6 +4,7 @@ protocol refuses is one line before anything runs, and --recompute needs no mode
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -34,6 +35,7 @@ def test_the_command_is_registered_and_its_options_are_the_study_settings(capsys
         (["--label", "x", "--student", "llama"], "--student is one of smollm2, gemma3, not 'llama'"),
         (["--label", "x", "--train-tables", "0", "75"], "--train-tables and --dev-tables overlap"),
         (["--label", "x", "--example-weights", "votes"], "--example-weights is one of none, agreement"),
+        (["--label", "x", "--student-engine", "vllm"], "--student-engine is one of default, transformers, llamacpp,"),
     ],
 )
 def test_what_the_protocol_refuses_is_one_line_before_anything_runs(
@@ -56,3 +58,15 @@ def test_recompute_refuses_what_it_cannot_recompute_in_one_line(
     assert cli_main(["distill", "--recompute", "--results", str(results), "--only", "no-such-run"]) == 2
     err = capsys.readouterr().err
     assert "no run 'no-such-run'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_test_split_is_judged_on_the_engine_that_judged_dev(tmp_path: Path) -> None:
+    from spanjudge.core.errors import InputError
+    from spanjudge.eval.distill.stage import check_study
+
+    results = tmp_path / "distill_quintd"
+    settings = {"recipe": "r", "recipe_settings": {}, "student_engine": None}  # unrecorded: the student's own
+    results.with_suffix(".json").write_text(json.dumps({"runs": {"r-s1": {"settings": settings, "rows": []}}}))
+    check_study(StudySettings(label="r-s1", split="test"), results)
+    with pytest.raises(InputError, match="dev split was judged with --student-engine default, not llamacpp"):
+        check_study(StudySettings(label="r-s1", split="test", student_engine="llamacpp"), results)
