@@ -38,7 +38,9 @@ class ModelSection(_Strict):
         "(training/precision.py)",
     )
     quantization: Literal["none", "4bit", "8bit"] = Field(
-        default="none", description="4bit = QLoRA (NF4, double quantisation, bf16 compute) through bitsandbytes"
+        default="none",
+        description="4bit = QLoRA (NF4, double quantisation) through bitsandbytes, computing in model.dtype "
+        "(auto: bf16 on a GPU, float32 on a CPU)",
     )
     attn_implementation: str | None = Field(default=None, description="e.g. sdpa, eager, flash_attention_2")
     trust_remote_code: bool = False
