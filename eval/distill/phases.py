@@ -281,28 +281,8 @@ def student_gguf(student: str) -> Path:
     return gemma3_gguf() if student == "gemma3" else smollm2_gguf()
 
 
-def in_process_judge(
-    adapter: Path,
-    args: StudySettings,
-    probabilities: bool,
-    samples: int,
-    engine: str = "transformers",
-    engine_options: dict[str, Any] | None = None,
-) -> Callable[[], Any]:
-    """A judge in this process: the adapter on `engine` (transformers, or llamacpp with `engine_options` naming the
-    GGUF and its GGUF LoRA)."""
-
-    def make() -> Any:
-        return Judge.from_pretrained(
-            adapter, engine=engine, engine_options=engine_options, max_new_tokens=args.max_new_tokens,
-            retries=args.retries, max_context=4096, constrained=args.constrained, probabilities=probabilities,
-            samples=samples,
-        )  # fmt: skip
-
-    return make
-
-
-def served_judge(
+def judge_maker(
+    engine: str,
     folder: Path,
     gguf: Path,
     lora: Path | None,
@@ -311,41 +291,26 @@ def served_judge(
     probabilities: bool,
     samples: int = 0,
 ) -> Callable[[], Any]:
-    """A judge llama.cpp serves (engine `llamacpp-server`: it starts and stops the server); with `probabilities`,
-    read in this process from the same GGUF and LoRA."""
+    """A judge of `folder` (an adapter, or a base with a chat template) on `engine`: transformers (the exact
+    probability reader, in this process), llamacpp (the GGUF with its GGUF LoRA, in this process) or
+    llamacpp-server (the same served: the engine starts and stops the server; with `probabilities`, read in
+    this process from the same GGUF and LoRA)."""
+    options: dict[str, Any] | None = None
+    if engine != "transformers":
+        options = {"gguf": str(gguf), "n_ctx": 4096, "n_threads": os.cpu_count() or 1}
+        if lora is not None:
+            options["lora"] = str(lora)
+        if engine == "llamacpp-server":
+            options["chat_format"] = STUDENTS[args.student]["chat_format"]
+    served = {"served_model": "judge"} if engine == "llamacpp-server" else {}
 
     def make() -> Any:
-        server = {"gguf": str(gguf), "n_ctx": 4096, "n_threads": os.cpu_count() or 1,
-                  "chat_format": STUDENTS[args.student]["chat_format"]}  # fmt: skip
-        if lora is not None:
-            server["lora"] = str(lora)
         return Judge.from_pretrained(
-            folder, engine="llamacpp-server", engine_options=server, served_model="judge",
-            max_new_tokens=args.max_new_tokens, retries=args.retries, max_context=4096, constrained=constrained,
-            probabilities=probabilities, samples=samples,
+            folder, engine=engine, engine_options=options, max_new_tokens=args.max_new_tokens, retries=args.retries,
+            max_context=4096, constrained=constrained, probabilities=probabilities, samples=samples, **served,
         )  # fmt: skip
 
     return make
-
-
-def student_judge(
-    folder: Path,
-    gguf: Path,
-    lora: Path | None,
-    args: StudySettings,
-    constrained: bool,
-    probabilities: bool,
-    samples: int,
-) -> Callable[[], Any]:
-    """The student's judge on its engine (`student_engine`): the exact reader on transformers, its GGUF with the
-    GGUF LoRA in this process, or the same served by llama.cpp."""
-    engine = student_engine(args)
-    if engine == "transformers":
-        return in_process_judge(folder, args, probabilities, samples)
-    if engine == "llamacpp":
-        options = {"gguf": str(gguf), "lora": str(lora), "n_ctx": 4096, "n_threads": os.cpu_count() or 1}
-        return in_process_judge(folder, args, probabilities, samples, "llamacpp", options)
-    return served_judge(folder, gguf, lora, args, constrained, probabilities, samples)
 
 
 Say = Callable[[str], None]
@@ -395,15 +360,13 @@ def judge_held_out(
         probabilities = name.startswith("student") and args.probabilities and not samples
         name += "+probabilities" if probabilities else f"+consensus{samples}" if samples else ""
         # the engine is in the file's name, so one engine's judgments never resume another's
-        label = ENGINE_LABELS[engine] if name.startswith("student") else ENGINE_LABELS["llamacpp-server"]
+        judge_engine = engine if name.startswith("student") else "llamacpp-server"
+        label = ENGINE_LABELS[judge_engine]
         path = work / "judgments" / f"{name}_{label}_{key}.json"
         if name.startswith("base"):  # the untrained base is the same judge in every run: judged once per setting
             base_key = key if args.student == "smollm2" else f"{args.student}_{key}"
             path = work.parent / "base_judgments" / f"{base_key}+grammar.json"
-        if name.startswith("student"):
-            make = student_judge(folder, gguf, adapter_gguf, args, constrained, probabilities, samples)
-        else:
-            make = served_judge(folder, gguf, adapter_gguf, args, constrained, probabilities, samples)
+        make = judge_maker(judge_engine, folder, gguf, adapter_gguf, args, constrained, probabilities, samples)
         # who judged: the same judge's judgments kept by any run are restored, not judged again (runs/ is lost
         # with the machine; the base is the same judge in every run, and a retrained student may be the same)
         identity = {"judge": name, "engine": label, "student": args.student, "judging": key,
