@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = json.loads((RESULTS / "distill_quintd.json").read_text())["runs"]
     saved = json.loads(OUT.with_suffix(".json").read_text())["rows"] if OUT.with_suffix(".json").is_file() else []
     rows = {(r["a"], r["b"], r["split"]): r for r in saved}
+    kept = RESULTS / "distill_judgments"
     try:
         for a, b, split in pairs:
-            kept = RESULTS / "distill_judgments"
             rows[(a, b, split)] = paired_recipes(runs, a, b, split, kept, resamples=args.resamples)
     except InputError as exc:
         print(f"distill_paired: {exc}", file=sys.stderr)
