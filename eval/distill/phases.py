@@ -302,12 +302,13 @@ def judge_maker(
             options["lora"] = str(lora)
         if engine == "llamacpp-server":
             options["chat_format"] = STUDENTS[args.student]["chat_format"]
-    served = {"served_model": "judge"} if engine == "llamacpp-server" else {}
+    served_model = "judge" if engine == "llamacpp-server" else None  # None: the option's default
 
     def make() -> Any:
         return Judge.from_pretrained(
             folder, engine=engine, engine_options=options, max_new_tokens=args.max_new_tokens, retries=args.retries,
-            max_context=4096, constrained=constrained, probabilities=probabilities, samples=samples, **served,
+            max_context=4096, constrained=constrained, probabilities=probabilities, samples=samples,
+            served_model=served_model,
         )  # fmt: skip
 
     return make
