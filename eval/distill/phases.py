@@ -56,6 +56,7 @@ from spanjudge.eval.spans.judging import (
 from spanjudge.eval.spans.metrics import mark_numbers
 from spanjudge.eval.spans.quintd import quintd_tables
 from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf
+from spanjudge.inference.backends.registry import engine as engine_declaration
 from spanjudge.inference.decisions import DecisionRule
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
@@ -295,14 +296,15 @@ def judge_maker(
     probability reader, in this process), llamacpp (the GGUF with its GGUF LoRA, in this process) or
     llamacpp-server (the same served: the engine starts and stops the server; with `probabilities`, read in
     this process from the same GGUF and LoRA)."""
+    declared = engine_declaration(engine)
     options: dict[str, Any] | None = None
-    if engine != "transformers":
+    if declared.reads_gguf:
         options = {"gguf": str(gguf), "n_ctx": 4096, "n_threads": os.cpu_count() or 1}
         if lora is not None:
             options["lora"] = str(lora)
-        if engine == "llamacpp-server":
+        if declared.launch is not None:  # a server it starts: the chat template by llama.cpp's name
             options["chat_format"] = STUDENTS[args.student]["chat_format"]
-    served_model = "judge" if engine == "llamacpp-server" else None  # None: the option's default
+    served_model = "judge" if "served_model" in declared.judge_options else None  # None: the option's default
 
     def make() -> Any:
         return Judge.from_pretrained(
@@ -336,7 +338,7 @@ def judge_held_out(
     gguf = student_gguf(args.student)
     base_folder = Path(convert_gguf(gguf, progress=say))
     engine = student_engine(args)
-    lora = work / "student-lora.gguf" if engine != "transformers" else None
+    lora = work / "student-lora.gguf" if engine_declaration(engine).reads_gguf else None
     if lora is not None and not lora.is_file():
         adapter_to_gguf(adapter, json.loads((base_folder / "config.json").read_text()), lora)
     tables = held_out_tables(args)

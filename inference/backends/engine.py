@@ -99,6 +99,7 @@ class Engine:
     judge_options: the `JudgeOptions` it takes of those only some engines take (`judge_options.ENGINE_SPECIFIC`:
                    any other given a value is refused), and `reuse_prefix` where an in-process engine takes it;
                    an in-process engine gets them among its engine options
+    reads_gguf:    its model is a GGUF file (engine option `gguf`) and an adapter a GGUF LoRA (`lora`)
     """
 
     name: str
@@ -113,6 +114,7 @@ class Engine:
     prefix_reuse_off: Wiring = field(default_factory=Wiring)
     keep_loaded: Mapping[str, Any] = field(default_factory=dict)
     launch: Launch | None = None
+    reads_gguf: bool = False
 
     @property
     def in_process(self) -> bool:

@@ -173,4 +173,5 @@ ENGINE = Engine(
     extra="llamacpp",
     judge_options=("reuse_prefix",),
     constrain=grammar_option,
+    reads_gguf=True,
 )

@@ -332,4 +332,5 @@ ENGINE = Engine(
     constrain=request_grammar,
     prefix_reuse_off=Wiring(request_fields={"cache_prompt": False}),
     launch=LlamaCppServedBackend.launch,
+    reads_gguf=True,
 )
