@@ -21,8 +21,8 @@
 # (bench/results/ensemble_quintd.md: GPT-4's two samples merged by vote), recipe gemma3-vote-cut: on dev,
 # gemma3-vote-cut-s42 and -s1, on dev and on test; -s2 on dev and on test. The votes as training signal (issue #66, decided on
 # dev: the two samples' agreement on an output tracks how well their vote matches the humans there), recipe
-# gemma3-vote-agree-cut: the same teacher, each example weighted by that agreement; on dev, -s42 (-s1 is still
-# to run). Issue #67 (fast judging): gemma3-vote-agree-cut-llamacpp-s42 is the same student (its work folder)
+# gemma3-vote-agree-cut: the same teacher, each example weighted by that agreement; on dev, -s42 only (the rule
+# set before it was read stopped the arm there: docs/research/ensemble.md). Issue #67 (fast judging): gemma3-vote-agree-cut-llamacpp-s42 is the same student (its work folder)
 # judging dev on llama.cpp in process (--student-engine llamacpp: its Q4_K_M GGUF with the adapter as a GGUF LoRA).
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #

@@ -3,6 +3,7 @@ each reading is to the kept judgments of the protocol's transformers reader (iss
 
     .venv/bin/python bench/gemma_judging_speed.py --label NAME --engine transformers|llamacpp \
         [--run runs/bench/distill_quintd/gemma3-vote-cut-s1] [--tables 70 72] [--threads 2]
+    .venv/bin/python bench/gemma_judging_speed.py --label NAME --kept LABEL --run RUN  # no model: two kept readings
 
 The judge is the run's trained adapter, judging as the protocol does (greedy, at most 320 new tokens, one retry,
 a 4,096-token context, `probabilities=True`):
@@ -14,7 +15,9 @@ LABEL/dev/student+probabilities.json.gz`, the transformers reader at the commit 
 wall time of `Judge.score` (loading excluded), seconds per output, the replies identical to the reference's, and
 how far the reading is from it: P(no error), each written span's confidence (the probability of writing at least
 that many errors), expected errors and expected score (medians and maxima of the absolute differences, over the
-outputs whose replies are identical). Rows merge into bench/results/gemma_judging_speed.{json,md} under --label (a
+outputs whose replies are identical). `--kept LABEL` runs no model: it reads the dev judgments another protocol run
+kept (all of dev, 120 outputs) as the row, against --run's, and refuses two readings of different adapters. Rows
+merge into bench/results/gemma_judging_speed.{json,md} under --label (a
 rerun replaces its label). Run it alone: two CPU-heavy jobs on 2 cores distort each other. Not a test.
 """
 
@@ -85,11 +88,22 @@ def compare(rows: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--label", required=True, help="the implementation measured (a row label)")
-    parser.add_argument("--engine", choices=("transformers", "llamacpp"), required=True)
+    parser.add_argument(
+        "--engine", choices=("transformers", "llamacpp"), help="the engine to judge on (not with --kept)"
+    )
     parser.add_argument("--run", type=Path, default=REPO / "runs/bench/distill_quintd/gemma3-vote-cut-s1")
     parser.add_argument("--tables", type=int, nargs=2, default=(70, 72), metavar=("FIRST", "STOP"))
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--kept", metavar="LABEL", help="no model: compare this protocol run's kept dev reading")
     args = parser.parse_args()
+    if args.kept:
+        row = kept_row(args.label, args.kept, args.run.name)
+        if isinstance(row, str):
+            parser.error(row)
+        merge_row(row)
+        return
+    if args.engine is None:
+        parser.error("give --engine (the engine to judge on) or --kept (a kept reading to compare)")
     adapter = args.run / "student" / "adapter"
     if not adapter.is_dir():
         parser.error(f"--run {args.run}: no trained student there (student/adapter); run the protocol first")
@@ -116,8 +130,35 @@ def main() -> None:
         "s_per_output": round(judged["wall_s"] / len(docs), 2),
         **compare(judged["rows"], kept["rows"]),
     }
+    merge_row(row)
+
+
+def kept_row(label: str, kept: str, reference: str) -> dict[str, Any] | str:
+    """The row of run `kept`'s kept dev reading against run `reference`'s (the same adapter), or why not."""
+    ours = archived(KEPT, kept, "dev").get("student+probabilities")
+    theirs = archived(KEPT, reference, "dev").get("student+probabilities")
+    if ours is None or theirs is None:
+        return f"no kept dev reading of {kept if ours is None else reference} under {KEPT}"
+    adapters = {payload["identity"].get("adapter_sha256") for payload in (ours, theirs)}
+    if len(adapters) != 1:
+        return f"{kept} and {reference} read different adapters: their replies are not comparable"
+    outputs = len(ours["rows"])
+    return {
+        "label": label,
+        "engine": ours["identity"]["engine"],
+        "run": reference,
+        "tables": [70, 80],
+        "threads": None,  # the protocol's: every core
+        "wall_s": ours["wall_s"],
+        "s_per_output": round(ours["wall_s"] / outputs, 2),
+        "reference_s_per_output": round(theirs["wall_s"] / len(theirs["rows"]), 2),
+        **compare(ours["rows"], theirs["rows"]),
+    }
+
+
+def merge_row(row: dict[str, Any]) -> None:
     saved = json.loads(OUT.with_suffix(".json").read_text()) if OUT.with_suffix(".json").is_file() else {}
-    rows = [r for r in saved.get("rows", []) if r["label"] != args.label] + [row]
+    rows = [r for r in saved.get("rows", []) if r["label"] != row["label"]] + [row]
     write_report(OUT, {"machine": machine(), "rows": rows}, markdown(machine(), rows))
 
 
@@ -135,14 +176,15 @@ def markdown(where: str, rows: list[dict[str, Any]]) -> list[str]:
         "Differences: median / max of |ours − reference| over the outputs with identical replies; span confidence: "
         "the probability of writing at least that many errors. One run per row.",
         "",
-        "| label | engine | run | tables | threads | wall s | s/output | identical replies | P(no error) | "
-        "span confidence | expected errors | expected score |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| label | engine | run | tables | threads | wall s | s/output | reference s/output | identical replies | "
+        "P(no error) | span confidence | expected errors | expected score |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        tables, reference = f"{r['tables'][0]}–{r['tables'][1] - 1}", r.get("reference_s_per_output", "–")
         lines.append(
-            f"| {r['label']} | {r['engine']} | {r['run']} | {r['tables'][0]}–{r['tables'][1] - 1} | {r['threads']} | "
-            f"{r['wall_s']} | {r['s_per_output']} | {r['identical_replies']}/{r['outputs']} | {_gap(r['p_no_error'])} "
+            f"| {r['label']} | {r['engine']} | {r['run']} | {tables} | {r['threads'] or 'all'} | {r['wall_s']} | "
+            f"{r['s_per_output']} | {reference} | {r['identical_replies']}/{r['outputs']} | {_gap(r['p_no_error'])} "
             f"| {_gap(r['span_written'])} | {_gap(r['expected_errors'])} | {_gap(r['expected_score'])} |"
         )
     return lines
