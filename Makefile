@@ -21,6 +21,12 @@ OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
 
 .PHONY: test check demo docs lint format install clean
 
+# two pytest workers (pytest-xdist), each test file whole on one: most tests wait on a child process or a
+# server as much as they compute, so two keep both cores busy; the run's costly artefacts (the trained smoke
+# judge, the release and its venv) are built once and shared (tests/conftest.py `built_once`)
+PYTEST_WORKERS ?= 2
+PYTEST := $(OFFLINE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+
 # everything: lint, the layer contracts, the type check and every test (unit, integration, slow): CI runs
 # this. The layer and type checks run here and in `check`, once each, never inside pytest.
 test: $(STAMP)
@@ -28,7 +34,7 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/python tests/support/layers.py
 	$(BIN)/python tests/support/typecheck.py
-	$(OFFLINE) $(BIN)/python -m pytest
+	$(PYTEST)
 
 # the edit-test loop (a few minutes): lint, the layer contracts, the type check and the unit tests
 check: $(STAMP)
@@ -36,7 +42,7 @@ check: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/python tests/support/layers.py
 	$(BIN)/python tests/support/typecheck.py
-	$(OFFLINE) $(BIN)/python -m pytest tests/unit
+	$(PYTEST) tests/unit
 
 demo: $(STAMP)
 	$(OFFLINE) $(BIN)/spanjudge demo

@@ -3,6 +3,7 @@ real llama.cpp server on 127.0.0.1. No model hub is reachable, so the hub stays 
 
 from __future__ import annotations
 
+import json
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -125,36 +126,73 @@ def serve() -> Iterator[Callable[..., tuple[StandIn, str]]]:
         stop_stand_in(server, stand_in)
 
 
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], dict[str, str]]
+) -> dict[str, str]:
+    """What `build(folder)` returns, built once per test run: under pytest-xdist the workers share one folder
+    (the run's temporary root, behind a file lock), so the first worker builds and the others read its record;
+    a build that failed fails every worker with its message, without building again."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # one process: the session fixture is already once per run
+        return build(tmp_path_factory.mktemp(name))
+    from filelock import FileLock
+
+    folder = tmp_path_factory.getbasetemp().parent / name  # the run's root, shared by its workers
+    record, failed = folder / "built.json", folder / "failed.txt"
+    with FileLock(str(folder) + ".lock"):
+        if failed.is_file():
+            pytest.fail(failed.read_text())
+        if not record.is_file():
+            folder.mkdir(exist_ok=True)
+            try:
+                built = build(folder)
+            except BaseException as exc:  # pytest.fail included: the other workers fail with the same message
+                failed.write_text(f"{name}, built by another worker, failed: {exc}")
+                raise
+            record.write_text(json.dumps(built))
+        return dict(json.loads(record.read_text()))
+
+
 @pytest.fixture(scope="session")
 def trained_judge(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> TrainedRun:
-    """The CPU smoke judge, trained once per session on QAGS-XSum human judgments by two
+    """The CPU smoke judge, trained once per test run on QAGS-XSum human judgments by two
     real CPU processes (`accelerate launch --config_file configs/accelerate/cpu_ddp.yaml
     train.py`), evaluated before and after training."""
     reuse = os.environ.get("SPANJUDGE_TEST_TRAINED_JUDGE")
     if reuse:  # a developer's shortcut: a run folder this fixture made before (never set in CI)
         return TrainedRun(records=Path(reuse) / "unused", out=Path(reuse), log="", args=[])
-    root = tmp_path_factory.mktemp("trained_judge")
-    records = write_qags_records(root / "annotate", shared_data)
-    # 16 steps: fewer leave SmolLM2 writing the format without its Severity lines, which the
-    # parser rightly refuses; one example per process and step (2 epochs of 16 examples) learns
-    # the format as well as 4 epochs did, in half the time
-    sets = ["--set", "training.eval_on_start=true", "--set", "training.max_steps=16"]
-    sets += ["--set", "training.per_device_batch_size=1", "--set", "training.effective_batch_size=2"]
-    args = smoke_args(records, root / "run", *sets)
-    process = launch(["--config_file", "configs/accelerate/cpu_ddp.yaml", *args])
-    log, _ = process.communicate(timeout=900)
-    if process.returncode != 0:
-        pytest.fail(f"training the smoke judge failed:\n{log[-4000:]}")
-    return TrainedRun(records=records, out=root / "run", log=log, args=args)
+
+    def train(root: Path) -> dict[str, str]:
+        records = write_qags_records(root / "annotate", shared_data)
+        # 16 steps: fewer leave SmolLM2 writing the format without its Severity lines, which the
+        # parser rightly refuses; one example per process and step (2 epochs of 16 examples) learns
+        # the format as well as 4 epochs did, in half the time
+        sets = ["--set", "training.eval_on_start=true", "--set", "training.max_steps=16"]
+        sets += ["--set", "training.per_device_batch_size=1", "--set", "training.effective_batch_size=2"]
+        args = smoke_args(records, root / "run", *sets)
+        process = launch(["--config_file", "configs/accelerate/cpu_ddp.yaml", *args])
+        log, _ = process.communicate(timeout=900)
+        if process.returncode != 0:
+            pytest.fail(f"training the smoke judge failed:\n{log[-4000:]}")
+        return {"records": str(records), "out": str(root / "run"), "log": log, "args": json.dumps(args)}
+
+    run = built_once(tmp_path_factory, "trained_judge", train)
+    return TrainedRun(records=Path(run["records"]), out=Path(run["out"]), log=run["log"], args=json.loads(run["args"]))
 
 
 @pytest.fixture(scope="session")
 def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
     """The sdist and the wheel `python -m build` makes of this checkout (tests/support/release.py)."""
-    return build_release(tmp_path_factory.mktemp("release"))
+
+    def build(root: Path) -> dict[str, str]:
+        made = build_release(root)
+        return {"sdist": str(made.sdist), "wheel": str(made.wheel), "log": made.log}
+
+    made = built_once(tmp_path_factory, "release", build)
+    return Release(Path(made["sdist"]), Path(made["wheel"]), made["log"])
 
 
 @pytest.fixture(scope="session")
 def installed(release: Release, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The `bin/` folder of a fresh venv with the release's wheel installed, not editable."""
-    return install_wheel(release.wheel, tmp_path_factory.mktemp("venv"))
+    made = built_once(tmp_path_factory, "venv", lambda root: {"bin": str(install_wheel(release.wheel, root))})
+    return Path(made["bin"])
