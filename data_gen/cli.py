@@ -127,7 +127,7 @@ def annotate_command(settings: AnnotateSettings) -> None:
 
     o, out = settings, settings.out
     endpoints = parse_endpoint_options(o.endpoint)
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # never folded inside a path: one greppable line each
     with model_progress(console) as progress:
         run = annotate_outputs(
             o.ensemble, o.sources, out, endpoints=endpoints, cache=o.cache, data_dir=o.data_dir,
@@ -171,7 +171,7 @@ def import_command(settings: ImportSettings) -> None:
     `spanjudge select` chose, as training records for the next round of an active-learning loop.
     """
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # never folded inside a path: one greppable line each
     o, out = settings, settings.out
     run = import_records(
         o.config, out, decontaminate_against=o.decontaminate_against, allow_overlap=o.allow_overlap,
@@ -207,7 +207,7 @@ def generate_command(settings: GenerateSettings) -> None:
 
     o, out = settings, settings.out
     endpoints = parse_endpoint_options(o.endpoint)
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # never folded inside a path: one greppable line each
     with model_progress(console) as progress:
         run = generate_outputs(
             o.systems, o.sources, out, endpoints=endpoints, cache=o.cache, data_dir=o.data_dir, shard=o.shard,
@@ -266,7 +266,7 @@ def merge_command(settings: MergeSettings) -> None:
     """
 
     folders, out = [*settings.shards, *settings.more_shards], settings.out  # --shards A B C: B and C are arguments
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # never folded inside a path: one greppable line each
     run = merge_shards(folders, out)
     if "records" in run:
         console.print(

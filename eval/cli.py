@@ -158,7 +158,7 @@ settings_command(meta_eval, MetaEvalSettings, meta_eval_command)
 
 
 def _console() -> Console:
-    return Console(stderr=True)
+    return Console(stderr=True, soft_wrap=True)  # a line names a file and line whole: never folded inside a path
 
 
 def _suite_mode(suite: Path, how: _Judging, resamples: int | None, datasets: list[str] | None) -> None:
