@@ -17,7 +17,8 @@ how far the reading is from it: P(no error), each written span's confidence (the
 that many errors), expected errors and expected score (medians and maxima of the absolute differences, over the
 outputs whose replies are identical). `--kept LABEL` runs no model: it reads the dev judgments another protocol run
 kept (all of dev, 120 outputs) as the row, against --run's, and refuses two readings of different adapters. Rows
-merge into bench/results/gemma_judging_speed.{json,md} under --label (a rerun replaces its label). Run it alone: two CPU-heavy jobs on 2 cores distort each other. Not a test.
+merge into bench/results/gemma_judging_speed.{json,md} under --label (a rerun replaces its label). Run it alone:
+two CPU-heavy jobs on 2 cores distort each other. Not a test.
 """
 
 from __future__ import annotations
