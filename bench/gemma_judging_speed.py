@@ -40,7 +40,7 @@ from report_files import machine, write_report  # noqa: E402
 
 from spanjudge.eval.distill.judgments import archived  # noqa: E402
 from spanjudge.eval.spans.judging import judge_span_documents  # noqa: E402
-from spanjudge.eval.spans.quintd import QUINTD_SPLIT_DOMAINS, quintd_tables  # noqa: E402
+from spanjudge.eval.spans.quintd import QUINTD_SPLIT_DOMAINS, QUINTD_SPLITS, quintd_tables  # noqa: E402
 from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf  # noqa: E402
 from spanjudge.inference.hf_models import convert_gguf  # noqa: E402
 from spanjudge.inference.judge import Judge  # noqa: E402
@@ -147,7 +147,7 @@ def kept_row(label: str, kept: str, reference: str) -> dict[str, Any] | str:
         "label": label,
         "engine": ours["identity"]["engine"],
         "run": reference,
-        "tables": [70, 80],
+        "tables": list(QUINTD_SPLITS["dev"]),
         "threads": None,  # the protocol's: every core
         "wall_s": ours["wall_s"],
         "s_per_output": round(ours["wall_s"] / outputs, 2),
