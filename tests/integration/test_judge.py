@@ -18,6 +18,7 @@ from support.standin import Reply
 from support.training_runs import TrainedRun
 
 from spanjudge.app.cli import main as cli_main
+from spanjudge.core.cpus import cpu_threads
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
 from spanjudge.inference.judge_conversation import judge_chat_prompt
@@ -171,7 +172,9 @@ def test_a_gemma3_adapter_exported_to_gguf_changes_llama_cpp_as_it_changes_trans
             base_rows = adapted(torch.tensor([ids])).logits[0].log_softmax(-1).numpy()
     adapted.save_pretrained(tmp_path / "adapter")
     lora = adapter_to_gguf(tmp_path / "adapter", json.loads((folder / "config.json").read_text()), tmp_path / "a.gguf")
-    llm = Llama(str(gemma3_gguf()), lora_path=str(lora), n_ctx=256, n_threads=2, logits_all=True, verbose=False)
+    llm = Llama(
+        str(gemma3_gguf()), lora_path=str(lora), n_ctx=256, n_threads=cpu_threads(), logits_all=True, verbose=False
+    )
     try:
         llm.eval(ids)
         logits = np.array(llm.scores[: len(ids)], dtype=np.float64)

@@ -168,7 +168,7 @@ def test_transformers_groups_by_input_and_aspect(tiny_judge_folder: Path) -> Non
 @pytest.mark.slow
 def test_llama_cpp_replies_are_identical_with_and_without_reuse() -> None:
     gguf = smollm2_gguf()
-    engine = {"engine": "llamacpp", "engine_options": {"gguf": str(gguf), "n_ctx": 2048, "n_threads": 2}}
+    engine = {"engine": "llamacpp", "engine_options": {"gguf": str(gguf), "n_ctx": 2048}}
     folder = convert_gguf(gguf)
     shape = (2, ("coherence",))  # 2 inputs x 2 outputs and the one alone: a real 135M model
     with_reuse = _replies(folder, True, *shape, **engine)

@@ -3,7 +3,6 @@ anything loads, and the probe that loads them once in a child process (see the p
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -12,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from spanjudge.core.cpus import cpu_threads
 from spanjudge.core.crash import crashed, describe_exit, log_tail
 from spanjudge.core.errors import InputError
 
@@ -61,7 +61,7 @@ class LlamaCppBackend(Backend):
         grammar = options.pop("grammar", None)
         trust = bool(options.pop("trust_remote_code", False))
         n_ctx = int(options.pop("n_ctx", 4096))
-        n_threads = int(options.pop("n_threads", max(1, os.cpu_count() or 1)))
+        n_threads = int(options.pop("n_threads", 0)) or cpu_threads()
         # on unless turned off: its replies were identical with and without (bench/judge_throughput.py)
         self.reuse_prefix = options.pop("reuse_prefix", None) is not False
         if options:

@@ -4,11 +4,12 @@ run side by side as sequences of one cache (see the package docstring)."""
 from __future__ import annotations
 
 import ctypes
-import os
 from collections.abc import Collection, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from spanjudge.core.cpus import cpu_threads
 
 from ...chat import shared_length
 from ...probabilities import ChoiceReader
@@ -83,7 +84,7 @@ class LlamaCppProbabilityReader(ChoiceReader):
         params.n_ctx = n_ctx + self.n_batch  # the reply's tokens and, beyond them, one pass of alternatives
         params.n_batch = params.n_ubatch = self.n_batch
         params.n_seq_max, params.kv_unified = self.sequences, True  # one cache, its cells shared by sequences
-        params.n_threads = params.n_threads_batch = n_threads or max(1, os.cpu_count() or 1)
+        params.n_threads = params.n_threads_batch = n_threads or cpu_threads()
         params.flash_attn_type = 0  # off, as `Llama` has it: the reading equals generation's model
         self.ctx = llama_cpp.llama_init_from_model(model, params)
         if self.ctx is None:

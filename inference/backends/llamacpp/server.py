@@ -20,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from spanjudge.core.cpus import cpu_threads
 from spanjudge.core.crash import crashed, describe_exit, log_tail
 from spanjudge.core.errors import SpanjudgeError
 
@@ -67,7 +68,7 @@ class LlamaCppServer:
         self.host = host
         self.port = port or free_port(host)
         self.n_ctx = n_ctx
-        self.n_threads = n_threads or max(1, os.cpu_count() or 1)
+        self.n_threads = n_threads or cpu_threads()
         self.chat_format = chat_format
         self.log_path = Path(log_path) if log_path else None
         self.lora_path = Path(lora_path) if lora_path else None  # a GGUF LoRA adapter (spanjudge export --gguf-lora)
