@@ -9,6 +9,13 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("WANDB_MODE", "disabled")
+# each pytest-xdist worker computes on its share of the cores (one process: all of them): torch, oneDNN and
+# the llama.cpp engines (`core.cpus.cpu_threads`) read this in the worker and in every process it starts;
+# left to every core each, two workers' threads outnumber two cores, and a QLoRA test took 1.6x as long
+os.environ.setdefault(
+    "OMP_NUM_THREADS",
+    str(max(1, len(os.sched_getaffinity(0)) // max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))),
+)
 
 from collections.abc import Callable, Iterator
 from http.server import ThreadingHTTPServer
@@ -29,7 +36,23 @@ from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+# the tiers in the order the workers take their files: whole stages first, the unit files last, so that the
+# many short files fill the run's end instead of one long file running alone (`make test` passes
+# --no-loadscope-reorder: pytest-xdist's default sends the files with the most tests first, the unit files)
+TIERS = ("slow", "integration", "unit")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=tier_rank)  # stable: a file's tests keep their order
+    skip_gpu_tests_without_cuda(items)
+
+
+def tier_rank(item: pytest.Item) -> int:
+    parts = item.path.relative_to(REPO_ROOT / "tests").parts
+    return TIERS.index(parts[0]) if parts[0] in TIERS else len(TIERS)
+
+
+def skip_gpu_tests_without_cuda(items: list[pytest.Item]) -> None:
     """`gpu` tests skip cleanly, with the reason, on a machine without CUDA."""
     try:
         import torch
