@@ -1,83 +1,40 @@
 """Probability-aware judging (issue #29, item 1): the judge's probabilities along its written
 evaluation. The reader's cached, batched computation must equal a brute-force one (each
 alternative reply scored by a whole forward pass of its own), on a tiny randomly initialised
-Llama with SmolLM2's real tokenizer; then the option end to end on SmolLM2-135M-Instruct with
-the contract's grammar, through `Judge` and `spanjudge score`."""
+Llama with SmolLM2's real tokenizer (tests/support/brute_force.py); then the option end to end on
+SmolLM2-135M-Instruct with the contract's grammar, through `Judge` and `spanjudge score`. vLLM's readers
+are in test_probabilities_vllm.py."""
 
 from __future__ import annotations
 
 import json
-import math
-import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.brute_force import EIGHT_ERRORS, NO_ERROR, QUESTION, TWO_ERRORS, assert_brute_force, tiny_llama
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.inference.backends.base import ChatRequest
 from spanjudge.inference.backends.transformers_reader import ProbabilityReader
-from spanjudge.inference.backends.vllm_offline import VLLMCachedProbabilityReader, VLLMProbabilityReader
 from spanjudge.inference.contract import Evaluation, parse_judge
 from spanjudge.inference.contract.render import render_judge
 from spanjudge.inference.hf_models import convert_gguf
-from spanjudge.inference.probabilities import SCORES, SEVERITIES, _choices, expected_count
+from spanjudge.inference.probabilities import SCORES
 from spanjudge.inference.shipped_models import smollm2_gguf
-
-TWO_ERRORS = (
-    "Error 1:\nLocation: on a hat\nExplanation: The article says mat.\nSeverity: 3\n\n"
-    "Error 2:\nLocation: A cat\nExplanation: Vague.\nSeverity: 1\n\nOverall score: 40"
-)
-NO_ERROR = "No Error\n\nOverall score: 100"
-QUESTION = "Is 'A cat sat on a hat.' faithful to 'The cat sat on the mat.'?"
-EIGHT_ERRORS = (
-    "\n\n".join(f"Error {n}:\nLocation: cat\nExplanation: Wrong {n}.\nSeverity: {1 + n % 5}" for n in range(1, 9))
-    + "\n\nOverall score: 5"
-)
 
 
 @pytest.fixture(scope="module")
 def tiny() -> tuple[Any, Any]:
-    """A 1-layer Llama with random weights (spread-out distributions) and SmolLM2's tokenizer."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(convert_gguf(smollm2_gguf()))
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=len(tokenizer), initializer_range=0.4)  # fmt: skip
-    return LlamaForCausalLM(config).eval(), tokenizer
-
-
-def _brute_force(model: Any, tokenizer: Any, prompt: list[int], text: str, evaluation: Evaluation, end: set[int]):
-    """Each alternative of each choice scored as a whole sequence (no cache, no batching), normalised."""
-    import torch
-
-    def log_p(reply: str, ends: bool) -> float:
-        ids = tokenizer(reply, add_special_tokens=False)["input_ids"]
-        with torch.no_grad():  # the reply's rows only: each predicts the next token
-            rows = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 :].float().log_softmax(-1)
-        total = sum(float(rows[j, ids[j]]) for j in range(len(ids)))
-        if ends:
-            total += float(torch.logsumexp(rows[len(ids)][sorted(end)], dim=0))
-        return total
-
-    def distribution(choice: Any) -> list[float]:
-        values = [log_p(text[: choice.at] + alternative, choice.end) for alternative in choice.alternatives]
-        weights = [math.exp(v - max(values)) for v in values]
-        return [w / sum(weights) for w in weights]
-
-    counts, severities, score = _choices(text, evaluation, 8)
-    return [distribution(c) for c in counts], [distribution(c) for c in severities], distribution(score)
+    return tiny_llama()
 
 
 @pytest.mark.parametrize("reply", [TWO_ERRORS, NO_ERROR, EIGHT_ERRORS], ids=["two", "none", "eight"])
 def test_read_probabilities_equal_a_brute_force_computation(tiny: tuple[Any, Any], reply: str) -> None:
     model, tokenizer = tiny
     end = {tokenizer.eos_token_id}
-    _assert_brute_force(model, tokenizer, reply, end, lambda prompt, evaluation: ProbabilityReader(
+    assert_brute_force(model, tokenizer, reply, end, lambda prompt, evaluation: ProbabilityReader(
         model, tokenizer, end).read(prompt, evaluation))  # fmt: skip
 
 
@@ -114,7 +71,7 @@ def test_a_sliding_window_model_reads_what_a_brute_force_computation_reads(
         readings.append(reader.read(prompt, evaluation))
         return readings[-1]
 
-    _assert_brute_force(tiny_gemma, tokenizer, TWO_ERRORS, end, read)
+    assert_brute_force(tiny_gemma, tokenizer, TWO_ERRORS, end, read)
     evaluation = parse_judge(TWO_ERRORS)
     assert isinstance(evaluation, Evaluation)
     again = read(tokenizer(QUESTION)["input_ids"], evaluation)  # after the held cache, cut back past the window
@@ -145,170 +102,6 @@ def test_a_sliding_window_reader_reuses_a_prompt_only_while_its_cache_holds_the_
         assert reading.expected_errors == pytest.approx(fresh.expected_errors, abs=1e-5)
     assert reusing._window == 8 and reusing._held is not None
     assert ProbabilityReader(tiny[0], tokenizer, end)._window is None  # Llama: no sliding window
-
-
-class _PromptLogprobsLLM:
-    """A stand-in for `vllm.LLM`, which needs a CUDA GPU: `generate` answers prompts of token ids with
-    `prompt_logprobs` in vLLM's shape (None for the first token, then {token: Logprob}), each computed by a
-    whole forward pass of the tiny model of its own."""
-
-    def __init__(self, model: Any) -> None:
-        self.model, self.prompts = model, 0
-
-    def generate(self, prompts: list[dict[str, list[int]]], params: Any, use_tqdm: bool, lora_request: Any) -> list:
-        import torch
-
-        assert params.prompt_logprobs == 0 and params.max_tokens == 1 and not use_tqdm and lora_request == "lora"
-        self.prompts += len(prompts)
-        outputs = []
-        for prompt in prompts:
-            ids = prompt["prompt_token_ids"]
-            with torch.no_grad():
-                rows = self.model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
-            entries = [{ids[j]: SimpleNamespace(logprob=float(rows[j - 1, ids[j]]))} for j in range(1, len(ids))]
-            outputs.append(SimpleNamespace(prompt_logprobs=[None, *entries]))
-        return outputs
-
-
-@pytest.mark.parametrize("reply", [TWO_ERRORS, NO_ERROR], ids=["two", "none"])
-def test_vllm_prompt_logprobs_read_what_a_brute_force_computation_reads(
-    tiny: tuple[Any, Any], reply: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """vLLM's reader on the stand-in, with two end tokens (the turn's end and eos, as Gemma has): every
-    alternative is one prompt, and an ending alternative one prompt per end token."""
-    model, tokenizer = tiny
-    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(**kw)))
-    llm, end = _PromptLogprobsLLM(model), {tokenizer.eos_token_id, 0}  # <|endoftext|> beside eos
-    reader = VLLMProbabilityReader(llm, tokenizer, end, lora_request="lora")
-    _assert_brute_force(model, tokenizer, reply, end, reader.read)
-    assert llm.prompts > len(SCORES) * len(end)  # the score's alternatives each end the reply: 2 prompts each
-
-
-def test_the_vllm_engine_reads_along_the_prompt_its_chat_sends(
-    tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`VLLMBackend.read_probabilities` encodes a request as its `generate` sends it (`chat.encode_chat`) and
-    reads what the transformers reader reads there (the stand-in as vLLM's `LLM`)."""
-    from spanjudge.inference.backends import BackendSpec, make_backend
-    from spanjudge.inference.chat import encode_chat, judge_end_ids
-
-    model, tokenizer = tiny
-    llm = _PromptLogprobsLLM(model)
-    llm.get_tokenizer = lambda: tokenizer  # type: ignore[attr-defined]
-    fake = SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(**kw), LLM=lambda model, **options: llm)
-    monkeypatch.setitem(sys.modules, "vllm", fake)
-    backend = make_backend(BackendSpec(kind="vllm", model="tiny", options={"exact_probabilities": True}))
-    backend._lora = "lora"  # what an `adapter` option makes: the reader sends the judge's LoRA with each prompt
-    evaluation = parse_judge(TWO_ERRORS)
-    request = ChatRequest.user(QUESTION)
-    read = backend.read_probabilities(request, evaluation)
-    prompt = encode_chat(tokenizer, [m.model_dump() for m in request.messages])
-    expected = ProbabilityReader(model, tokenizer, judge_end_ids(tokenizer)).read(prompt, evaluation)
-    assert read.expected_score == pytest.approx(expected.expected_score, abs=1e-4)
-    assert read.expected_errors == pytest.approx(expected.expected_errors, abs=1e-5)
-    assert [e.confidence for e in read.errors] == pytest.approx([e.confidence for e in expected.errors], abs=1e-5)
-
-
-class _TopLogprobsLLM:
-    """A stand-in for `vllm.LLM` answering one-token generations with `logprobs=K`: each prompt's next-token
-    top K in vLLM's shape (`outputs[0].logprobs[0]`: {token: Logprob}), from a whole forward pass of a
-    transformers model. It refuses `prompt_logprobs`, which would turn vLLM's prefix cache off."""
-
-    def __init__(self, model: Any) -> None:
-        self.model, self.prompts, self.tokens = model, 0, 0
-
-    def generate(self, prompts: list[dict[str, list[int]]], params: Any, use_tqdm: bool, lora_request: Any) -> list:
-        import torch
-
-        assert getattr(params, "prompt_logprobs", None) is None and params.max_tokens == 1 and params.logprobs
-        self.prompts += len(prompts)
-        outputs = []
-        for prompt in prompts:
-            ids = prompt["prompt_token_ids"]
-            self.tokens += len(ids)
-            with torch.no_grad():
-                row = self.model(torch.tensor([ids])).logits[0, -1].float().log_softmax(-1)
-            values, tokens = row.topk(params.logprobs)
-            top = dict(zip(tokens.tolist(), values.tolist(), strict=True))
-            if params.logprobs <= 100:  # vLLM's shape, a `Logprob` each (plain floats for the whole vocabulary)
-                top = {token: SimpleNamespace(logprob=value) for token, value in top.items()}
-            outputs.append(SimpleNamespace(outputs=[SimpleNamespace(logprobs=[top])]))
-        return outputs
-
-
-def _fake_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(**kw)))
-
-
-@pytest.mark.parametrize("reply", [TWO_ERRORS, NO_ERROR], ids=["two", "none"])
-def test_vllm_cached_reader_with_the_whole_vocabulary_reads_what_a_brute_force_computation_reads(
-    tiny: tuple[Any, Any], reply: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With K = the vocabulary nothing is bounded: the one-token requests and their assembly are exact."""
-    model, tokenizer = tiny
-    _fake_vllm(monkeypatch)
-    llm, end = _TopLogprobsLLM(model), {tokenizer.eos_token_id, 0}
-    reader = VLLMCachedProbabilityReader(llm, tokenizer, end, lora_request="lora", top_logprobs=len(tokenizer))
-    _assert_brute_force(model, tokenizer, reply, end, reader.read)
-    assert reader.approximated == 0
-    # one request per point an alternative needs, not one per alternative and end token
-    assert reader.requests == llm.prompts < len(SCORES) * len(end)
-
-
-def test_vllm_cached_reader_with_the_top_20_stays_near_the_exact_reader_on_the_trained_judge(
-    trained_judge: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The trained smoke judge (peaked, as a trained judge is), vLLM's default K = 20: every value within
-    the stated tolerance of the exact transformers reader, and every choice's mass outside the top 20
-    bounded, not dropped."""
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from spanjudge.inference.chat import encode_chat, judge_end_ids
-
-    tokenizer = AutoTokenizer.from_pretrained(trained_judge.adapter)
-    base = AutoModelForCausalLM.from_pretrained(convert_gguf(smollm2_gguf()), dtype="float32")
-    model = PeftModel.from_pretrained(base, trained_judge.adapter).merge_and_unload().eval()
-    end = judge_end_ids(tokenizer)
-    question = "Article: The cat sat on the mat.\nSummary: A cat sat on a hat. Is the summary factually consistent?"
-    prompt = encode_chat(tokenizer, [{"role": "user", "content": question}])
-    _fake_vllm(monkeypatch)
-    evaluation = parse_judge(TWO_ERRORS)  # every kind of choice: counts, severities, the score
-    exact = ProbabilityReader(model, tokenizer, end).read(prompt, evaluation)
-    reader = VLLMCachedProbabilityReader(_TopLogprobsLLM(model), tokenizer, end, top_logprobs=20)
-    read = reader.read(prompt, evaluation)
-    assert reader.approximated > 0  # some alternatives (most of the 101 scores) are outside the top 20
-    assert read.p_no_error == pytest.approx(exact.p_no_error, abs=0.02)
-    assert read.expected_errors == pytest.approx(exact.expected_errors, abs=0.05)
-    assert [e.confidence for e in read.errors] == pytest.approx([e.confidence for e in exact.errors], abs=0.02)
-    assert read.expected_score == pytest.approx(exact.expected_score, abs=2.0)
-    for mine, theirs in zip(read.errors, exact.errors, strict=True):
-        assert mine.expected_severity == pytest.approx(theirs.expected_severity, abs=0.1)
-
-
-def _assert_brute_force(model: Any, tokenizer: Any, reply: str, end: set[int], read_with: Any) -> None:
-    """`read_with(prompt, evaluation)` reads what the brute-force computation reads, on every value."""
-    evaluation = parse_judge(reply)
-    assert isinstance(evaluation, Evaluation)
-    prompt = tokenizer(QUESTION)["input_ids"]
-    read = read_with(prompt, evaluation)
-    counts, severities, score = _brute_force(model, tokenizer, prompt, render_judge(evaluation), evaluation, end)
-
-    going_on = [c[0] for c in counts]  # float32: incremental and whole-sequence attention round apart by ~1e-6
-    assert read.p_no_error == pytest.approx(counts[0][1], abs=1e-5)
-    assert read.expected_errors == pytest.approx(expected_count(going_on), abs=1e-5)
-    assert len(counts) == min(len(evaluation.errors) + 1, 8)  # no decision after the contract's last block
-    assert [e.confidence for e in read.errors] == pytest.approx(going_on[: len(evaluation.errors)], abs=1e-5)
-    for error, severity in zip(read.errors, severities, strict=True):
-        assert list(error.severity_distribution.values()) == pytest.approx(severity, abs=1e-5)
-        assert error.expected_severity == pytest.approx(
-            sum(v * p for v, p in zip(SEVERITIES, severity, strict=True)), abs=1e-5
-        )
-    assert list(read.score_distribution) == list(SCORES)  # every value the contract allows, no hand-picked subset
-    assert sum(read.score_distribution.values()) == pytest.approx(1.0, abs=1e-9)
-    assert list(read.score_distribution.values()) == pytest.approx(score, abs=1e-5)
-    assert read.expected_score == pytest.approx(sum(v * p for v, p in zip(SCORES, score, strict=True)), abs=1e-4)
-    assert 0 < read.p_no_error < 1 and 0 <= read.expected_errors <= 8
 
 
 def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, Any]) -> None:
@@ -407,7 +200,7 @@ def test_transformers_and_llama_cpp_read_the_same_probabilities() -> None:
     end = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
     evaluation = parse_judge(TWO_ERRORS)
     on_transformers = ProbabilityReader(model, tokenizer, end).read(prompt, evaluation)
-    reader = LlamaCppProbabilityReader(gguf, tokenizer, end, n_ctx=1024, n_threads=2)
+    reader = LlamaCppProbabilityReader(gguf, tokenizer, end, n_ctx=1024)
     try:
         on_llama_cpp = reader.read(prompt, evaluation)
         # the alternatives run one to a pass, none sharing a cell with another: the same reading, up to the
@@ -476,7 +269,7 @@ def test_the_in_process_llama_cpp_engine_reads_what_a_fresh_reader_reads() -> No
 
     gguf = smollm2_gguf()
     judge = Judge.from_pretrained(
-        convert_gguf(gguf), engine="llamacpp", engine_options={"gguf": str(gguf), "n_ctx": 2048, "n_threads": 2},
+        convert_gguf(gguf), engine="llamacpp", engine_options={"gguf": str(gguf), "n_ctx": 2048},
         constrained=True, probabilities=True, max_new_tokens=160, retries=0, max_context=2048,
     )  # fmt: skip
     article = {"Article": "The cat sat on the mat."}
@@ -491,7 +284,7 @@ def test_the_in_process_llama_cpp_engine_reads_what_a_fresh_reader_reads() -> No
         assert backend._reader.tokens_read == sum(len(reply) + 1 for reply in replies)
         readings = []
         for request, result in zip(requests, results, strict=True):
-            fresh = LlamaCppProbabilityReader(gguf, backend.tokenizer, backend._end_ids, n_ctx=2048, n_threads=2)
+            fresh = LlamaCppProbabilityReader(gguf, backend.tokenizer, backend._end_ids, n_ctx=2048)
             try:
                 prompt = backend._prompt_ids(ChatRequest.user(judge_chat_text(judge, request)))
                 readings.append(fresh.read(prompt, parse_judge(result.raw_replies[-1])))
