@@ -6,7 +6,8 @@ reader of a served judge's probabilities (`LlamaCppProbabilities`).
 `spec.model` is the model's Hugging Face folder or hub id, for its tokenizer and chat template (an
 adapter folder's own tokenizer wins, as on transformers); `spec.options`:
 - `gguf` (required): the model's GGUF file; `lora`: a GGUF LoRA (`spanjudge export --gguf-lora`);
-- `n_ctx` (default 4096), `n_threads` (default: `OMP_NUM_THREADS` when set, else every core this process may use: `core.cpus`);
+- `n_ctx` (default 4096), `n_threads` (default: `OMP_NUM_THREADS` when set, else every core this process
+  may use: `core.cpus`);
 - `reuse_prefix` (default on): requests run in the order of their token ids, so those sharing a
   prompt prefix (every output of one input) follow each other, and llama.cpp reads only what a
   prompt does not share with the one before (llama-cpp-python keeps the longest common prefix of
