@@ -36,20 +36,25 @@ from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-# the tiers in the order the workers take their files: whole stages first, the unit files last, so that the
-# many short files fill the run's end instead of one long file running alone (`make test` passes
-# --no-loadscope-reorder: pytest-xdist's default sends the files with the most tests first, the unit files)
-TIERS = ("slow", "integration", "unit")
+# the order the workers take the files in (`make test` passes --no-loadscope-reorder: pytest-xdist's default
+# sends the files with the most tests first): the first file that needs the trained smoke judge, so that one
+# worker builds it while the other runs the unit files, which need nothing built; then the whole stages; then
+# the integration files, many and short enough to fill the run's end
+TIERS = ("unit", "slow", "integration")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=tier_rank)  # stable: a file's tests keep their order
+    builder = next((item.path for item in items if "trained_judge" in getattr(item, "fixturenames", ())), None)
+    items.sort(key=lambda item: -1 if item.path == builder else tier_rank(item))  # stable: a file keeps its order
     skip_gpu_tests_without_cuda(items)
 
 
 def tier_rank(item: pytest.Item) -> int:
-    parts = item.path.relative_to(REPO_ROOT / "tests").parts
-    return TIERS.index(parts[0]) if parts[0] in TIERS else len(TIERS)
+    try:
+        tier = item.path.relative_to(REPO_ROOT / "tests").parts[0]
+    except ValueError:  # a test outside this suite (pytester's)
+        return len(TIERS)
+    return TIERS.index(tier) if tier in TIERS else len(TIERS)
 
 
 def skip_gpu_tests_without_cuda(items: list[pytest.Item]) -> None:

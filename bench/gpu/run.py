@@ -84,7 +84,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
+sys.path[:0] = [str(REPO / "bench"), str(Path(__file__).resolve().parent)]  # report_files; record, when imported
 
 from record import THESIS, earlier_runs, gpu_peak_tflops, report_lines, software  # noqa: E402
 from report_files import write_report  # noqa: E402
