@@ -25,7 +25,7 @@ OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
 # server as much as they compute, so two keep both cores busy; the run's costly artefacts (the trained smoke
 # judge, the release and its venv) are built once and shared (tests/conftest.py `built_once`)
 PYTEST_WORKERS ?= 2
-PYTEST := $(OFFLINE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST := $(OFFLINE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 # everything: lint, the layer contracts, the type check and every test (unit, integration, slow): CI runs
 # this. The layer and type checks run here and in `check`, once each, never inside pytest.

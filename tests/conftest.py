@@ -9,13 +9,6 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("WANDB_MODE", "disabled")
-# each pytest-xdist worker computes on its share of the cores (one process: all of them): torch, oneDNN and
-# the llama.cpp engines (`core.cpus.cpu_threads`) read this in the worker and in every process it starts;
-# left to every core each, two workers' threads outnumber two cores, and a QLoRA test took 1.6x as long
-os.environ.setdefault(
-    "OMP_NUM_THREADS",
-    str(max(1, len(os.sched_getaffinity(0)) // max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))),
-)
 
 from collections.abc import Callable, Iterator
 from http.server import ThreadingHTTPServer
@@ -36,28 +29,7 @@ from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-# the order the workers take the files in (`make test` passes --no-loadscope-reorder: pytest-xdist's default
-# sends the files with the most tests first): the first file that needs the trained smoke judge, so that one
-# worker builds it while the other runs the unit files, which need nothing built; then the whole stages; then
-# the integration files, many and short enough to fill the run's end
-TIERS = ("unit", "slow", "integration")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    builder = next((item.path for item in items if "trained_judge" in getattr(item, "fixturenames", ())), None)
-    items.sort(key=lambda item: -1 if item.path == builder else tier_rank(item))  # stable: a file keeps its order
-    skip_gpu_tests_without_cuda(items)
-
-
-def tier_rank(item: pytest.Item) -> int:
-    try:
-        tier = item.path.relative_to(REPO_ROOT / "tests").parts[0]
-    except ValueError:  # a test outside this suite (pytester's)
-        return len(TIERS)
-    return TIERS.index(tier) if tier in TIERS else len(TIERS)
-
-
-def skip_gpu_tests_without_cuda(items: list[pytest.Item]) -> None:
     """`gpu` tests skip cleanly, with the reason, on a machine without CUDA."""
     try:
         import torch
