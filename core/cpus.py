@@ -1,9 +1,8 @@
 """How many threads a CPU engine should compute with here, when nobody said.
 
 `OMP_NUM_THREADS` when set (the variable torch, oneDNN and OpenMP builds of llama.cpp already read, so one
-setting caps them all: the test suite's workers set it to their share of the cores), else the cores this
-process may run on: its CPU affinity, which `taskset`, cgroups' cpusets and container runtimes narrow, and
-`os.cpu_count()` does not see.
+setting caps them all), else the cores this process may run on: its CPU affinity, which `taskset`, cgroups'
+cpusets and container runtimes narrow, and `os.cpu_count()` does not see.
 """
 
 from __future__ import annotations
