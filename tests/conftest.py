@@ -9,6 +9,11 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("WANDB_MODE", "disabled")
+# Two workers share two cores, and torch and llama.cpp both run on libgomp, whose idle threads spin for a while
+# by default: side by side, each process's spinning threads took the cores the other needed (measured: two copies
+# of the perturbation test, 440 s side by side against 110 s alone; 137 s with passive waits, which cost nothing
+# alone). libgomp reads this when it loads, so it is set before anything imports torch; servers inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from collections.abc import Callable, Iterator
 from http.server import ThreadingHTTPServer
@@ -29,7 +34,29 @@ from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+# The order the workers take the files in (`make test` passes --no-loadscope-reorder: pytest-xdist's default sends
+# the files with the most tests first, which left the long files of few tests, the docs' examples among them, to
+# run alone at the end): first the first file that needs the trained smoke judge, so that it is built while the
+# other worker has work of its own; then the whole stages, the longest files; then the integration files; the many
+# short unit files last, to fill the run's end.
+TIERS = ("slow", "integration", "unit")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    builder = next((item.path for item in items if "trained_judge" in getattr(item, "fixturenames", ())), None)
+    items.sort(key=lambda item: -1 if item.path == builder else tier_rank(item))  # stable: a file keeps its order
+    skip_gpu_tests_without_cuda(items)
+
+
+def tier_rank(item: pytest.Item) -> int:
+    try:
+        tier = item.path.relative_to(REPO_ROOT / "tests").parts[0]
+    except ValueError:  # a test outside this suite (pytester's)
+        return len(TIERS)
+    return TIERS.index(tier) if tier in TIERS else len(TIERS)
+
+
+def skip_gpu_tests_without_cuda(items: list[pytest.Item]) -> None:
     """`gpu` tests skip cleanly, with the reason, on a machine without CUDA."""
     try:
         import torch
