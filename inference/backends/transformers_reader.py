@@ -1,6 +1,13 @@
 """The transformers engine's probability reader (`ProbabilityReader`): the judge's probabilities along a written
-reply, each choice's alternatives run from a copy of the prompt's KV cache, and how a CPU reads a long prompt in
-pieces (`prefill_chunks`). See `inference.probabilities` for what is read."""
+reply, the choices' alternatives read after the prompt's KV cache, and how a CPU reads a long prompt in pieces
+(`prefill_chunks`). See `inference.probabilities` for what is read.
+
+Where the model's attention takes a mask of our own (sdpa or eager, no sliding window: Llama, Qwen, SmolLM2) every
+alternative of every choice is read in one row after the one cache (`_tree_rows`): a mask lets each token see the
+prompt and reply up to where its choice parts, and the tokens of its own run before it, with the positions it
+would have alone. Otherwise (Gemma 3's sliding window, flash attention) each pass copies the cache once per
+alternative (`_batched_rows`): on a CPU that copying is what a reading costs, its attention repeating every copy's
+keys to the query heads (SmolLM2, 3 quintd-1 tables: bench/results/tree_reading.md)."""
 
 from __future__ import annotations
 
@@ -34,6 +41,31 @@ def prefill_chunks(begin: int, end: int, device: Any) -> list[tuple[int, int]]:
 
 # alternatives per forward pass at most: 101 score values x Gemma's 262k vocabulary stay small
 _BATCH = 16
+
+# the attention implementations whose mask can be ours (a 4D mask, passed through as it is): the tree reading's
+TREE_ATTENTION = ("sdpa", "eager")
+
+# tokens of alternatives per pass of the tree reading at most: its mask is tokens x (cache + tokens), and its
+# output rows (Gemma's 262k words) are made per pass
+TREE_TOKENS = 256
+
+Part = tuple[int, list[list[int]], bool]  # where a choice parts (its first tail token's position), its tails, end
+Rows = dict[tuple[int, ...], Any]  # a tail prefix -> the log-softmax row after it
+
+
+def _tree_passes(
+    runs: list[tuple[int, tuple[int, ...], list[int]]],
+) -> list[list[tuple[int, tuple[int, ...], list[int]]]]:
+    """The runs, whole, in passes of at most TREE_TOKENS tokens (a longer run alone)."""
+    passes: list[list[tuple[int, tuple[int, ...], list[int]]]] = []
+    size = TREE_TOKENS
+    for run in runs:
+        if size + len(run[1]) > TREE_TOKENS:
+            passes.append([])
+            size = 0
+        passes[-1].append(run)
+        size += len(run[1])
+    return passes
 
 
 # the prompt's KV cache is copied once per alternative in a pass: an 8B model's 4k-token prompt
@@ -88,7 +120,9 @@ class ProbabilityReader(ChoiceReader):
     forward pass over alternatives (fewer alternatives a pass on a long prompt; same results); by
     default `cache_budget` of the model's device.
     `reuse_prefix`: keep the last reading's KV cache, so the next prompt reads only the tokens it does
-    not share with the last one (the judge reads the outputs of one input one after another)."""
+    not share with the last one (the judge reads the outputs of one input one after another).
+    `tree`: read the alternatives in one masked row (`_tree_rows`); by default wherever the model's attention
+    takes such a mask, and never where it does not. False: as a batch of cache copies (`_batched_rows`)."""
 
     def __init__(
         self,
@@ -98,6 +132,7 @@ class ProbabilityReader(ChoiceReader):
         max_errors: int = 8,
         cache_budget_bytes: int | None = None,
         reuse_prefix: bool = False,
+        tree: bool | None = None,
     ) -> None:
         import torch
 
@@ -114,6 +149,8 @@ class ProbabilityReader(ChoiceReader):
         self._cache_argument = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
         self.reuse_prefix = reuse_prefix
         self._window = sliding_window(model)
+        attention = getattr(self._text_config, "_attn_implementation", None)
+        self._tree = self._window is None and attention in TREE_ATTENTION and tree is not False
         # the last reading's tokens, its KV cache, and the first position the cache can still be cut back to
         self._held: tuple[list[int], Any, int] | None = None
 
@@ -144,11 +181,11 @@ class ProbabilityReader(ChoiceReader):
                 if wanted:  # else the one row computed is nobody's
                     first.update(zip(wanted, output.logits[0].float().log_softmax(-1), strict=True))
             if self.reuse_prefix:
-                self._held = (written, cache, floor)  # the alternatives below read copies of it
-            return [
-                self._alternative_log_probs(prompt_ids, start, tails, first, cache, end)
-                for (start, tails), end in zip(branches, ends, strict=True)
-            ]
+                self._held = (written, cache, floor)  # the alternatives below read it, or copies of it
+            parts = [(len(prompt_ids) + start, tails, end) for (start, tails), end in zip(branches, ends, strict=True)]
+            read = self._tree_rows if self._tree else self._batched_rows
+            rows = read(parts, first, cache)
+            return [self._totals(rows[at], tails, end) for at, tails, end in parts]
 
     def _recording_cache(self) -> DynamicCache:
         """An empty KV cache that can be cut back to an earlier position: each choice's alternatives, and a
@@ -188,45 +225,84 @@ class ProbabilityReader(ChoiceReader):
             return 0, None, 0
         return read, past, floor
 
-    def _alternative_log_probs(
-        self,
-        prompt_ids: Sequence[int],
-        start: int,
-        tails: list[list[int]],
-        first: dict[int, Any],
-        cache: DynamicCache,
-        end: bool,
-    ) -> list[float]:
-        """log P(tail | prompt + reply[:start]) for each tail (and, with `end`, of the turn's end after it).
-
-        Only the rows something reads are computed, as llama.cpp's reader does (`alternative_runs`): tails that
-        begin alike (`8` of `87` and `85`) run as one, a tail's last token runs only where the choice ends the
-        reply, and the output layer (Gemma's 262k words) makes just the rows read: the 101 score values cost
-        ~100 rows instead of one per value and token."""
+    def _tree_rows(self, parts: list[Part], first: dict[int, Any], cache: DynamicCache) -> dict[int, Rows]:
+        """The rows the alternatives read (`alternative_runs`), every choice's in one row after `cache` (the
+        prompt and the written reply), TREE_TOKENS tokens a pass: each token sees the cache up to where its choice
+        parts (`at`) and the tokens of its own run before it, at the positions it would have alone. Each pass's
+        tokens are cut from the cache after it, which then holds the prompt and reply again."""
         torch = self._torch
-        at = len(prompt_ids) + start  # the first tail token is predicted by the row before it
-        rows: dict[tuple[int, ...], Any] = {(): first[at - 1]}
-        runs = alternative_runs(tails, end)
-        budget = self.cache_budget_bytes or cache_budget(self.model.device)
-        size = alternatives_per_pass(_cache_bytes(cache) * at / max(1, cache.get_seq_length()), budget)
-        for begin in range(0, len(runs), size):
-            group = runs[begin : begin + size]
-            width = max(len(run) for run, _ in group)
-            # right padding: a causal model's rows before it do not see it
-            ids = torch.tensor([[*run, *[run[0]] * (width - len(run))] for run, _ in group], device=self.model.device)
-            branch = copy.deepcopy(cache)
-            branch.crop(at - branch.get_seq_length())  # negative: the tokens to drop (transformers 4.56 and 5)
-            branch.batch_repeat_interleave(len(group))
-            hidden = self._decoder(input_ids=ids, use_cache=True, **{self._cache_argument: branch}).last_hidden_state
-            read = [(index, length) for index, (_, lengths) in enumerate(group) for length in lengths]
-            picked = hidden[[index for index, _ in read], [length - 1 for _, length in read]]
-            for (index, length), row in zip(read, self._output_rows(picked), strict=True):
-                rows[group[index][0][:length]] = row
+        held = cache.get_seq_length()
+        rows: dict[int, Rows] = {at: {(): first[at - 1]} for at, _, _ in parts}
+        runs = [(at, run, lengths) for at, tails, end in parts for run, lengths in alternative_runs(tails, end)]
+        for group in _tree_passes(runs):
+            ids = [token for _, run, _ in group for token in run]
+            width = len(ids)
+            mask = torch.full((width, held + width), torch.finfo(self._decoder.dtype).min, dtype=self._decoder.dtype)
+            positions, picks = [], []
+            offset = 0
+            for at, run, lengths in group:
+                n = len(run)
+                mask[offset : offset + n, :at] = 0.0  # the prompt and the reply before the choice
+                own = torch.ones(n, n, dtype=torch.bool).tril()  # its own run, up to itself
+                mask[offset : offset + n, held + offset : held + offset + n].masked_fill_(own, 0.0)
+                positions += range(at, at + n)
+                picks += [(at, run[:length], offset + length - 1) for length in lengths]
+                offset += n
+            device = self.model.device
+            hidden = self._decoder(
+                input_ids=torch.tensor([ids], device=device),
+                position_ids=torch.tensor([positions], device=device),
+                attention_mask=mask.to(device)[None, None],
+                use_cache=True,
+                **{self._cache_argument: cache},
+            ).last_hidden_state[0]
+            cache.crop(held - cache.get_seq_length())  # negative: the tokens to drop (transformers 4.56 and 5)
+            read = self._output_rows(hidden[[index for _, _, index in picks]])
+            for (at, prefix, _), row in zip(picks, read, strict=True):
+                rows[at][prefix] = row
+        return rows
+
+    def _batched_rows(self, parts: list[Part], first: dict[int, Any], cache: DynamicCache) -> dict[int, Rows]:
+        """The rows the alternatives read (`alternative_runs`), each choice's runs as rows of a batch from a copy
+        of `cache` cut back to where the choice parts: for models whose attention takes no mask of ours.
+
+        Only the rows something reads are computed, as llama.cpp's reader does: tails that begin alike (`8` of
+        `87` and `85`) run as one, a tail's last token runs only where the choice ends the reply, and the output
+        layer (Gemma's 262k words) makes just the rows read: the 101 score values cost ~100 rows instead of one
+        per value and token."""
+        torch = self._torch
+        found: dict[int, Rows] = {}
+        for at, tails, end in parts:  # the first tail token is predicted by the row before it
+            rows: Rows = {(): first[at - 1]}
+            runs = alternative_runs(tails, end)
+            budget = self.cache_budget_bytes or cache_budget(self.model.device)
+            size = alternatives_per_pass(_cache_bytes(cache) * at / max(1, cache.get_seq_length()), budget)
+            for begin in range(0, len(runs), size):
+                group = runs[begin : begin + size]
+                width = max(len(run) for run, _ in group)
+                # right padding: a causal model's rows before it do not see it
+                padded = [[*run, *[run[0]] * (width - len(run))] for run, _ in group]
+                ids = torch.tensor(padded, device=self.model.device)
+                branch = copy.deepcopy(cache)
+                branch.crop(at - branch.get_seq_length())  # negative: the tokens to drop (transformers 4.56 and 5)
+                branch.batch_repeat_interleave(len(group))
+                hidden = self._decoder(
+                    input_ids=ids, use_cache=True, **{self._cache_argument: branch}
+                ).last_hidden_state
+                read = [(index, length) for index, (_, lengths) in enumerate(group) for length in lengths]
+                picked = hidden[[index for index, _ in read], [length - 1 for _, length in read]]
+                for (index, length), row in zip(read, self._output_rows(picked), strict=True):
+                    rows[group[index][0][:length]] = row
+            found[at] = rows
+        return found
+
+    def _totals(self, rows: Rows, tails: list[list[int]], end: bool) -> list[float]:
+        """log P(tail | prompt + reply[:start]) for each tail (and, with `end`, of the turn's end after it)."""
         totals = []
         for tail in tails:
             total = sum(float(rows[tuple(tail[:j])][tail[j]]) for j in range(len(tail)))
             if end:
-                total += float(torch.logsumexp(rows[tuple(tail)][self.end_ids], dim=0))
+                total += float(self._torch.logsumexp(rows[tuple(tail)][self.end_ids], dim=0))
             totals.append(total)
         return totals
 

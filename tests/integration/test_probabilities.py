@@ -30,12 +30,25 @@ def tiny() -> tuple[Any, Any]:
     return tiny_llama()
 
 
+@pytest.mark.parametrize("tree", [True, False], ids=["tree", "batched"])
 @pytest.mark.parametrize("reply", [TWO_ERRORS, NO_ERROR, EIGHT_ERRORS], ids=["two", "none", "eight"])
-def test_read_probabilities_equal_a_brute_force_computation(tiny: tuple[Any, Any], reply: str) -> None:
+def test_read_probabilities_equal_a_brute_force_computation(
+    tiny: tuple[Any, Any], reply: str, tree: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both readings of the alternatives: all in one masked row after the cache (Llama's sdpa attention takes our
+    mask), here in passes of 7 tokens, and as a batch of copies of the cache (what a sliding window needs)."""
+    from spanjudge.inference.backends import transformers_reader
+
+    monkeypatch.setattr(transformers_reader, "TREE_TOKENS", 7)  # several passes, each cut from the cache after
     model, tokenizer = tiny
     end = {tokenizer.eos_token_id}
-    assert_brute_force(model, tokenizer, reply, end, lambda prompt, evaluation: ProbabilityReader(
-        model, tokenizer, end).read(prompt, evaluation))  # fmt: skip
+
+    def read(prompt: list[int], evaluation: Evaluation) -> Any:
+        reader = ProbabilityReader(model, tokenizer, end, tree=tree)
+        assert reader._tree == tree  # a Llama with sdpa attention and no sliding window: by default the tree
+        return reader.read(prompt, evaluation)
+
+    assert_brute_force(model, tokenizer, reply, end, read)
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +113,9 @@ def test_a_sliding_window_reader_reuses_a_prompt_only_while_its_cache_holds_the_
             list(fresh.score_distribution.values()), abs=1e-5
         )
         assert reading.expected_errors == pytest.approx(fresh.expected_errors, abs=1e-5)
-    assert reusing._window == 8 and reusing._held is not None
+    assert reusing._window == 8 and reusing._held is not None and not reusing._tree  # its window: no tree
     assert ProbabilityReader(tiny[0], tokenizer, end)._window is None  # Llama: no sliding window
+    assert not ProbabilityReader(tiny_gemma, tokenizer, end, tree=True)._tree  # asked, still never with a window
 
 
 def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, Any]) -> None:
@@ -121,8 +135,9 @@ def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, 
     evaluation = parse_judge(TWO_ERRORS)
     prompt = tokenizer(QUESTION)["input_ids"]
     end = {tokenizer.eos_token_id}
-    batched = ProbabilityReader(model, tokenizer, end).read(prompt, evaluation)
-    one_by_one = ProbabilityReader(model, tokenizer, end, cache_budget_bytes=1).read(prompt, evaluation)
+    # the batched reading, which copies the cache (the tree reading never does)
+    batched = ProbabilityReader(model, tokenizer, end, tree=False).read(prompt, evaluation)
+    one_by_one = ProbabilityReader(model, tokenizer, end, cache_budget_bytes=1, tree=False).read(prompt, evaluation)
     assert list(one_by_one.score_distribution.values()) == pytest.approx(
         list(batched.score_distribution.values()), abs=1e-6
     )

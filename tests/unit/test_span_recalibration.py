@@ -55,8 +55,9 @@ def test_the_committed_results_are_what_the_committed_dev_judgments_give() -> No
     found = bench.results(runs)  # every run with kept dev judgments, no other
     assert [r["label"] for r in found["runs"]] == [r["label"] for r in committed["runs"]]
     for row, kept in zip(found["runs"], committed["runs"], strict=True):
-        # the fit is numerical: another CPU may differ in the last bits
-        assert all(row[c] == pytest.approx(kept[c], rel=1e-6) for c in bench.COLUMNS)
+        # the fit is numerical: L-BFGS-B stops at its tolerance, so another CPU's map differs in the sixth digit
+        # (an Intel Xeon with AMX read one ECE 1.3e-6 apart, relatively, from the committed one)
+        assert all(row[c] == pytest.approx(kept[c], rel=1e-5) for c in bench.COLUMNS)
     for recipe, kept in zip(found["recipes"], committed["recipes"], strict=True):
         assert recipe["seeds"] == kept["seeds"]
         assert all(recipe[c] == pytest.approx(kept[c], abs=1e-4) for c in bench.COLUMNS[3:])
