@@ -183,8 +183,7 @@ class ProbabilityReader(ChoiceReader):
             if self.reuse_prefix:
                 self._held = (written, cache, floor)  # the alternatives below read it, or copies of it
             parts = [(len(prompt_ids) + start, tails, end) for (start, tails), end in zip(branches, ends, strict=True)]
-            read = self._tree_rows if self._tree else self._batched_rows
-            rows = read(parts, first, cache)
+            rows = (self._tree_rows if self._tree else self._batched_rows)(parts, first, cache)
             return [self._totals(rows[at], tails, end) for at, tails, end in parts]
 
     def _recording_cache(self) -> DynamicCache:
@@ -238,7 +237,8 @@ class ProbabilityReader(ChoiceReader):
             ids = [token for _, run, _ in group for token in run]
             width = len(ids)
             mask = torch.full((width, held + width), torch.finfo(self._decoder.dtype).min, dtype=self._decoder.dtype)
-            positions, picks = [], []
+            positions: list[int] = []
+            picks: list[tuple[int, tuple[int, ...], int]] = []  # where the choice parts, the prefix, its row here
             offset = 0
             for at, run, lengths in group:
                 n = len(run)
