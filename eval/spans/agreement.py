@@ -82,17 +82,30 @@ class _DocStats:
         return [o.tp, o.fp, o.fn, t.tp, t.fp, t.fn, self.n_tokens, *counts, *partial]
 
 
+StatsMemo = dict[tuple[str, tuple[tuple[int, int], ...], float | None], "_DocStats"]
+
+
 def _scored(
     docs: Sequence[SpanDocument],
     predictions: Mapping[str, Sequence[Span] | None],
     counts: Mapping[str, float] | None = None,
+    memo: StatsMemo | None = None,
 ) -> list[_DocStats]:
     """Per-document statistics of the scored documents, in document order; `counts` replaces each scored
-    document's number of predicted spans in the count Pearson (an expected number of errors)."""
+    document's number of predicted spans in the count Pearson (an expected number of errors). `memo` keeps each
+    document's statistics by its id and predictions across calls on the same documents."""
     stats = []
     for doc in docs:
         predicted = predictions.get(doc.id)
         if predicted is None:
+            continue
+        key = (
+            doc.id,
+            tuple((int(start), int(end)) for start, end in predicted),
+            None if counts is None else counts[doc.id],
+        )
+        if memo is not None and key in memo:
+            stats.append(memo[key])
             continue
         pred = check_spans(predicted, f"{doc.id}: predicted")
         gold = doc.gold_spans
@@ -108,6 +121,8 @@ def _scored(
                 partial=mpp(pred, gold),
             )
         )
+        if memo is not None:
+            memo[key] = stats[-1]
     return stats
 
 
@@ -235,11 +250,14 @@ def span_agreement(
     confidence: float = 0.95,
     seed: int = 0,
     counts: Mapping[str, float] | None = None,
+    memo: StatsMemo | None = None,
 ) -> dict[str, Any]:
     """One row of agreement between predicted and gold spans, with input-bootstrap intervals.
 
     `counts` (document id -> a number for every scored document): the predicted error counts the count
     Pearson correlates, in place of the number of predicted spans (a judge's expected number of errors).
+    `memo`: a dict kept across calls on the same documents (a threshold search), so that a document's
+    statistics are computed once per distinct prediction.
 
     Keys: n_outputs (documents), n_inputs (distinct input ids), asked (documents with an entry
     in `predictions`), scored (entry not None), parse_rate (scored / asked; None if none
@@ -252,7 +270,7 @@ def span_agreement(
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
-    stats = _scored(docs, predictions, counts)
+    stats = _scored(docs, predictions, counts, memo)
     asked = sum(doc.id in predictions for doc in docs)
     overlap, token = micro_total(s.overlap for s in stats), micro_total(s.token for s in stats)
     partial = sum((s.partial for s in stats), PartialPRF(0.0, 0.0, 0, 0))

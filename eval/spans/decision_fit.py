@@ -19,7 +19,7 @@ from typing import Any
 from spanjudge.core.errors import InputError
 from spanjudge.core.overlap import RULE as OVERLAP_RULE
 from spanjudge.core.overlap import input_digest
-from spanjudge.eval.spans.agreement import span_agreement
+from spanjudge.eval.spans.agreement import StatsMemo, span_agreement
 from spanjudge.eval.spans.documents import SpanDocument
 from spanjudge.inference.decisions import DecisionRule, FittedOn, decide
 
@@ -51,9 +51,10 @@ def row_objective(row: Mapping[str, Any]) -> float:
     return sum(row.get(key) or 0.0 for key in AGREEMENT) / len(AGREEMENT)
 
 
-def objective(docs: Sequence[SpanDocument], spans: Mapping[str, Spans]) -> float:
-    """`OBJECTIVE` of `spans` against the documents' human spans (point values, no bootstrap)."""
-    return row_objective(span_agreement(docs, spans, n_resamples=1))
+def objective(docs: Sequence[SpanDocument], spans: Mapping[str, Spans], memo: StatsMemo | None = None) -> float:
+    """`OBJECTIVE` of `spans` against the documents' human spans (point values, no bootstrap); `memo` as
+    `span_agreement`'s, for a search over the same documents."""
+    return row_objective(span_agreement(docs, spans, n_resamples=1, memo=memo))
 
 
 @dataclass(frozen=True)
@@ -90,14 +91,16 @@ def fit_decision_rule(
     tried: list[tuple[float | None, float | None, float]] = []
     best: tuple[float, float | None, float | None] | None = None
     confidence = list(confidence_grid)
+    memo: StatsMemo = {}  # most pairs keep the same spans of most documents
     for tau0 in no_error_grid:
         for tau in confidence:
-            value = objective(docs, decided_spans(rows, DecisionRule(no_error_threshold=tau0, min_confidence=tau)))
+            rule = DecisionRule(no_error_threshold=tau0, min_confidence=tau)
+            value = objective(docs, decided_spans(rows, rule), memo)
             tried.append((tau0, tau, value))
             if best is None or value > best[0] + 1e-12:
                 best = (value, tau0, tau)
     assert best is not None
-    written = objective(docs, decided_spans(rows, DecisionRule()))
+    written = objective(docs, decided_spans(rows, DecisionRule()), memo)
     fitted = FittedOn(
         split=split,
         data=data,

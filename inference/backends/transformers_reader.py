@@ -2,12 +2,14 @@
 reply, the choices' alternatives read after the prompt's KV cache, and how a CPU reads a long prompt in pieces
 (`prefill_chunks`). See `inference.probabilities` for what is read.
 
-Where the model's attention takes a mask of our own (sdpa or eager, no sliding window: Llama, Qwen, SmolLM2) every
-alternative of every choice is read in one row after the one cache (`_tree_rows`): a mask lets each token see the
-prompt and reply up to where its choice parts, and the tokens of its own run before it, with the positions it
-would have alone. Otherwise (Gemma 3's sliding window, flash attention) each pass copies the cache once per
-alternative (`_batched_rows`): on a CPU that copying is what a reading costs, its attention repeating every copy's
-keys to the query heads (SmolLM2, 3 quintd-1 tables: bench/results/tree_reading.md)."""
+Where the model's attention takes a mask of our own (sdpa or eager attention), the alternatives are read in one row
+after a cache (`_tree_rows`): a mask lets each token see the prompt and reply up to where its choice parts, and
+the tokens of its own run before it, at the positions it would have alone. Without a sliding window (Llama, Qwen,
+SmolLM2) every choice reads after the one cache; with one (Gemma 3, whose local layers keep only the window before
+their end, and which takes a mask per layer kind) each choice reads after a copy cut back to where it parts.
+Otherwise (flash attention; a model whose every layer slides) each pass copies the cache once per alternative
+(`_batched_rows`): on a CPU that copying is what a reading cost, its attention repeating every copy's keys to the
+query heads (bench/results/tree_reading.md, tree_reading_base.md)."""
 
 from __future__ import annotations
 
@@ -51,13 +53,12 @@ TREE_TOKENS = 256
 
 Part = tuple[int, list[list[int]], bool]  # where a choice parts (its first tail token's position), its tails, end
 Rows = dict[tuple[int, ...], Any]  # a tail prefix -> the log-softmax row after it
+Run = tuple[int, tuple[int, ...], list[int]]  # where its choice parts, the run's tokens, the prefix lengths read
 
 
-def _tree_passes(
-    runs: list[tuple[int, tuple[int, ...], list[int]]],
-) -> list[list[tuple[int, tuple[int, ...], list[int]]]]:
+def _tree_passes(runs: list[Run]) -> list[list[Run]]:
     """The runs, whole, in passes of at most TREE_TOKENS tokens (a longer run alone)."""
-    passes: list[list[tuple[int, tuple[int, ...], list[int]]]] = []
+    passes: list[list[Run]] = []
     size = TREE_TOKENS
     for run in runs:
         if size + len(run[1]) > TREE_TOKENS:
@@ -100,6 +101,15 @@ def sliding_window(model: Any) -> int | None:
     if not window or (layer_types is not None and "sliding_attention" not in layer_types):
         return None
     return int(window)
+
+
+def _local_length(cache: object, held: int, window: int) -> int:
+    """How many tokens a sliding-window layer of `cache` (of `held` tokens) holds: transformers 5 keeps the
+    window − 1 before its end once the cache is that long."""
+    for layer in getattr(cache, "layers", ()):
+        if getattr(layer, "sliding_window", None) and getattr(layer, "keys", None) is not None:
+            return int(layer.keys.shape[-2])
+    return min(held, window - 1)
 
 
 def _cache_bytes(cache: object) -> int:
@@ -150,7 +160,11 @@ class ProbabilityReader(ChoiceReader):
         self.reuse_prefix = reuse_prefix
         self._window = sliding_window(model)
         attention = getattr(self._text_config, "_attn_implementation", None)
-        self._tree = self._window is None and attention in TREE_ATTENTION and tree is not False
+        # a sliding window is masked per layer kind (Gemma 2 and 3 take a mask per kind); a model whose every layer
+        # slides (Mistral) reads batched
+        kinds = set(getattr(self._text_config, "layer_types", None) or ())
+        masked = self._window is None or (bool(kinds) and kinds <= {"full_attention", "sliding_attention"})
+        self._tree = tree is not False and attention in TREE_ATTENTION and masked
         # the last reading's tokens, its KV cache, and the first position the cache can still be cut back to
         self._held: tuple[list[int], Any, int] | None = None
 
@@ -225,34 +239,39 @@ class ProbabilityReader(ChoiceReader):
         return read, past, floor
 
     def _tree_rows(self, parts: list[Part], first: dict[int, Any], cache: DynamicCache) -> dict[int, Rows]:
-        """The rows the alternatives read (`alternative_runs`), every choice's in one row after `cache` (the
-        prompt and the written reply), TREE_TOKENS tokens a pass: each token sees the cache up to where its choice
-        parts (`at`) and the tokens of its own run before it, at the positions it would have alone. Each pass's
-        tokens are cut from the cache after it, which then holds the prompt and reply again."""
-        torch = self._torch
-        held = cache.get_seq_length()
+        """The rows the alternatives read (`alternative_runs`), read in one row after a cache, TREE_TOKENS tokens
+        a pass: each token sees the cache up to where its choice parts (`at`) and the tokens of its own run before
+        it, at the positions it would have alone. Every choice reads after `cache` itself (the prompt and the
+        written reply), each pass's tokens cut from it after the pass; with a sliding window (Gemma 3's local
+        layers keep only the window before their end), each choice reads after a copy cut back to where it parts."""
         rows: dict[int, Rows] = {at: {(): first[at - 1]} for at, _, _ in parts}
         runs = [(at, run, lengths) for at, tails, end in parts for run, lengths in alternative_runs(tails, end)]
+        if self._window is None:
+            self._read_runs(cache, runs, rows)
+            return rows
+        for at in dict.fromkeys(at for at, _, _ in runs):
+            branch = copy.deepcopy(cache)
+            branch.crop(at - branch.get_seq_length())  # negative: the tokens to drop (transformers 4.56 and 5)
+            self._read_runs(branch, [run for run in runs if run[0] == at], rows)
+        return rows
+
+    def _read_runs(self, cache: DynamicCache, runs: list[Run], rows: dict[int, Rows]) -> None:
+        """Read `runs` (each parting at its `at`, at most the cache's length) after `cache` into `rows`."""
+        torch = self._torch
+        held = cache.get_seq_length()
+        local = None if self._window is None else _local_length(cache, held, self._window)
         for group in _tree_passes(runs):
             ids = [token for _, run, _ in group for token in run]
-            width = len(ids)
-            mask = torch.full((width, held + width), torch.finfo(self._decoder.dtype).min, dtype=self._decoder.dtype)
             positions: list[int] = []
             picks: list[tuple[int, tuple[int, ...], int]] = []  # where the choice parts, the prefix, its row here
-            offset = 0
             for at, run, lengths in group:
-                n = len(run)
-                mask[offset : offset + n, :at] = 0.0  # the prompt and the reply before the choice
-                own = torch.ones(n, n, dtype=torch.bool).tril()  # its own run, up to itself
-                mask[offset : offset + n, held + offset : held + offset + n].masked_fill_(own, 0.0)
-                positions += range(at, at + n)
-                picks += [(at, run[:length], offset + length - 1) for length in lengths]
-                offset += n
+                picks += [(at, run[:length], len(positions) + length - 1) for length in lengths]
+                positions += range(at, at + len(run))
             device = self.model.device
             hidden = self._decoder(
                 input_ids=torch.tensor([ids], device=device),
                 position_ids=torch.tensor([positions], device=device),
-                attention_mask=mask.to(device)[None, None],
+                attention_mask=self._tree_mask(group, held, local),
                 use_cache=True,
                 **{self._cache_argument: cache},
             ).last_hidden_state[0]
@@ -260,7 +279,33 @@ class ProbabilityReader(ChoiceReader):
             read = self._output_rows(hidden[[index for _, _, index in picks]])
             for (at, prefix, _), row in zip(picks, read, strict=True):
                 rows[at][prefix] = row
-        return rows
+
+    def _tree_mask(self, group: list[Run], held: int, local: int | None) -> Any:
+        """The additive attention mask of a pass of `group` after a cache of `held` tokens: each token sees the
+        cache before its choice's `at` and its own run up to itself. With a sliding window, a mask per layer kind:
+        a local layer's cache holds the last `local` tokens before `held`, of which a token at position p sees those
+        after p − window (as the model's own mask has it)."""
+        torch = self._torch
+        dtype = self._decoder.dtype
+        width = sum(len(run) for _, run, _ in group)
+        full = torch.full((width, held + width), torch.finfo(dtype).min, dtype=dtype)
+        sliding = None if local is None else torch.full((width, local + width), torch.finfo(dtype).min, dtype=dtype)
+        offset = 0
+        for at, run, _ in group:
+            n = len(run)
+            own = torch.ones(n, n, dtype=torch.bool).tril()  # its own run, up to itself
+            full[offset : offset + n, :at] = 0.0  # the prompt and the reply before the choice
+            full[offset : offset + n, held + offset : held + offset + n].masked_fill_(own, 0.0)
+            if sliding is not None and local is not None and self._window is not None:  # (both set together)
+                for j in range(n):  # cached token i is at position held - local + i; it is seen when > p - window
+                    first_seen = max(0, at + j - self._window + 1 - (held - local))
+                    sliding[offset + j, first_seen : local - (held - at)] = 0.0
+                sliding[offset : offset + n, local + offset : local + offset + n].masked_fill_(own, 0.0)
+            offset += n
+        device = self.model.device
+        if sliding is None:
+            return full.to(device)[None, None]
+        return {"full_attention": full.to(device)[None, None], "sliding_attention": sliding.to(device)[None, None]}
 
     def _batched_rows(self, parts: list[Part], first: dict[int, Any], cache: DynamicCache) -> dict[int, Rows]:
         """The rows the alternatives read (`alternative_runs`), each choice's runs as rows of a batch from a copy

@@ -65,19 +65,24 @@ def tiny_gemma(tiny: tuple[Any, Any]) -> Any:
     return Gemma3ForCausalLM(config).eval()
 
 
+@pytest.mark.parametrize("tree", [True, False], ids=["tree", "batched"])
 @pytest.mark.parametrize("piece", [512, 5], ids=["whole", "in-pieces"])
 def test_a_sliding_window_model_reads_what_a_brute_force_computation_reads(
-    tiny: tuple[Any, Any], tiny_gemma: Any, piece: int, monkeypatch: pytest.MonkeyPatch
+    tiny: tuple[Any, Any], tiny_gemma: Any, piece: int, tree: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each choice's alternatives read from the cache cut back to where they start, past the local layers'
     window (Gemma 3 judges crashed there: its sliding layers kept only their window); so does a reused prompt.
-    Read whole, and in pieces of 5 tokens (a CPU reads a long prompt in pieces: `CPU_PREFILL_CHUNK`)."""
+    Read whole, and in pieces of 5 tokens (a CPU reads a long prompt in pieces: `CPU_PREFILL_CHUNK`); the
+    alternatives in masked rows (a mask per layer kind, the local one seeing only the window), here in passes of
+    7 tokens, and as a batch of cache copies."""
     from spanjudge.inference.backends import transformers_reader
 
     monkeypatch.setattr(transformers_reader, "CPU_PREFILL_CHUNK", piece)
+    monkeypatch.setattr(transformers_reader, "TREE_TOKENS", 7)
     tokenizer = tiny[1]
     end = {tokenizer.eos_token_id}
-    reader = ProbabilityReader(tiny_gemma, tokenizer, end, reuse_prefix=True)
+    reader = ProbabilityReader(tiny_gemma, tokenizer, end, reuse_prefix=True, tree=tree)
+    assert reader._tree == tree  # Gemma 3: a mask per layer kind, so by default the tree
     readings: list[Any] = []
 
     def read(prompt: list[int], evaluation: Evaluation) -> Any:
@@ -113,9 +118,8 @@ def test_a_sliding_window_reader_reuses_a_prompt_only_while_its_cache_holds_the_
             list(fresh.score_distribution.values()), abs=1e-5
         )
         assert reading.expected_errors == pytest.approx(fresh.expected_errors, abs=1e-5)
-    assert reusing._window == 8 and reusing._held is not None and not reusing._tree  # its window: no tree
+    assert reusing._window == 8 and reusing._held is not None and reusing._tree
     assert ProbabilityReader(tiny[0], tokenizer, end)._window is None  # Llama: no sliding window
-    assert not ProbabilityReader(tiny_gemma, tokenizer, end, tree=True)._tree  # asked, still never with a window
 
 
 def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, Any]) -> None:
