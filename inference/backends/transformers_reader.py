@@ -281,31 +281,32 @@ class ProbabilityReader(ChoiceReader):
                 rows[at][prefix] = row
 
     def _tree_mask(self, group: list[Run], held: int, local: int | None) -> Any:
-        """The additive attention mask of a pass of `group` after a cache of `held` tokens: each token sees the
-        cache before its choice's `at` and its own run up to itself. With a sliding window, a mask per layer kind:
-        a local layer's cache holds the last `local` tokens before `held`, of which a token at position p sees those
-        after p − window (as the model's own mask has it)."""
+        """The attention mask of a pass of `group` after a cache of `held` tokens; with a sliding window, one per
+        layer kind, a local layer's cache holding only its last `local` tokens."""
+        full = self._visible(group, held, 0, None)
+        if local is None:
+            return full
+        return {"full_attention": full, "sliding_attention": self._visible(group, held, held - local, self._window)}
+
+    def _visible(self, group: list[Run], held: int, start: int, window: int | None) -> Any:
+        """An additive mask whose rows are the group's tokens and whose columns are the cached positions
+        start..held, then the group's tokens: a token at position p, of a choice parting at `at`, sees the cached
+        positions before `at` (after p − window, as the model's own sliding mask has it) and its own run up to
+        itself."""
         torch = self._torch
         dtype = self._decoder.dtype
-        width = sum(len(run) for _, run, _ in group)
-        full = torch.full((width, held + width), torch.finfo(dtype).min, dtype=dtype)
-        sliding = None if local is None else torch.full((width, local + width), torch.finfo(dtype).min, dtype=dtype)
+        cached, width = held - start, sum(len(run) for _, run, _ in group)
+        mask = torch.full((width, cached + width), torch.finfo(dtype).min, dtype=dtype)
         offset = 0
         for at, run, _ in group:
             n = len(run)
-            own = torch.ones(n, n, dtype=torch.bool).tril()  # its own run, up to itself
-            full[offset : offset + n, :at] = 0.0  # the prompt and the reply before the choice
-            full[offset : offset + n, held + offset : held + offset + n].masked_fill_(own, 0.0)
-            if sliding is not None and local is not None and self._window is not None:  # (both set together)
-                for j in range(n):  # cached token i is at position held - local + i; it is seen when > p - window
-                    first_seen = max(0, at + j - self._window + 1 - (held - local))
-                    sliding[offset + j, first_seen : local - (held - at)] = 0.0
-                sliding[offset : offset + n, local + offset : local + offset + n].masked_fill_(own, 0.0)
+            for j in range(n):
+                seen_from = start if window is None else max(start, at + j - window + 1)
+                mask[offset + j, seen_from - start : at - start] = 0.0
+            own = torch.ones(n, n, dtype=torch.bool).tril()
+            mask[offset : offset + n, cached + offset : cached + offset + n].masked_fill_(own, 0.0)
             offset += n
-        device = self.model.device
-        if sliding is None:
-            return full.to(device)[None, None]
-        return {"full_attention": full.to(device)[None, None], "sliding_attention": sliding.to(device)[None, None]}
+        return mask.to(self.model.device)[None, None]
 
     def _batched_rows(self, parts: list[Part], first: dict[int, Any], cache: DynamicCache) -> dict[int, Rows]:
         """The rows the alternatives read (`alternative_runs`), each choice's runs as rows of a batch from a copy

@@ -36,7 +36,7 @@ def test_read_probabilities_equal_a_brute_force_computation(
     tiny: tuple[Any, Any], reply: str, tree: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Both readings of the alternatives: all in one masked row after the cache (Llama's sdpa attention takes our
-    mask), here in passes of 7 tokens, and as a batch of copies of the cache (what a sliding window needs)."""
+    mask), here in passes of 7 tokens, and as a batch of copies of the cache (what flash attention needs)."""
     from spanjudge.inference.backends import transformers_reader
 
     monkeypatch.setattr(transformers_reader, "TREE_TOKENS", 7)  # several passes, each cut from the cache after
@@ -139,7 +139,7 @@ def test_alternatives_per_pass_are_bounded_by_the_cache_memory(tiny: tuple[Any, 
     evaluation = parse_judge(TWO_ERRORS)
     prompt = tokenizer(QUESTION)["input_ids"]
     end = {tokenizer.eos_token_id}
-    # the batched reading, which copies the cache (the tree reading never does)
+    # the batched reading, which copies the cache (a Llama's tree reading never does)
     batched = ProbabilityReader(model, tokenizer, end, tree=False).read(prompt, evaluation)
     one_by_one = ProbabilityReader(model, tokenizer, end, cache_budget_bytes=1, tree=False).read(prompt, evaluation)
     assert list(one_by_one.score_distribution.values()) == pytest.approx(
