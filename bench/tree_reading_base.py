@@ -27,6 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model here is local
 
 from report_files import machine, write_report  # noqa: E402
 
+from spanjudge.core.errors import SpanjudgeError  # noqa: E402
 from spanjudge.eval.spans.quintd import quintd_tables  # noqa: E402
 from spanjudge.inference.backends.transformers_reader import ProbabilityReader  # noqa: E402
 from spanjudge.inference.contract import Evaluation, parse_judge  # noqa: E402
@@ -48,7 +49,10 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = local_folder(resolve_model_source(args.model))
+    try:
+        folder = local_folder(resolve_model_source(args.model))
+    except SpanjudgeError as error:
+        parser.error(f"--model {args.model}: {error}")
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     end = {tokenizer.eos_token_id}
