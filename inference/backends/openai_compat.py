@@ -20,10 +20,7 @@ would run to the end of the context. The completions API has only `max_tokens`.
 from __future__ import annotations
 
 import os
-from typing import Any
-
-import httpx
-import openai
+from typing import TYPE_CHECKING, Any
 
 from ..chat import defuse
 from ..contract.grammar import judge_grammar, server_grammar_fields
@@ -31,6 +28,10 @@ from .base import ChatRequest, Completion, FailureKind, Message
 from .engine import Engine, Serving, Wiring
 from .server import MalformedReply, ServerBackend, describe_reply, retry_after_seconds, short
 from .spec import BackendSpec
+
+if TYPE_CHECKING:  # the client loads with the engine's first use: its import costs a second on every command
+    import httpx
+    import openai
 
 NO_KEY = "not-needed"  # local servers ignore the key, but the client insists on one
 
@@ -55,6 +56,8 @@ class OpenAIBackend(ServerBackend):
         self._api_key = os.environ.get(env, "") if env else ""
 
     def _open_client(self, endpoint: str) -> openai.AsyncOpenAI:
+        import openai
+
         # connecting gets its own short limit: only generation may take timeout_s
         # the client's own Timeout: openai >= 3 is built on httpx2, whose Timeout is not httpx's
         timeout = openai.Timeout(self.spec.timeout_s, connect=self.spec.connect_timeout_s)
@@ -95,6 +98,8 @@ class OpenAIBackend(ServerBackend):
 
     def _completion(self, http: httpx.Response, reply: Any) -> Completion:
         """The Completion in a parsed reply, or MalformedReply saying what arrived instead."""
+        import openai
+
         # the client builds replies without validating them: every field may be missing
         choices = getattr(reply, "choices", None)
         if not isinstance(reply, (openai.types.Completion, openai.types.chat.ChatCompletion)) or not choices:
@@ -122,6 +127,8 @@ class OpenAIBackend(ServerBackend):
         return classify_openai_error(error)
 
     def _retry_after(self, error: Exception) -> float | None:
+        import openai
+
         if isinstance(error, openai.APIStatusError):
             return retry_after_seconds(error.status_code, error.response.headers)
         return None
@@ -141,6 +148,8 @@ def _malformed(http: httpx.Response, problem: str) -> MalformedReply:
 
 def classify_openai_error(error: Exception) -> tuple[FailureKind, str] | None:
     """Failure kind of an `openai` exception: 429 and 5xx are worth a retry, other 4xx not."""
+    import openai
+
     if isinstance(error, openai.APITimeoutError):  # a subclass of APIConnectionError: test it first
         return "timeout", f"request timed out: {short(error)}"
     if isinstance(error, openai.APIConnectionError):

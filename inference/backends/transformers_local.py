@@ -83,6 +83,7 @@ from .base import (
     SamplingParams,
 )
 from .engine import Engine, grammar_option
+from .grammar_cache import compiled_grammar
 from .prefix import PrefixBatch, prefix_batches
 from .server import short
 from .spec import BackendSpec
@@ -183,7 +184,7 @@ class TransformersBackend(Backend):
             self.tokenizer, vocab_size=vocab_size, stop_token_ids=sorted(self._end_ids)
         )
         try:
-            return xgrammar.GrammarCompiler(info, max_threads=1).compile_grammar(grammar)
+            return compiled_grammar(info, grammar)
         except Exception as error:  # a grammar that does not compile is a configuration error
             where = f"transformers model {self.spec.model!r}"
             raise BackendError(f"{where}: the grammar does not compile: {error}") from None

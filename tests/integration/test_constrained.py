@@ -368,3 +368,43 @@ def test_untrained_smollm2_with_transformers_parses_when_constrained(smollm2_fol
     finally:
         judge.close()
     _check_all_parse(results, judge_grammar(max_errors=errors_within(160)))
+
+
+def test_a_compiled_grammar_is_kept_read_back_as_compiled_and_a_torn_entry_is_compiled_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import xgrammar
+
+    from spanjudge.inference.backends.grammar_cache import cache_folder, compiled_grammar
+
+    monkeypatch.setenv("SPANJUDGE_CACHE", str(tmp_path))
+    vocab = ["<s>", "</s>", *(chr(c) for c in range(32, 127)), "\n", "Error", " 1", "Overall score:", "No Error"]
+    info = xgrammar.TokenizerInfo(vocab, stop_token_ids=[1])
+    grammar = judge_grammar(max_errors=1)
+    fresh = compiled_grammar(info, grammar)
+    [entry] = cache_folder().glob("*.json")
+
+    def masks(compiled: xgrammar.CompiledGrammar) -> list[list[int]]:
+        """The allowed tokens after each prefix of a valid reply."""
+        matcher, found = xgrammar.GrammarMatcher(compiled), []
+        for char in reply(block(1), score="7"):
+            bitmask = xgrammar.allocate_token_bitmask(1, len(vocab))
+            matcher.fill_next_token_bitmask(bitmask)
+            found.append(bitmask[0].tolist())
+            assert matcher.accept_string(char)
+        return found
+
+    def no_compile(*args: object, **kwargs: object) -> None:
+        raise AssertionError("compiled although the cache holds it")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(xgrammar, "GrammarCompiler", no_compile)
+        kept = compiled_grammar(info, grammar)
+    assert masks(kept) == masks(fresh)
+    entry.write_text(entry.read_text()[:1000])  # torn, as a kill mid-write of a non-atomic copy leaves it
+    assert masks(compiled_grammar(info, grammar)) == masks(fresh)
+    assert len(entry.read_text()) > 1000  # replaced by the recompiled grammar
+    # another grammar, or another tokenizer, is its own entry
+    compiled_grammar(info, judge_grammar(max_errors=2))
+    compiled_grammar(xgrammar.TokenizerInfo(vocab, stop_token_ids=[0]), grammar)
+    assert len(list(cache_folder().glob("*.json"))) == 3

@@ -102,12 +102,33 @@ class _TopLogprobsLLM:
 
         assert getattr(params, "prompt_logprobs", None) is None and params.max_tokens == 1 and params.logprobs
         self.prompts += len(prompts)
-        outputs = []
-        for prompt in prompts:
-            ids = prompt["prompt_token_ids"]
-            self.tokens += len(ids)
+        # vLLM's prefix cache, in the stand-in's way: the prompts that share a length are read in one batch after
+        # one pass over the prefix they share, and a prompt that begins a longer one reads its row from that one's
+        # pass (a causal model's logits at a position see only the tokens before it)
+        every = [tuple(prompt["prompt_token_ids"]) for prompt in prompts]
+        wholes: list[tuple[int, ...]] = []
+        for ids in sorted(set(every), key=len, reverse=True):
+            if not any(whole[: len(ids)] == ids for whole in wholes):
+                wholes.append(ids)
+        passes: list[tuple[tuple[int, ...], Any, Any]] = []  # (prompt, logits of the shared prefix, of its own tokens)
+        for length in sorted({len(whole) for whole in wholes}):
+            batch = [whole for whole in wholes if len(whole) == length]
+            shared = next((i for i in range(length) if len({whole[i] for whole in batch}) > 1), length - 1)
             with torch.no_grad():
-                row = self.model(torch.tensor([ids])).logits[0, -1].float().log_softmax(-1)
+                prefix = self.model(torch.tensor([batch[0][:shared]]), use_cache=True)
+                prefix.past_key_values.batch_repeat_interleave(len(batch))
+                own = self.model(
+                    torch.tensor([whole[shared:] for whole in batch]), past_key_values=prefix.past_key_values
+                )
+            passes += [(whole, prefix.logits[0], rows) for whole, rows in zip(batch, own.logits, strict=True)]
+        outputs = []
+        for ids in every:
+            self.tokens += len(ids)
+            _whole, shared_rows, own_rows = next(found for found in passes if found[0][: len(ids)] == ids)
+            at = len(ids) - 1
+            row = (
+                (shared_rows[at] if at < len(shared_rows) else own_rows[at - len(shared_rows)]).float().log_softmax(-1)
+            )
             values, tokens = row.topk(params.logprobs)
             top = dict(zip(tokens.tolist(), values.tolist(), strict=True))
             if params.logprobs <= 100:  # vLLM's shape, a `Logprob` each (plain floats for the whole vocabulary)

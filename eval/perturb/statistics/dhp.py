@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 SIGNIFICANCE = 0.05
 
@@ -31,6 +30,8 @@ def wilcoxon_greater(original: Sequence[float], perturbed: Sequence[float]) -> f
         raise ValueError("paired scores contain NaN; drop unscored pairs before testing")
     if diffs.size == 0 or not np.any(diffs != 0):
         return 1.0
+    from scipy import stats  # here, not at the top: scipy.stats costs a second to every command's help
+
     result = stats.wilcoxon(diffs, alternative="greater", zero_method="wilcox")
     return float(result.pvalue)
 
