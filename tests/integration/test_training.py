@@ -214,7 +214,9 @@ def train_losses(out: Path) -> list[tuple[int, float]]:
 
 
 @pytest.mark.slow
-def test_two_cpu_processes_train_save_and_reload(trained_judge: TrainedRun, smollm2_hf: Path) -> None:
+def test_two_cpu_processes_train_save_and_reload(
+    trained_judge: TrainedRun, smollm2_hf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -257,22 +259,27 @@ def test_two_cpu_processes_train_save_and_reload(trained_judge: TrainedRun, smol
     # the trainer evaluated under bf16 autocast, in batches: close, not equal
     assert tuned_loss == pytest.approx(metrics["eval_loss"], rel=0.15)
 
-    # a finished run is not trained again
-    again = launch(["--cpu", *trained_judge.args])
-    log, _ = again.communicate(timeout=300)
-    assert again.returncode == 0 and "already holds a finished run" in log, log[-3000:]
-    # and the same folder with another config is refused, not mixed into this run
-    other = launch(["--cpu", *smoke_args(records, out)])
-    log, _ = other.communicate(timeout=300)
-    assert other.returncode != 0 and "holds a run made with training.max_steps = 16, not 8" in log, log[-3000:]
+    # a finished run is not trained again, and the same folder with another config is refused, not mixed into
+    # this run: `spanjudge train` in this process, as train.py runs it (the launcher is the fixture's)
+    code, err = run_cli(["train", *trained_judge.args[1:]], capsys)
+    assert code == 0 and "already holds a finished run" in err, err[-3000:]
+    code, err = run_cli(["train", *smoke_args(records, out)[1:]], capsys)
+    assert code == 2 and "holds a run made with training.max_steps = 16, not 8" in err, err[-3000:]
 
 
 @pytest.mark.slow
 def test_killed_run_resumes_from_its_checkpoint(tmp_path: Path, records: Path, smollm2_hf: Path) -> None:
     out = tmp_path / "run"
     # the command line; accelerate's CPU launcher starts one process
-    # 4 steps with a checkpoint after 2: the same kill and resume at half the smoke run's cost
-    sets = ["--set", "training.max_steps=4", "--set", "training.save_steps=2"]
+    # 4 steps of one batch of 2 with a checkpoint after 2: the same kill and resume at a quarter of the smoke run's cost
+    sets = [
+        "--set",
+        "training.max_steps=4",
+        "--set",
+        "training.save_steps=2",
+        "--set",
+        "training.effective_batch_size=2",
+    ]
     args = ["--cpu", "--num_processes", "2", *smoke_args(records, out, *sets)]
     process = launch(args, start_new_session=True)
     deadline = time.monotonic() + 300
@@ -315,7 +322,8 @@ def test_qlora_on_cpu_with_wandb_offline(tmp_path: Path, records: Path, smollm2_
         "--config",
         str(SMOKE),
         *("--set", f"data.train={records}", "--set", f"training.output_dir={out}"),
-        *("--set", "model.quantization=4bit", "--set", "training.max_steps=2"),  # model.dtype auto: float32 on CPU
+        *("--set", "model.quantization=4bit", "--set", "training.max_steps=1"),  # model.dtype auto: float32 on CPU
+        *("--set", "training.effective_batch_size=1", "--set", "training.per_device_batch_size=1"),  # one example
         *("--set", "logging.report_to=wandb", "--set", "logging.wandb_mode=offline"),
     ]
     env = {**ENV, "WANDB_MODE": "offline", "WANDB_API_KEY": ""}
