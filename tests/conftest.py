@@ -187,9 +187,9 @@ def trained_judge(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -
     reuse = os.environ.get("SPANJUDGE_TEST_TRAINED_JUDGE")
     if reuse:  # a developer's shortcut: a run folder this fixture made before (never set in CI)
         built = Path(reuse).parent / "built.json"  # with its log and arguments, where the folder is still in place
-        if built.is_file() and Path(json.loads(built.read_text())["out"]) == Path(reuse):
-            made = json.loads(built.read_text())
-            return TrainedRun(Path(made["records"]), Path(made["out"]), made["log"], json.loads(made["args"]))
+        made = json.loads(built.read_text()) if built.is_file() else {}
+        if made.get("out") == reuse:
+            return TrainedRun(Path(made["records"]), Path(reuse), made["log"], json.loads(made["args"]))
         return TrainedRun(records=Path(reuse) / "unused", out=Path(reuse), log="", args=[])
 
     def train(root: Path) -> dict[str, str]:

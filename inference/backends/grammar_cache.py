@@ -32,9 +32,13 @@ def compiled_grammar(info: xgrammar.TokenizerInfo, grammar: str) -> xgrammar.Com
     import xgrammar
 
     entry = cache_folder() / f"{_key(info, grammar)}.json"
-    with contextlib.suppress(OSError, RuntimeError, ValueError):  # missing, torn or from another build: compile
+    try:
         compiled = xgrammar.CompiledGrammar.deserialize_json(entry.read_text(encoding="utf-8"), info)
-        entry.touch()  # recently used: kept by the pruning below
+    except (OSError, RuntimeError, ValueError):  # missing, torn or from another build: compiled below
+        pass
+    else:
+        with contextlib.suppress(OSError):  # recently used: kept by the pruning below (a read-only cache still reads)
+            entry.touch()
         return compiled
     compiled = xgrammar.GrammarCompiler(info, max_threads=1).compile_grammar(grammar)
     with contextlib.suppress(OSError):

@@ -271,15 +271,9 @@ def test_two_cpu_processes_train_save_and_reload(
 def test_killed_run_resumes_from_its_checkpoint(tmp_path: Path, records: Path, smollm2_hf: Path) -> None:
     out = tmp_path / "run"
     # the command line; accelerate's CPU launcher starts one process
-    # 4 steps of one batch of 2 with a checkpoint after 2: the same kill and resume at a quarter of the smoke run's cost
-    sets = [
-        "--set",
-        "training.max_steps=4",
-        "--set",
-        "training.save_steps=2",
-        "--set",
-        "training.effective_batch_size=2",
-    ]
+    # 4 steps with a checkpoint after 2, each step one batch of 2
+    sets = ["--set", "training.max_steps=4", "--set", "training.save_steps=2"]
+    sets += ["--set", "training.effective_batch_size=2"]
     args = ["--cpu", "--num_processes", "2", *smoke_args(records, out, *sets)]
     process = launch(args, start_new_session=True)
     deadline = time.monotonic() + 300
