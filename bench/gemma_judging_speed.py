@@ -36,7 +36,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model here is local
 
-from report_files import machine, write_report  # noqa: E402
+from report_files import merge_labelled_row  # noqa: E402
 
 from spanjudge.eval.distill.judgments import archived  # noqa: E402
 from spanjudge.eval.spans.judging import judge_span_documents  # noqa: E402
@@ -157,9 +157,7 @@ def kept_row(label: str, kept: str, reference: str) -> dict[str, Any] | str:
 
 
 def merge_row(row: dict[str, Any]) -> None:
-    saved = json.loads(OUT.with_suffix(".json").read_text()) if OUT.with_suffix(".json").is_file() else {}
-    rows = [r for r in saved.get("rows", []) if r["label"] != row["label"]] + [row]
-    write_report(OUT, {"machine": machine(), "rows": rows}, markdown(machine(), rows))
+    merge_labelled_row(OUT, row, markdown)
 
 
 def _gap(spread: dict[str, float | None]) -> str:

@@ -22,7 +22,6 @@ alone: two CPU-heavy jobs on 2 cores distort each other. Not a test.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -34,7 +33,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model here is local
 
-from report_files import machine, write_report  # noqa: E402
+from report_files import merge_labelled_row  # noqa: E402
 
 from spanjudge.eval.distill.judgments import archived  # noqa: E402
 from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK  # noqa: E402
@@ -158,9 +157,7 @@ def main() -> None:
         "kept_s_per_output": round(kept["wall_s"] / len(kept["rows"]), 2),
         "batches": batches,
     }
-    saved = json.loads(OUT.with_suffix(".json").read_text()) if OUT.with_suffix(".json").is_file() else {}
-    rows = [r for r in saved.get("rows", []) if r["label"] != row["label"]] + [row]
-    write_report(OUT, {"machine": machine(), "rows": rows}, markdown(machine(), rows))
+    merge_labelled_row(OUT, row, markdown)
 
 
 def markdown(where: str, rows: list[dict[str, Any]]) -> list[str]:

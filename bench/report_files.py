@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,3 +22,12 @@ def write_report(out: Path, payload: dict[str, Any], lines: list[str]) -> None:
     out.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def merge_labelled_row(
+    out: Path, row: dict[str, Any], markdown: Callable[[str, list[dict[str, Any]]], list[str]]
+) -> None:
+    """`row` into OUT.json's rows and OUT.md, replacing the row of the same label (a rerun replaces its label)."""
+    saved = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").is_file() else {}
+    rows = [r for r in saved.get("rows", []) if r["label"] != row["label"]] + [row]
+    write_report(out, {"machine": machine(), "rows": rows}, markdown(machine(), rows))
