@@ -1,30 +1,34 @@
-"""Where a Gemma 3 student's protocol judging time goes on the transformers engine: batched greedy generation and
-the probability reading, each timed alone, at a given generation batch size (issue #67: fast judging).
+"""Where a Gemma 3 student's protocol judging time goes, per engine: generation and the probability reading, each
+timed alone (issue #67: fast judging).
 
     .venv/bin/python bench/judging_cost.py --adapter runs/bench/distill_quintd/LABEL/student/adapter \
-        [--kept gemma3-mixed-cut-s42] [--split test] [--tables 80 82] [--batch 8]
+        [--engine transformers|llamacpp] [--batch 8] [--kept gemma3-mixed-cut-s42] [--split test] [--tables 80 82]
 
 The work is the protocol's (greedy, at most 320 new tokens, a 4,096-token context, inputs cut to fit), on every
 system's output of the given quintd-1 tables of wikidata, ice_hockey and owid, with the replies that run `--kept`
 wrote for them (bench/results/distill_judgments/KEPT/SPLIT/student+probabilities.json.gz):
-- generation: the prompts in the judge's order (shared prefixes adjacent), in batches of `--batch`, each batch
-  generating exactly as many tokens as its longest kept reply (its turn's end included, at most 320), as the
-  student's own greedy batch would before it stops;
-- reading: the judge's probabilities read along each kept reply, in the same order (each reading reuses the last
+- generation, prompts in the judge's order (shared prefixes adjacent), each reply exactly as long as its kept one
+  (its turn's end included, at most 320 tokens): on transformers (the dequantized base, float32, the adapter
+  merged) in batches of `--batch`, each batch as long as its longest kept reply, as the student's own greedy batch
+  runs before it stops; on llamacpp in process (the Q4_K_M GGUF with the adapter as a GGUF LoRA, every core) one
+  reply at a time, its end tokens held off until its length;
+- reading: the engine's probabilities read along each kept reply, in the same order (each reading reuses the last
   one's shared prompt prefix, as the judge's does).
 The cost of a forward pass does not depend on the adapter's weights, so any Gemma 3 adapter with the protocol's
 chat template measures the kept student's cost (`--adapter`; a one-step student of `spanjudge distill --steps 1`
 will do). Replies are not compared: bench/gemma_judging_speed.py measures agreement. Loading is excluded. Rows merge
-into bench/results/judging_cost.{json,md} under their label (default: the batch size; a rerun replaces it). Run it
-alone: two CPU-heavy jobs on 2 cores distort each other. Not a test.
+into bench/results/judging_cost.{json,md} under their label (default: the engine and batch size; a rerun replaces
+it). Run it alone: two CPU-heavy jobs on 2 cores distort each other. Not a test.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -39,8 +43,11 @@ from spanjudge.eval.distill.judgments import archived  # noqa: E402
 from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK  # noqa: E402
 from spanjudge.eval.spans.quintd import QUINTD_SPLIT_DOMAINS, quintd_tables  # noqa: E402
 from spanjudge.inference.backends.base import ChatRequest, SamplingParams  # noqa: E402
+from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf  # noqa: E402
 from spanjudge.inference.contract import ParseFailure, parse_judge  # noqa: E402
+from spanjudge.inference.hf_models import convert_gguf  # noqa: E402
 from spanjudge.inference.judge import Judge  # noqa: E402
+from spanjudge.inference.shipped_models import gemma3_gguf  # noqa: E402
 
 KEPT = BENCH / "results" / "distill_judgments"
 OUT = BENCH / "results" / "judging_cost"
@@ -50,7 +57,7 @@ MAX_NEW_TOKENS = 320  # the protocol's judging (bench/gemma_judging_speed.py JUD
 def work_items(judge: Judge, kept: dict[str, Any], tables: tuple[int, int]) -> list[tuple[str, str, int]]:
     """(prompt, kept reply, tokens to generate) per output of `tables`, in the judge's order (by prompt)."""
     header = judge.catalog.task(QUINTD_TASK).inputs[0].header
-    tokenizer = judge.backend.tokenizer  # type: ignore[attr-defined]  # the transformers engine's
+    tokenizer = judge.backend.tokenizer  # type: ignore[attr-defined]  # the engine's (llama.cpp's GGUF has its words)
     items = []
     for doc in quintd_tables("human", tables, QUINTD_SPLIT_DOMAINS):
         if doc.id not in kept:
@@ -65,8 +72,9 @@ def work_items(judge: Judge, kept: dict[str, Any], tables: tuple[int, int]) -> l
     return sorted(items, key=lambda item: item[0])
 
 
-def time_generation(judge: Judge, items: list[tuple[str, str, int]]) -> tuple[float, list[dict[str, Any]]]:
-    """Seconds to generate every item's length in the engine's batches, and each batch's size, steps and seconds."""
+def time_batched_generation(judge: Judge, items: list[tuple[str, str, int]]) -> tuple[float, list[dict[str, Any]]]:
+    """Seconds to generate every item's length in the transformers engine's batches, and each batch's size, steps
+    and seconds."""
     backend: Any = judge.backend
     length = {prompt: tokens for prompt, _, tokens in items}
     run_batch, generate, batches = backend._run_batch, backend._generate, []
@@ -100,6 +108,47 @@ def time_generation(judge: Judge, items: list[tuple[str, str, int]]) -> tuple[fl
     return time.perf_counter() - started, batches
 
 
+def time_llamacpp_generation(judge: Judge, items: list[tuple[str, str, int]]) -> tuple[float, list[dict[str, Any]]]:
+    """Seconds to generate every item's length on the in-process llama.cpp engine (one request at a time, each
+    after the shared prefix of the one before), and each item's steps and seconds."""
+    backend: Any = judge.backend
+    length = {tuple(backend._prompt_ids(ChatRequest.user(prompt))): tokens for prompt, _, tokens in items}
+    complete, steps = backend.llm.create_completion, []
+    never = {token: -1e9 for token in backend._end_ids}  # no end token stops a reply before its length
+
+    def forced(prompt: list[int], max_tokens: int, **options: Any) -> Any:
+        wanted = length[tuple(prompt)]
+        started = time.perf_counter()
+        output = complete(prompt=prompt, max_tokens=wanted, logit_bias=never, **options)
+        steps.append(
+            {"size": 1, "steps": output["usage"]["completion_tokens"], "s": round(time.perf_counter() - started, 2)}
+        )
+        return output
+
+    backend.llm.create_completion = forced
+    greedy = SamplingParams(temperature=0.0, max_tokens=MAX_NEW_TOKENS)
+    started = time.perf_counter()
+    backend.generate([ChatRequest.user(prompt, greedy) for prompt, _, _ in items])
+    return time.perf_counter() - started, steps
+
+
+def make_judge(engine: str, adapter: Path, batch: int, work: Path) -> Judge:
+    """The protocol's judge of `adapter` on `engine`: transformers (the dequantized base, float32, the adapter merged)
+    or llamacpp in process (the Q4_K_M GGUF with the adapter as a GGUF LoRA, every core)."""
+    judging: dict[str, Any] = {
+        "max_new_tokens": MAX_NEW_TOKENS,
+        "retries": 1,
+        "max_context": 4096,
+        "probabilities": True,
+    }
+    if engine == "transformers":
+        return Judge.from_pretrained(adapter, engine=engine, engine_options={"batch_size": batch}, **judging)
+    base = convert_gguf(gemma3_gguf())
+    lora = adapter_to_gguf(adapter, json.loads((base / "config.json").read_text()), work / "student-lora.gguf")
+    options = {"gguf": str(gemma3_gguf()), "lora": str(lora), "n_ctx": 4096, "n_threads": os.cpu_count() or 1}
+    return Judge.from_pretrained(adapter, engine=engine, engine_options=options, **judging)
+
+
 def time_reading(judge: Judge, items: list[tuple[str, str, int]]) -> list[float]:
     """Seconds of each item's probability reading along its kept reply (an unparseable reply is not read)."""
     read: Any = judge._probability_reader  # the judge's own reader, as `Judge.score` calls it
@@ -120,31 +169,33 @@ def main() -> None:
     parser.add_argument("--kept", default="gemma3-mixed-cut-s42", help="the protocol run whose replies are timed")
     parser.add_argument("--split", choices=("dev", "test"), default="test")
     parser.add_argument("--tables", type=int, nargs=2, default=(80, 82), metavar=("FIRST", "STOP"))
-    parser.add_argument("--batch", type=int, default=8, help="the engine's generation batch size (its default: 8)")
-    parser.add_argument("--label", help="the row's label (default: batch N)")
+    parser.add_argument("--engine", choices=("transformers", "llamacpp"), default="transformers")
+    parser.add_argument("--batch", type=int, default=8, help="transformers' generation batch size (its default: 8)")
+    parser.add_argument("--label", help="the row's label (default: the engine, and transformers' batch size)")
     args = parser.parse_args()
     if not (args.adapter / "adapter_config.json").is_file():
         parser.error(f"--adapter {args.adapter}: no adapter there (adapter_config.json)")
     kept = archived(KEPT, args.kept, args.split).get("student+probabilities")
     if kept is None:
         parser.error(f"no kept {args.split} judgments of {args.kept} under {KEPT}")
-    judge = Judge.from_pretrained(
-        args.adapter, engine="transformers", engine_options={"batch_size": args.batch},
-        max_new_tokens=MAX_NEW_TOKENS, retries=1, max_context=4096, probabilities=True,
-    )  # fmt: skip
-    try:
-        items = work_items(judge, kept["rows"], tuple(args.tables))
-        generation_s, batches = time_generation(judge, items)
-        reads = time_reading(judge, items)
-    finally:
-        judge.close()
+    batch = args.batch if args.engine == "transformers" else 1  # llama.cpp runs one request at a time
+    with tempfile.TemporaryDirectory() as work:
+        judge = make_judge(args.engine, args.adapter, batch, Path(work))
+        try:
+            items = work_items(judge, kept["rows"], tuple(args.tables))
+            timer = time_batched_generation if args.engine == "transformers" else time_llamacpp_generation
+            generation_s, batches = timer(judge, items)
+            reads = time_reading(judge, items)
+        finally:
+            judge.close()
     n = len(items)
     row = {
-        "label": args.label or f"batch {args.batch}",
+        "label": args.label or (f"batch {batch}" if args.engine == "transformers" else args.engine),
+        "engine": args.engine,
         "kept": args.kept,
         "split": args.split,
         "tables": list(args.tables),
-        "batch": args.batch,
+        "batch": batch,
         "outputs": n,
         "tokens": sum(tokens for _, _, tokens in items),
         "generation_s": round(generation_s, 1),
@@ -170,15 +221,16 @@ def markdown(where: str, rows: list[dict[str, Any]]) -> list[str]:
         "kept reply. Kept s/output: the kept run's own wall time per output on its whole split (generation, "
         "retries and reading, on the machine it ran on). One run per row; loading excluded.",
         "",
-        "| label | kept run | split | tables | batch | outputs | tokens | generation s/output | reading s/output "
-        "| reading median s | s/output | kept s/output |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| label | engine | kept run | split | tables | batch | outputs | tokens | generation s/output "
+        "| reading s/output | reading median s | s/output | kept s/output |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        tables = f"{r['tables'][0]}–{r['tables'][1] - 1}"
         lines.append(
-            f"| {r['label']} | {r['kept']} | {r['split']} | {r['tables'][0]}–{r['tables'][1] - 1} | {r['batch']} | "
-            f"{r['outputs']} | {r['tokens']} | {r['generation_s_per_output']} | {r['reading_s_per_output']} | "
-            f"{r['reading_median_s']} | {r['s_per_output']} | {r['kept_s_per_output']} |"
+            f"| {r['label']} | {r.get('engine', 'transformers')} | {r['kept']} | {r['split']} | {tables} | "
+            f"{r['batch']} | {r['outputs']} | {r['tokens']} | {r['generation_s_per_output']} | "
+            f"{r['reading_s_per_output']} | {r['reading_median_s']} | {r['s_per_output']} | {r['kept_s_per_output']} |"
         )
     return lines
 
