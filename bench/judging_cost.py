@@ -101,11 +101,15 @@ def time_batched_generation(judge: Judge, items: list[tuple[str, str, int]]) -> 
     backend._run_batch, backend._generate = timed, forced
     greedy = SamplingParams(temperature=0.0, max_tokens=MAX_NEW_TOKENS)
     started = time.perf_counter()
-    results = backend.generate([ChatRequest.user(prompt, greedy) for prompt, _, _ in items])
+    generated(backend.generate([ChatRequest.user(prompt, greedy) for prompt, _, _ in items]))
+    return time.perf_counter() - started, batches
+
+
+def generated(results: list[Any]) -> None:
+    """Stop at the first failed call: a timing of work not done would be no timing."""
     failed = [r for r in results if not hasattr(r, "text")]
     if failed:
         raise SystemExit(f"generation failed: {failed[0]}")
-    return time.perf_counter() - started, batches
 
 
 def time_llamacpp_generation(judge: Judge, items: list[tuple[str, str, int]]) -> tuple[float, list[dict[str, Any]]]:
@@ -128,7 +132,7 @@ def time_llamacpp_generation(judge: Judge, items: list[tuple[str, str, int]]) ->
     backend.llm.create_completion = forced
     greedy = SamplingParams(temperature=0.0, max_tokens=MAX_NEW_TOKENS)
     started = time.perf_counter()
-    backend.generate([ChatRequest.user(prompt, greedy) for prompt, _, _ in items])
+    generated(backend.generate([ChatRequest.user(prompt, greedy) for prompt, _, _ in items]))
     return time.perf_counter() - started, steps
 
 
