@@ -52,12 +52,16 @@ OUT = BENCH / "results" / "gemma_judging_speed"
 JUDGING = {"max_new_tokens": 320, "retries": 1, "max_context": 4096, "probabilities": True}  # the protocol's
 
 
-def make_judge(engine: str, adapter: Path, work: Path, threads: int) -> Judge:
+def make_judge(engine: str, adapter: Path, work: Path, threads: int, batch: int | None = None) -> Judge:
+    """The protocol's judge of `adapter` on `engine`: transformers (the dequantized base, float32, the adapter merged;
+    `batch`: its generation batch size, else the engine's default) or llamacpp in process (the Q4_K_M GGUF with the
+    adapter as a GGUF LoRA, written into `work`)."""
     if engine == "transformers":
         import torch
 
         torch.set_num_threads(threads)
-        return Judge.from_pretrained(adapter, engine="transformers", **JUDGING)
+        options = None if batch is None else {"batch_size": batch}
+        return Judge.from_pretrained(adapter, engine="transformers", engine_options=options, **JUDGING)
     base = convert_gguf(gemma3_gguf())
     lora = adapter_to_gguf(adapter, json.loads((base / "config.json").read_text()), work / "student-lora.gguf")
     options = {"gguf": str(gemma3_gguf()), "lora": str(lora), "n_ctx": 4096, "n_threads": threads}

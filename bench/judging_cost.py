@@ -24,7 +24,6 @@ it). Run it alone: two CPU-heavy jobs on 2 cores distort each other. Not a test.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -37,21 +36,19 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model here is local
 
+from gemma_judging_speed import JUDGING, make_judge  # noqa: E402
 from report_files import merge_labelled_row  # noqa: E402
 
 from spanjudge.eval.distill.judgments import archived  # noqa: E402
 from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK  # noqa: E402
 from spanjudge.eval.spans.quintd import QUINTD_SPLIT_DOMAINS, quintd_tables  # noqa: E402
 from spanjudge.inference.backends.base import ChatRequest, SamplingParams  # noqa: E402
-from spanjudge.inference.backends.llamacpp.lora_export import adapter_to_gguf  # noqa: E402
 from spanjudge.inference.contract import ParseFailure, parse_judge  # noqa: E402
-from spanjudge.inference.hf_models import convert_gguf  # noqa: E402
 from spanjudge.inference.judge import Judge  # noqa: E402
-from spanjudge.inference.shipped_models import gemma3_gguf  # noqa: E402
 
 KEPT = BENCH / "results" / "distill_judgments"
 OUT = BENCH / "results" / "judging_cost"
-MAX_NEW_TOKENS = 320  # the protocol's judging (bench/gemma_judging_speed.py JUDGING)
+MAX_NEW_TOKENS = int(JUDGING["max_new_tokens"])  # the protocol's judging
 
 
 def work_items(judge: Judge, kept: dict[str, Any], tables: tuple[int, int]) -> list[tuple[str, str, int]]:
@@ -136,23 +133,6 @@ def time_llamacpp_generation(judge: Judge, items: list[tuple[str, str, int]]) ->
     return time.perf_counter() - started, steps
 
 
-def make_judge(engine: str, adapter: Path, batch: int, work: Path) -> Judge:
-    """The protocol's judge of `adapter` on `engine`: transformers (the dequantized base, float32, the adapter merged)
-    or llamacpp in process (the Q4_K_M GGUF with the adapter as a GGUF LoRA, every core)."""
-    judging: dict[str, Any] = {
-        "max_new_tokens": MAX_NEW_TOKENS,
-        "retries": 1,
-        "max_context": 4096,
-        "probabilities": True,
-    }
-    if engine == "transformers":
-        return Judge.from_pretrained(adapter, engine=engine, engine_options={"batch_size": batch}, **judging)
-    base = convert_gguf(gemma3_gguf())
-    lora = adapter_to_gguf(adapter, json.loads((base / "config.json").read_text()), work / "student-lora.gguf")
-    options = {"gguf": str(gemma3_gguf()), "lora": str(lora), "n_ctx": 4096, "n_threads": os.cpu_count() or 1}
-    return Judge.from_pretrained(adapter, engine=engine, engine_options=options, **judging)
-
-
 def time_reading(judge: Judge, items: list[tuple[str, str, int]]) -> list[float]:
     """Seconds of each item's probability reading along its kept reply (an unparseable reply is not read)."""
     read: Any = judge._probability_reader  # the judge's own reader, as `Judge.score` calls it
@@ -184,7 +164,7 @@ def main() -> None:
         parser.error(f"no kept {args.split} judgments of {args.kept} under {KEPT}")
     batch = args.batch if args.engine == "transformers" else 1  # llama.cpp runs one request at a time
     with tempfile.TemporaryDirectory() as work:
-        judge = make_judge(args.engine, args.adapter, batch, Path(work))
+        judge = make_judge(args.engine, args.adapter, Path(work), os.cpu_count() or 1, batch)
         try:
             items = work_items(judge, kept["rows"], tuple(args.tables))
             timer = time_batched_generation if args.engine == "transformers" else time_llamacpp_generation
