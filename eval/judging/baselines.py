@@ -9,10 +9,11 @@ An item without a reference is unscored ("no reference"), never scored against n
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spanjudge.core.errors import InputError
 from spanjudge.core.progress import Advance
@@ -91,10 +92,27 @@ def sentence_lines(text: str) -> str:
     return "\n".join(s for s in sentences if s)
 
 
+@functools.cache
+def _rouge_tokenizer(stem: bool) -> Any:
+    """rouge_score's own tokenizer, each text tokenized once per process and `stem`, whatever the ROUGE kind:
+    every reference is scored against every output of its input (SummEval: 11 references × 16 outputs), and
+    Porter stemming is most of ROUGE's time."""
+    from rouge_score import tokenizers
+
+    class Memoized(tokenizers.Tokenizer):
+        def __init__(self) -> None:
+            self._tokens = functools.lru_cache(maxsize=8192)(tokenizers.DefaultTokenizer(stem).tokenize)
+
+        def tokenize(self, text: str) -> list[str]:
+            return list(self._tokens(text))  # a copy: the cached list is never handed out
+
+    return Memoized()
+
+
 def _rouge(spec: MetricSpec) -> Callable[[str, str], float]:
     from rouge_score import rouge_scorer
 
-    scorer = rouge_scorer.RougeScorer([spec.kind], use_stemmer=spec.stem)
+    scorer = rouge_scorer.RougeScorer([spec.kind], tokenizer=_rouge_tokenizer(spec.stem))
     prepare = sentence_lines if spec.kind == "rougeLsum" else (lambda text: text)
 
     def score(output: str, reference: str) -> float:

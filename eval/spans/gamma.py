@@ -33,7 +33,8 @@ CATEGORY = "error"
 def _library() -> Any:
     """pygamma-agreement, imported and set up once per process (it is asked once per output)."""
     try:
-        import pygamma_agreement
+        with _numba_compiles_cached():
+            import pygamma_agreement
     except ImportError as exc:
         raise InputError(
             f"γ agreement needs pygamma-agreement: pip install 'spanjudge[agreement]' (importing it failed: {exc})"
@@ -42,6 +43,30 @@ def _library() -> Any:
 
     cvxopt.glpk.options["msg_lev"] = "GLP_MSG_OFF"  # GLPK would print its solver log to stdout
     return pygamma_agreement
+
+
+@contextmanager
+def _numba_compiles_cached() -> Iterator[None]:
+    """numba.njit with `cache=True` unless told otherwise, while pygamma-agreement is imported: it compiles its
+    kernels with numba at import, 24 s on a 2-core CPU in every process, and does not ask numba to keep them;
+    cached (numba writes them beside the module, or in its user cache where that is read-only, and recompiles
+    when the source changes), the next process imports it in about 4 s."""
+    try:
+        import numba
+    except ImportError:  # pygamma-agreement's own import then says what is missing
+        yield
+        return
+    njit = numba.njit
+
+    def cached(*args: Any, **options: Any) -> Any:
+        options.setdefault("cache", True)
+        return njit(*args, **options)
+
+    numba.njit = cached
+    try:
+        yield
+    finally:
+        numba.njit = njit
 
 
 @functools.cache

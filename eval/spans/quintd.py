@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from spanjudge.data_gen.quintd import QUINTD_DOMAINS, QuintdOutput, read_quintd
+from spanjudge.data_gen.quintd import QUINTD_DOMAINS, QuintdOutput, annotator_folder, read_quintd
 from spanjudge.eval.spans.documents import (
     QUINTD_INPUT_HEADER,
     QUINTD_TASK_ID,
@@ -42,6 +43,23 @@ def load_quintd1(
     sorted by domain, model, table index and annotator; `limit` keeps the first ones.
     """
     base = default_root(root) / "spans" / "quintd1"
+    documents = _documents(base.resolve(), annotator, tuple(domains), _files_signature(base, annotator))
+    return list(documents[:limit] if limit is not None else documents)
+
+
+def _files_signature(base: Path, annotator: str) -> tuple[tuple[str, int, int], ...]:
+    """Every file the reader reads (the annotator's records, the generated outputs), with its size and mtime: a
+    file changed on disk is a different key, so `_documents` never returns what a file no longer holds."""
+    files = [*annotator_folder(base, annotator).glob("*.jsonl"), *(base / "outputs" / "test").glob("*/default/*.json")]
+    return tuple((str(f), (st := f.stat()).st_size, st.st_mtime_ns) for f in sorted(files))
+
+
+@functools.lru_cache(maxsize=8)
+def _documents(
+    base: Path, annotator: str, domains: tuple[str, ...], signature: tuple[tuple[str, int, int], ...]
+) -> tuple[SpanDocument, ...]:
+    """`load_quintd1`'s documents, read once per process and files' state (`signature`): the distillation
+    protocol reads the same split dozens of times, each read parsing ~80k records."""
     found = sorted(
         read_quintd(base, annotator, domains=domains, on_mismatch="drop", empty_spans="drop"),
         key=lambda o: (o.domain, o.model, o.index, o.annotator_id),
@@ -54,7 +72,7 @@ def load_quintd1(
     found = [o for i, o in enumerate(found) if i == 0 or content(o) != content(found[i - 1])]
     repeats = {key for key, n in _counts((o.domain, o.model, o.index) for o in found).items() if n > 1}
     documents = []
-    for o in found[:limit] if limit is not None else found:
+    for o in found:
         repeated = (o.domain, o.model, o.index) in repeats
         documents.append(
             SpanDocument(
@@ -70,7 +88,7 @@ def load_quintd1(
                 input_id=o.input_id,
             )
         )
-    return documents
+    return tuple(documents)
 
 
 def quintd_tables(

@@ -56,3 +56,15 @@ def test_outputs_without_gamma_get_factgenies_s_empty_and_unscored_ones_nothing(
     assert result["s_empty_outputs"] == 2 and result["s_empty"] == pytest.approx((1 / 3 + 1) / 2)
     assert result["settings"]["soft"] is True and result["settings"]["delta_empty"] == 1.0
     assert gamma_agreement(docs, {})["gamma"] is None
+
+
+def test_pygamma_kernels_are_compiled_once_and_kept_by_numba() -> None:
+    """pygamma-agreement compiles its numba kernels at import (24 s on 2 cores); spanjudge imports it with numba's
+    cache on, so the next process loads them instead of compiling again."""
+    from numba.core.caching import NullCache
+
+    from spanjudge.eval.spans.gamma import _library
+
+    kernel = _library().numba_utils.levenshtein
+    assert not isinstance(kernel._cache, NullCache)
+    assert kernel.stats.cache_hits or kernel.stats.cache_misses  # compiled once, then read from the cache
