@@ -33,7 +33,12 @@ CATEGORY = "error"
 def _library() -> Any:
     """pygamma-agreement, imported and set up once per process (it is asked once per output)."""
     try:
-        with _numba_compiles_cached():
+        try:
+            with _numba_compiles_cached():
+                import pygamma_agreement
+        except RuntimeError as exc:  # numba found nowhere writable to keep them: compiled as pygamma asks
+            if "cannot cache" not in str(exc):
+                raise
             import pygamma_agreement
     except ImportError as exc:
         raise InputError(
