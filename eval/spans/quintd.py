@@ -59,7 +59,7 @@ def _documents(
     base: Path, annotator: str, domains: tuple[str, ...], signature: tuple[tuple[str, int, int], ...]
 ) -> tuple[SpanDocument, ...]:
     """`load_quintd1`'s documents, read once per process and files' state (`signature`): the distillation
-    protocol reads the same split dozens of times, each read parsing ~80k records."""
+    protocol's recompute reads the same splits 68 times."""
     found = sorted(
         read_quintd(base, annotator, domains=domains, on_mismatch="drop", empty_spans="drop"),
         key=lambda o: (o.domain, o.model, o.index, o.annotator_id),
