@@ -153,9 +153,9 @@ class TrainingSection(_Strict):
     dataloader_num_workers: int = Field(default=0, ge=0)
     cpu_memory_fixes: bool = Field(
         default=True,
-        description="on CPU, compute the loss in small tiles and hand freed memory back after each decoder layer "
-        "(same loss; the protocol's SmolLM2 recipe peaks at about half the memory: training/cpu_memory.py); "
-        "no effect on a GPU",
+        description="on CPU, compute the loss in small tiles over the labelled (completion) positions only, as "
+        "TRL does on CUDA, and hand freed memory back after each decoder layer (same loss; the protocol's SmolLM2 "
+        "recipe peaks at about half the memory: training/cpu_memory.py); no effect on a GPU",
     )
     trainer_args: dict[str, Any] = Field(
         default_factory=dict,

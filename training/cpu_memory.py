@@ -1,4 +1,4 @@
-"""Training memory on CPU, where no Triton kernel and no caching allocator help: fixed at the causes.
+"""Training memory and time on CPU, where no Triton kernel and no caching allocator help: fixed at the causes.
 
 Measured on the 2-core development machine (SmolLM2-135M + LoRA r 16, fp32 weights under bf16
 autocast, 2 sequences of 2,048 tokens, no checkpointing; bench/results/train_cpu.md):
@@ -17,8 +17,15 @@ autocast, 2 sequences of 2,048 tokens, no checkpointing; bench/results/train_cpu
    (peak 4.7 GiB in the same measurement, a step about as fast; forcing every large block through mmap
    instead doubled the step time).
 
-Neither changes a number the model computes: the loss is the same to float32 rounding
-(tests/unit/test_training_memory.py). On CUDA both are left alone: TRL's Triton kernel and PyTorch's
+3. **The positions the loss projects.** On CUDA, TRL's fused LM head projects only the positions that have
+   a label; everywhere else it projects every position (so that a compiler such as Neuron's sees one tile
+   shape) and zeroes the unlabelled ones afterwards. A judge's training record is mostly prompt, which has
+   no label: for the distillation protocol's records, about nine tokens in ten. On CPU nothing is compiled,
+   so the labelled positions alone are projected, as on CUDA, forward and backward. For Gemma 3 270M,
+   whose 262,144-word head costs more than its decoder, that is most of a step (bench/results/train_cpu.md).
+
+None changes a number the model computes: the loss is the same to float32 rounding
+(tests/unit/test_training_memory.py). On CUDA all are left alone: TRL's Triton kernel and PyTorch's
 caching allocator are built for it.
 """
 
@@ -51,6 +58,33 @@ def set_loss_tiles(tokens: int, vocabulary: int) -> tuple[int, int] | None:
     kernel.TOKEN_CHUNK_SIZE = tokens
     trainer_utils._CHUNKED_LOGPROB_CHUNK_SIZE = vocabulary
     return previous
+
+
+def project_labelled_positions_only() -> Callable[[torch.device], bool] | None:
+    """Have TRL's fused LM head project only the labelled positions on CPU as it does on CUDA; TRL's own
+    choice (to restore), or None when this TRL decides it elsewhere (then it projects as it always did).
+
+    TRL takes its choice from `_use_triton(device)` in trl/trainer/utils.py at every call; the kernels read
+    their own module's `_use_triton`, so they keep running the torch fallback on CPU."""
+    import trl.trainer.utils as trainer_utils
+
+    found = getattr(trainer_utils, "_use_triton", None)
+    if not callable(found):
+        return None
+    choice: Callable[[torch.device], bool] = found
+
+    def labelled_only(device: torch.device) -> bool:
+        return device.type == "cpu" or choice(device)
+
+    trainer_utils._use_triton = labelled_only
+    return choice
+
+
+def restore_projected_positions(choice: Callable[[torch.device], bool]) -> None:
+    """Give TRL back the choice `project_labelled_positions_only` returned."""
+    import trl.trainer.utils as trainer_utils
+
+    trainer_utils._use_triton = choice
 
 
 @functools.cache

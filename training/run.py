@@ -55,7 +55,14 @@ from .config import (
     train_file,
     validation_file,
 )
-from .cpu_memory import CPU_TILE_TOKENS, CPU_TILE_VOCABULARY, release_freed_memory_per_layer, set_loss_tiles
+from .cpu_memory import (
+    CPU_TILE_TOKENS,
+    CPU_TILE_VOCABULARY,
+    project_labelled_positions_only,
+    release_freed_memory_per_layer,
+    restore_projected_positions,
+    set_loss_tiles,
+)
 from .data import TokenizedSplit, describe, tokenize_split
 from .decision import weighted_trainer
 from .environment import (
@@ -77,6 +84,7 @@ from .step_times import StepTimes, steady_speed
 from .world import World, gradient_accumulation
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedModel
     from trl import SFTTrainer
 
@@ -115,6 +123,7 @@ class TrainingRun:
         self.output_dir = config.training.output_dir
         self.adapter_dir = self.output_dir / ADAPTER_DIR
         self.trl_tiles: tuple[int, int] | None = None  # TRL's own loss tiles while the CPU's are set (restored after)
+        self.trl_positions: Callable[[torch.device], bool] | None = None  # TRL's own choice of projected positions
 
     def log(self, message: str) -> None:
         if self.world.main:
@@ -178,9 +187,12 @@ class TrainingRun:
         with self._holding_output_dir():
             try:
                 return self._train()
-            finally:  # TRL's tiles are its module's settings: a caller's next training in this process gets its own
+            finally:  # TRL's tiles and positions are its module's settings: a caller's next training in this process
+                # gets its own
                 if self.trl_tiles is not None:
                     set_loss_tiles(*self.trl_tiles)
+                if self.trl_positions is not None:
+                    restore_projected_positions(self.trl_positions)
 
     @contextlib.contextmanager
     def _holding_output_dir(self) -> Iterator[None]:
@@ -357,15 +369,18 @@ class TrainingRun:
         )
 
     def _fit_cpu_memory(self, model: PreTrainedModel) -> None:
-        """The CPU's memory fixes (training/cpu_memory.py): the loss in small tiles, freed pages returned."""
+        """The CPU's memory fixes (training/cpu_memory.py): the loss in small tiles over the labelled positions
+        only, freed pages returned."""
 
         self.trl_tiles = set_loss_tiles(CPU_TILE_TOKENS, CPU_TILE_VOCABULARY)
         tiled = self.trl_tiles is not None
         tiles = f"{CPU_TILE_TOKENS} × {CPU_TILE_VOCABULARY}" if tiled else "TRL's own size (its settings moved)"
+        self.trl_positions = project_labelled_positions_only()
+        positions = "the labelled positions only" if self.trl_positions else "every position (TRL's choice moved)"
         hooked = release_freed_memory_per_layer(model)
         self.log(
-            f"CPU memory (training.cpu_memory_fixes): the loss in tiles of {tiles}, freed memory handed back "
-            f"around each of {hooked} decoder layers"
+            f"CPU memory (training.cpu_memory_fixes): the loss in tiles of {tiles} over {positions}, freed memory "
+            f"handed back around each of {hooked} decoder layers"
         )
 
     def _model(self) -> tuple[Any, Any]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -10,7 +13,9 @@ from spanjudge.training.cpu_memory import (  # noqa: E402
     CPU_TILE_TOKENS,
     CPU_TILE_VOCABULARY,
     decoder_layers,
+    project_labelled_positions_only,
     release_freed_memory_per_layer,
+    restore_projected_positions,
     set_loss_tiles,
 )
 
@@ -51,12 +56,17 @@ def loss_and_gradients(model: object, batch: dict, autocast: bool) -> tuple[floa
 
 @pytest.fixture
 def trl_tiles():
-    """TRL's own tile sizes, restored after the test (they are module settings of TRL)."""
+    """TRL's own tile sizes and choice of projected positions, restored after the test (they are module
+    settings of TRL)."""
     previous = set_loss_tiles(CPU_TILE_TOKENS, CPU_TILE_VOCABULARY)
     assert previous is not None, "this TRL has no tile settings: training/cpu_memory.py needs a new look"
     set_loss_tiles(*previous)
+    choice = project_labelled_positions_only()
+    assert choice is not None, "this TRL chooses its projected positions elsewhere: training/cpu_memory.py"
+    restore_projected_positions(choice)
     yield previous
     set_loss_tiles(*previous)
+    restore_projected_positions(choice)
 
 
 # float32: the same arithmetic to rounding; bf16 autocast (the CPU recipes'): each tile's product rounded to
@@ -65,7 +75,9 @@ TOLERANCES = {"float32": (1e-5, 1e-5), "bf16 autocast": (1e-3, 1e-2)}
 
 
 @pytest.mark.parametrize("precision", list(TOLERANCES))
-def test_cpu_tiles_and_released_memory_change_neither_loss_nor_gradients(trl_tiles, precision: str) -> None:
+def test_cpu_tiles_labelled_positions_and_released_memory_change_neither_loss_nor_gradients(
+    trl_tiles, precision: str
+) -> None:
     loss_tolerance, gradient_tolerance = TOLERANCES[precision]
     autocast = precision != "float32"
     model = tiny_lora_model()
@@ -80,8 +92,14 @@ def test_cpu_tiles_and_released_memory_change_neither_loss_nor_gradients(trl_til
     assert trl_tiles[0] >= LENGTH * 2 and trl_tiles[1] >= VOCABULARY  # TRL's tiles: the whole batch in one
     loss, entropy, grads = loss_and_gradients(model, batch, autocast)
     set_loss_tiles(CPU_TILE_TOKENS, CPU_TILE_VOCABULARY)
+    projected = project_labelled_positions_only()
     hooked = release_freed_memory_per_layer(model)
-    tiled_loss, tiled_entropy, tiled_grads = loss_and_gradients(model, batch, autocast)
+    with counted_projections() as rows:
+        tiled_loss, tiled_entropy, tiled_grads = loss_and_gradients(model, batch, autocast)
+
+    assert projected is not None
+    labelled = int((labels[:, 1:] != -100).sum())  # each position's label is the next token
+    assert rows == [labelled, labelled]  # the head's forward and backward: the labelled positions, not all 2 × LENGTH
 
     assert hooked == 2
     # the same exact log-sum-exp over the whole vocabulary, summed in another order
@@ -90,6 +108,31 @@ def test_cpu_tiles_and_released_memory_change_neither_loss_nor_gradients(trl_til
     for before, after in zip(grads, tiled_grads, strict=True):
         assert float(before.norm()) > 0
         assert float((after - before).norm() / before.norm()) <= gradient_tolerance
+
+
+@contextlib.contextmanager
+def counted_projections() -> Iterator[list[int]]:
+    """The number of hidden states TRL's fused LM head is given, per forward and per backward."""
+    import trl.kernels.chunked_logprob as kernel
+
+    rows: list[int] = []
+    forward, backward = kernel.ChunkedLogProbFunction.forward, kernel.ChunkedLogProbFunction.backward
+
+    def counted_forward(ctx, hidden, *args):  # type: ignore[no-untyped-def]
+        rows.append(hidden.shape[0])
+        return forward(ctx, hidden, *args)
+
+    def counted_backward(ctx, *grads):  # type: ignore[no-untyped-def]
+        rows.append(ctx.saved_tensors[0].shape[0])
+        return backward(ctx, *grads)
+
+    kernel.ChunkedLogProbFunction.forward = staticmethod(counted_forward)
+    kernel.ChunkedLogProbFunction.backward = staticmethod(counted_backward)
+    try:
+        yield rows
+    finally:
+        kernel.ChunkedLogProbFunction.forward = staticmethod(forward)
+        kernel.ChunkedLogProbFunction.backward = staticmethod(backward)
 
 
 def test_decoder_layers_are_the_models_unsplittable_blocks() -> None:
