@@ -298,6 +298,9 @@ SFT_COMPUTED: dict[str, str] = {
     "max_length": "data.max_length",
     "eval_on_start": "training.eval_on_start",
     "report_to": "logging.report_to",
+    # gradient_checkpointing's name from transformers 5.x on (the old one warns and goes in v6): the run passes the
+    # field under the name the installed SFTConfig has (`run.checkpointing_argument`)
+    "activation_checkpointing": "training.gradient_checkpointing",
 }
 # SFTConfig arguments that a field of this config sets: trainer_args may not set them again
 OWN_TRAINER_ARGS: dict[str, str] = {**SFT_FROM_FIELDS, **SFT_COMPUTED}

@@ -92,6 +92,15 @@ ADAPTER_DIR = "adapter"
 WARMUP_STEPS = 3  # steps left out of metrics.json's steady speed (CUDA context, autotuning, compilation)
 
 
+def checkpointing_argument() -> str:
+    """TrainingArguments' name for gradient checkpointing: `activation_checkpointing` where this transformers has
+    it (the old name is its deprecated alias, and warns), else `gradient_checkpointing`."""
+    from transformers import TrainingArguments
+
+    fields = TrainingArguments.__dataclass_fields__
+    return "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+
+
 class OutputDirBusy(Busy):
     """Another training run holds the run folder."""
 
@@ -265,6 +274,7 @@ class TrainingRun:
         """The SFTConfig keyword arguments of this run (`--check` builds them without a model)."""
         config, training = self.config, self.config.training
         ours = {name: config_value(config, field) for name, field in SFT_FROM_FIELDS.items()}
+        ours[checkpointing_argument()] = ours.pop("gradient_checkpointing")
         ours |= dict(  # what the run computes (config.SFT_COMPUTED), and TRL's defaults the run changes
             output_dir=str(self.output_dir),
             max_steps=training.max_steps or -1,

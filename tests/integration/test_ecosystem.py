@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
@@ -399,15 +400,21 @@ def test_trainer_args_reach_sft_config(tmp_path: Path, records: Path, monkeypatc
     from spanjudge.training.run import TrainingRun
 
     extra = {"neftune_noise_alpha": 5.0, "save_strategy": "epoch", "torch_empty_cache_steps": 7}
-    path = smoke_config(tmp_path, records, training={"trainer_args": extra}, logging={"report_to": ["wandb"]})
+    training = {"trainer_args": extra, "gradient_checkpointing": True}  # the smoke config's is false, TRL's default
+    path = smoke_config(tmp_path, records, training=training, logging={"report_to": ["wandb"]})
     for name in ("WANDB_PROJECT", "WANDB_DIR"):  # set by prepare() for W&B; restored after the test
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WANDB_MODE", "disabled")
     run = TrainingRun(load_train_config(path))
     run.prepare()
-    args = SFTConfig(**run.trainer_arguments(has_validation=False))
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        args = SFTConfig(**run.trainer_arguments(has_validation=False))
     assert (args.neftune_noise_alpha, args.save_strategy, args.torch_empty_cache_steps) == (5.0, "epoch", 7)
     assert args.report_to == ["wandb"] and args.learning_rate == run.config.training.learning_rate
+    # gradient checkpointing under transformers' current name: its deprecated alias warned at every run
+    assert args.activation_checkpointing is args.gradient_checkpointing is True
+    assert not [w for w in warned if issubclass(w.category, FutureWarning)], [str(w.message) for w in warned]
 
 
 def test_a_run_saved_before_trainer_args_existed_still_resumes(tmp_path: Path, records: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -93,10 +94,14 @@ def test_cpu_tiles_labelled_positions_and_released_memory_change_neither_loss_no
     loss, entropy, grads = loss_and_gradients(model, batch, autocast)
     set_loss_tiles(CPU_TILE_TOKENS, CPU_TILE_VOCABULARY)
     projected = project_labelled_positions_only()
-    hooked = release_freed_memory_per_layer(model)
-    with counted_projections() as rows:
-        tiled_loss, tiled_entropy, tiled_grads = loss_and_gradients(model, batch, autocast)
+    with counted_trims() as trims:
+        hooked = release_freed_memory_per_layer(model)
+        with counted_projections() as rows, warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            tiled_loss, tiled_entropy, tiled_grads = loss_and_gradients(model, batch, autocast)
 
+    assert trims == [0] * 4  # each of the 2 layers after its forward and before its backward
+    assert not [w for w in warned if "hook" in str(w.message)], [str(w.message) for w in warned]
     assert projected is not None
     labelled = int((labels[:, 1:] != -100).sum())  # each position's label is the next token
     assert rows == [labelled, labelled]  # the head's forward and backward: the labelled positions, not all 2 × LENGTH
@@ -133,6 +138,27 @@ def counted_projections() -> Iterator[list[int]]:
     finally:
         kernel.ChunkedLogProbFunction.forward = staticmethod(forward)
         kernel.ChunkedLogProbFunction.backward = staticmethod(backward)
+
+
+@contextlib.contextmanager
+def counted_trims() -> Iterator[list[int]]:
+    """Every malloc_trim call's argument, still made (the glibc in the test's process trims as before)."""
+    from spanjudge.training import cpu_memory
+
+    trim = cpu_memory._malloc_trim()
+    assert trim is not None, "no glibc malloc_trim here"
+    calls: list[int] = []
+
+    def counted(pad: int) -> int:
+        calls.append(pad)
+        return trim(pad)
+
+    original = cpu_memory._malloc_trim
+    cpu_memory._malloc_trim = lambda: counted  # type: ignore[assignment]
+    try:
+        yield calls
+    finally:
+        cpu_memory._malloc_trim = original
 
 
 def test_decoder_layers_are_the_models_unsplittable_blocks() -> None:
