@@ -48,7 +48,7 @@ from spanjudge.core.catalog import Aspect, Catalog, load_catalog
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.progress import Advance
 
-from .backends import make_backend
+from .backends import BackendSpec, make_backend
 from .backends.adapters import check_safetensors_adapter
 from .backends.base import Backend, CallFailure, CallResult, ChatRequest, Completion, SamplingParams
 from .backends.registry import engines_that
@@ -157,6 +157,23 @@ class Judge:
         there) with keyword `changes`; what the engine needs and does is its declaration's (`judge_setup.wire`).
         `probability_reader`: where an engine that cannot read probabilities reads them (a served llama.cpp
         judge: `llamacpp.LlamaCppProbabilities(gguf, tokenizer, lora).read_probabilities`)."""
+        return cls.prepare(
+            model_or_adapter, options, catalog=catalog, probability_reader=probability_reader, **changes
+        ).load()
+
+    @classmethod
+    def prepare(
+        cls,
+        model_or_adapter: str | Path,
+        options: JudgeOptions | None = None,
+        *,
+        catalog: Catalog | None = None,
+        probability_reader: ProbabilitySource | None = None,
+        **changes: Any,
+    ) -> PreparedJudge:
+        """`from_pretrained` up to the model: the options checked against the engine, the stored decision
+        rule, the prompt template and the tokenizer read; `.load()` loads the model (what a caller that may
+        find every judgment already made, such as a re-run of `meta-eval`, puts off until it needs one)."""
         o = judge_options(options, **changes)
         location = str(model_or_adapter)
         stored = stored_rule(Path(location).expanduser())
@@ -176,7 +193,7 @@ class Judge:
             decisions_source="stored" if rule is not None and rule is stored else "given",
             decisions_skipped=skipped,
         )
-        return cls(make_backend(spec), o, catalog, setup)
+        return PreparedJudge(spec, o, setup, catalog)
 
     def request(
         self,
@@ -452,3 +469,16 @@ def _unscored(
         attempts=attempts,
         truncated=item.truncated,
     )
+
+
+@dataclass(frozen=True)
+class PreparedJudge:
+    """A judge whose options, engine and files are checked and read, its model not yet loaded (`Judge.prepare`)."""
+
+    spec: BackendSpec
+    options: JudgeOptions
+    setup: JudgeSetup
+    catalog: Catalog | None = None
+
+    def load(self) -> Judge:
+        return Judge(make_backend(self.spec), self.options, self.catalog, self.setup)

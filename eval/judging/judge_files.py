@@ -44,6 +44,7 @@ from spanjudge.inference.prompts import template_sha256
 if TYPE_CHECKING:
     from spanjudge.eval.judging.judges import JudgeContext
     from spanjudge.inference.contract import Evaluation
+    from spanjudge.inference.judge import Judge, PreparedJudge
     from spanjudge.inference.judged import JudgedEvaluation
 
 
@@ -297,16 +298,20 @@ class DistilledJudge:
         judge_options = {k: v for k, v in options.items() if k != "score"}
         if self.score_kind == "expected":
             judge_options["probabilities"] = "true"
-        self._judge = module.Judge.from_pretrained(location, **_judge_options(judge_options))
+        # checked and read now, loaded when an item needs judging: a re-run that finds every judgment stored
+        # (a report written again, another judge added beside) never loads the model
+        self._prepared: PreparedJudge = module.Judge.prepare(location, **_judge_options(judge_options))
+        self._loaded: Judge | None = None
         self.location = location
+        setup = self._prepared.setup
         # the decision rule it applies (None: its written replies), for the held-out check of --spans
-        self.decisions = self._judge.decisions
-        if self._judge.decisions_skipped:  # a stored rule its engine cannot apply: said, as `score` says it
-            print(f"note: {self.name}: {self._judge.decisions_skipped}", file=sys.stderr)
+        self.decisions = setup.decisions
+        if setup.decisions_skipped:  # a stored rule its engine cannot apply: said, as `score` says it
+            print(f"note: {self.name}: {setup.decisions_skipped}", file=sys.stderr)
         # options (engine, sampling ...) change the judgments too, and so does the prompt template's
         # content (an edited --judge-option prompt_template=FILE keeps its name); see model_fingerprint
         settings = ",".join(f"{k}={v}" for k, v in sorted(options.items()))
-        template = template_sha256(self._judge.prompt_template)
+        template = template_sha256(setup.prompt_template)
         files = ",".join(  # files an engine option names (llama.cpp's gguf= and lora=) by their content
             f"{k}={file_sha256(Path(v).expanduser())}"
             for k, v in sorted(options.items())
@@ -343,8 +348,15 @@ class DistilledJudge:
             )
         return results
 
+    @property
+    def _judge(self) -> Judge:
+        """The judge, its model loaded on first use."""
+        if self._loaded is None:
+            self._loaded = self._prepared.load()
+        return self._loaded
+
     def close(self) -> None:
-        close = getattr(self._judge, "close", None)
+        close = getattr(self._loaded, "close", None)
         if close:
             close()
 

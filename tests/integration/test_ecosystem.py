@@ -263,8 +263,9 @@ def test_meta_eval_engine_arg_options_become_engine_options(monkeypatch, smollm2
     fake = _FakeVLLM().install(monkeypatch)
     options = {"engine": "vllm", "retries": "0", "engine_arg.max_model_len": "4096", "engine_arg.enforce_eager": "true"}
     judge = DistilledJudge(str(smollm2_folder), options)
-    assert (fake.llm_options["max_model_len"], fake.llm_options["enforce_eager"]) == (4096, True)
+    assert fake.llm_options == {}  # the engine starts when a judgment is needed, not before
     assert judge._judge.retries == 0
+    assert (fake.llm_options["max_model_len"], fake.llm_options["enforce_eager"]) == (4096, True)
     assert "engine_arg.max_model_len=4096" in judge.store_key  # the judgments are stored per setting
 
 

@@ -43,10 +43,13 @@ def qags_items(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> P
 
 
 def score_args(model: Path, data: Path, out: Path, *more: str) -> list[str]:
+    """`spanjudge score` of the QAGS-XSum items, each article cut to fit a short context (384 tokens for the
+    prompt): the whole article costs most of a CPU judgment and tests nothing more here (whole and cut prompts:
+    `test_context_overflow_cuts_the_inputs_and_flags_it`)."""
     return [
         "score", "--model", str(model), "--data", str(data), "--out", str(out),
         "--task", TASK, "--aspect", ASPECT, "--input", "Article=article", "--output-field", "summary",
-        "--max-new-tokens", "96", *more,
+        "--max-new-tokens", "96", "--max-context", str(384 + 96), *more,
     ]  # fmt: skip
 
 

@@ -24,7 +24,9 @@ from spanjudge.inference.judge import Judge
 SCHEMA = judge_json_schema()
 OUTPUT = "The Bruins won 3-1 at home."
 _LINE = st.text(st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=LINE_MAX_CHARS)
-_LINE = _LINE.map(str.strip).filter(lambda t: bool(t) and t[0] not in "<*_")
+# by design of the parser (as tests/unit/test_contract.py's round trip states it): a value wrapped in markdown bold
+# loses the bold, at either end, and `<...>` is read as an echoed template placeholder
+_LINE = _LINE.map(str.strip).filter(lambda t: bool(t) and t[0] not in "<*_" and not t.endswith(("**", "__")))
 # A location the contract reads as "no location" ("none", ".", "n/a") becomes None, which JSON cannot carry as a line;
 # one quoted as a whole ('0', "x" -- a comment) is read as a model quoting its span, and loses its quotes: neither
 # is a text the contract writes back as it came, so neither can round-trip.

@@ -1,4 +1,4 @@
-"""`spanjudge annotate` end to end on real SummEval data with the tiny ensemble on real
+"""`spanjudge annotate` end to end on real SFRES data with the tiny ensemble on real
 llama.cpp servers (SmolLM2-135M-Instruct and Gemma 3 270M on 127.0.0.1): the files it
 builds, a re-run that makes no model call, and runs killed mid-way (the annotate process,
 or a model server) that a re-run finishes with exactly the expected records."""
@@ -28,10 +28,13 @@ ENSEMBLE = REPO / "configs" / "ensemble" / "tiny_local.yaml"
 
 
 def _sources(tmp_path: Path, inputs: int) -> Path:
-    config = yaml.safe_load((REPO / "configs" / "sources" / "summeval_tiny.yaml").read_text())
-    config["sources"][0]["limit_inputs"] = inputs
+    """SFRES's first `inputs` inputs (a restaurant's dialogue act, one system's sentence): the shortest prompts of
+    the real sets, so that each call of the 2-core budget goes to the pipeline, not to reading a long article
+    (SummEval's, as in the demo's sources/summeval_tiny.yaml, made each call several times as long)."""
+    source = {"name": "sfres", "format": "openlgauge", "path": "$DATA/meta_eval/sfres_sfhot/openlgauge_sfres.json",
+              "task": "sfres", "system": "sfres-rnnlg", "limit_inputs": inputs}  # fmt: skip
     path = tmp_path / f"sources_{inputs}.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump({"seed": 0, "n_systems": 1, "n_aspects": 1, "sources": [source]}))
     return path
 
 
@@ -40,7 +43,7 @@ def _command(out: Path, sources: Path, smollm2: str, gemma3: str) -> list[str]:
         SPANJUDGE, "annotate", "--ensemble", str(ENSEMBLE), "--sources", str(sources), "--out", str(out),
         "--endpoint", f"smollm2={smollm2}", "--endpoint", f"smollm2-supervisor={smollm2}",
         "--endpoint", f"gemma3={gemma3}",
-        "--allow-overlap",  # SummEval is a meta-evaluation set: kept here, where the pipeline is under test
+        "--allow-overlap",  # SFRES is a meta-evaluation set: kept here, where the pipeline is under test
     ]  # fmt: skip
 
 
@@ -92,7 +95,7 @@ def test_annotate_builds_the_dataset(full_run) -> None:
         assert all(a["raw_replies"] for a in record["provenance"]["annotators"])
         for error in record["evaluation"]["errors"]:
             if error["start"] is not None:
-                output = record["outputs"]["Summary"]
+                [output] = record["outputs"].values()
                 assert 0 <= error["start"] < error["end"] <= len(output)
     for record in _lines(out / "unscored.jsonl"):
         assert record["unscored_reason"] and "evaluation" not in record

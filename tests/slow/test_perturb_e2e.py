@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from support.training_runs import TrainedRun
@@ -15,8 +16,15 @@ from support.training_runs import TrainedRun
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.configio import configs_dir
 from spanjudge.eval.perturb.benchmark import load_benchmark
+from spanjudge.inference.judge import PreparedJudge
 
 JUDGE_OPTIONS = ["--judge-option", "max_new_tokens=64", "--judge-option", "batch_size=8", "--judge-option", "retries=0"]
+# The smoke judge reads its prompts in a short context, its inputs cut to fit as judging cuts any prompt
+# (`max_context`): reading the whole article or table is most of a CPU judgment and tests nothing more here.
+# Contexts from the longest prompts less their inputs (SmolLM2's tokens): a SummEval prompt's other parts take
+# 250-320, a quintd-1 one's 430-550, a RotoWire one's 600-730.
+SUMMEVAL_CONTEXT = ["--judge-option", "max_context=576"]
+TABLES_CONTEXT = 832  # the prompt's share of the context, for quintd-1's and RotoWire's tables
 BUILDS = {
     "dhp": ["--n", "1", "--perturbation", "dhp.char_deletion.minor", "--perturbation", "dhp.reordering.minor",
             "--perturbation", "dhp.fictional_entities.minor", "--aspect", "coherence", "--aspect", "fluency"],
@@ -25,6 +33,10 @@ BUILDS = {
                 "--aspect", "grammaticality", "--aspect", "non-contradiction", "--aspect", "overall"],
     "prompt": ["--n", "1"],
 }  # fmt: skip
+
+
+def _never_loaded(prepared: PreparedJudge) -> NoReturn:
+    raise AssertionError("the judge's model was loaded, though every judgment was stored")
 
 
 def _rows(path: Path) -> list[dict]:
@@ -38,6 +50,7 @@ def test_four_benchmarks_built_with_the_tiny_model_and_scored_by_the_smoke_judge
     shared_data: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     perturber = ["--perturber", str(configs_dir() / "perturb" / "tiny_local.yaml"),
                  "--endpoint", smollm2_server.base_url]  # type: ignore[attr-defined]  # fmt: skip
@@ -71,7 +84,7 @@ def test_four_benchmarks_built_with_the_tiny_model_and_scored_by_the_smoke_judge
             assert injected and all("Human expert rating" in i.inputs for i in injected)
 
         report_dir = tmp_path / f"{kind}-eval"
-        judge = ["--judge", f"distilled:{trained_judge.adapter}", *JUDGE_OPTIONS]
+        judge = ["--judge", f"distilled:{trained_judge.adapter}", *JUDGE_OPTIONS, *SUMMEVAL_CONTEXT]
         assert cli_main(["meta-eval", "--benchmark", str(folder), "--out", str(report_dir), *judge]) == 0
         [results_path] = list(report_dir.glob("*/results.json"))
         results = json.loads(results_path.read_text())
@@ -91,9 +104,11 @@ def test_four_benchmarks_built_with_the_tiny_model_and_scored_by_the_smoke_judge
         if kind == "dual":
             assert set(results["metrics"]["aspects"]) == {"coherence", "consistency", "fluency", "relevance"}
             assert "(published)" in report
-        # a re-run asks the judge nothing more
+        # a re-run asks the judge nothing more, and so never loads its model
         mtime = next((report_dir / "judgments").glob("*.jsonl")).stat().st_mtime_ns
-        assert cli_main(["meta-eval", "--benchmark", str(folder), "--out", str(report_dir), *judge]) == 0
+        with monkeypatch.context() as patched:
+            patched.setattr(PreparedJudge, "load", _never_loaded)
+            assert cli_main(["meta-eval", "--benchmark", str(folder), "--out", str(report_dir), *judge]) == 0
         assert next((report_dir / "judgments").glob("*.jsonl")).stat().st_mtime_ns == mtime
 
 
@@ -104,7 +119,8 @@ def test_span_metrics_for_the_number_baseline_and_the_judge(
 ) -> None:
     out = tmp_path / span_set
     args = ["meta-eval", "--spans", span_set, "--out", str(out), "--max-items", "1", "--data-dir", str(shared_data)]
-    assert cli_main([*args, "--judge", f"distilled:{trained_judge.adapter}", *JUDGE_OPTIONS]) == 0
+    context = ["--judge-option", f"max_context={TABLES_CONTEXT + 64}"]
+    assert cli_main([*args, "--judge", f"distilled:{trained_judge.adapter}", *JUDGE_OPTIONS, *context]) == 0
     results = json.loads((out / "spans.json").read_text())
     baseline = results.pop("baseline: mark every number")
     ceiling = results.pop("ceiling: second human annotator", None)
@@ -127,7 +143,8 @@ def test_span_metrics_of_a_judge_read_with_its_probabilities_use_its_expected_co
 
     out = tmp_path / "quintd1"
     options = ["--judge-option", "max_new_tokens=160", "--judge-option", "retries=0", "--judge-option",
-               "constrained=true", "--judge-option", "score=expected"]  # fmt: skip
+               "constrained=true", "--judge-option", "score=expected",
+               "--judge-option", f"max_context={TABLES_CONTEXT + 160}"]  # fmt: skip
     args = ["meta-eval", "--spans", "quintd1", "--out", str(out), "--max-items", "3", "--data-dir", str(shared_data)]
     assert cli_main([*args, "--judge", f"distilled:{trained_judge.adapter}", *options]) == 0
     results = json.loads((out / "spans.json").read_text())

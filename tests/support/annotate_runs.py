@@ -23,10 +23,13 @@ def _prompt(body: dict[str, Any]) -> str:
     return body["messages"][-1]["content"] if "messages" in body else body["prompt"]
 
 
+OUTPUT_HEADERS = ("Summary", "Response", "Model output")  # SummEval's, SFRES's, and the prompt's own default
+
+
 def output_word(body: dict[str, Any]) -> str:
-    """A word of the evaluated summary, taken from the fenced output in the prompt."""
+    """A word of the evaluated output, taken from the fenced output in the prompt."""
     prompt = _prompt(body)
-    marker = "### Summary\n```\n" if "### Summary" in prompt else "### Model output\n```\n"
+    marker = next(f"### {h}\n```\n" for h in OUTPUT_HEADERS if f"### {h}\n```\n" in prompt)
     return prompt.split(marker, 1)[1].split()[0]
 
 
