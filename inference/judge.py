@@ -193,7 +193,7 @@ class Judge:
             decisions_source="stored" if rule is not None and rule is stored else "given",
             decisions_skipped=skipped,
         )
-        return PreparedJudge(spec, o, setup, catalog)
+        return PreparedJudge(spec, o, setup, catalog, cls)
 
     def request(
         self,
@@ -479,6 +479,7 @@ class PreparedJudge:
     options: JudgeOptions
     setup: JudgeSetup
     catalog: Catalog | None = None
+    judge_class: type[Judge] = Judge  # what `prepare` was called on
 
     def load(self) -> Judge:
-        return Judge(make_backend(self.spec), self.options, self.catalog, self.setup)
+        return self.judge_class(make_backend(self.spec), self.options, self.catalog, self.setup)
