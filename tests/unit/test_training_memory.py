@@ -95,7 +95,7 @@ def test_cpu_tiles_labelled_positions_and_released_memory_change_neither_loss_no
     set_loss_tiles(CPU_TILE_TOKENS, CPU_TILE_VOCABULARY)
     projected = project_labelled_positions_only()
     with counted_trims() as trims:
-        hooked = release_freed_memory_per_layer(model)
+        hooked = release_freed_memory_per_layer(model, above=0)  # every layer: any free byte is above 0
         with counted_projections() as rows, warnings.catch_warnings(record=True) as warned:
             warnings.simplefilter("always")
             tiled_loss, tiled_entropy, tiled_grads = loss_and_gradients(model, batch, autocast)
@@ -159,6 +159,24 @@ def counted_trims() -> Iterator[list[int]]:
         yield calls
     finally:
         cpu_memory._malloc_trim = original
+
+
+def test_a_heap_holding_less_free_than_the_bar_is_not_trimmed() -> None:
+    """What a step frees the next one allocates again: below the bar the pages stay, not faulted in anew."""
+    from spanjudge.training import cpu_memory
+
+    free = cpu_memory._heap_free_bytes()
+    assert free is not None and free() >= 0  # glibc's mallinfo2 read, as training reads it
+    model = tiny_lora_model()
+    ids = torch.randint(0, VOCABULARY, (1, 32))
+    with counted_trims() as trims:
+        release_freed_memory_per_layer(model, above=1 << 50)
+        model(input_ids=ids, labels=ids).loss.backward()
+    assert trims == []
+    with counted_trims() as trims:
+        release_freed_memory_per_layer(model, above=-1)  # a second set of hooks: these trim at every layer
+        model(input_ids=ids, labels=ids).loss.backward()
+    assert trims == [0] * 4
 
 
 def test_decoder_layers_are_the_models_unsplittable_blocks() -> None:
