@@ -24,7 +24,8 @@
 # gemma3-vote-agree-cut: the same teacher, each example weighted by that agreement; on dev, -s42 only (the rule
 # set before it was read stopped the arm there: docs/research/ensemble.md). Issue #67 (fast judging): gemma3-vote-agree-cut-llamacpp-s42 is the same student (its work folder)
 # judging dev on llama.cpp in process (--student-engine llamacpp: its Q4_K_M GGUF with the adapter as a GGUF LoRA).
-# Issue #67's data curve: gemma3-mixed-cut-t50 is gemma3-mixed-cut on tables 0-49 of each domain (twice the records).
+# Issue #67's data curve: gemma3-mixed-cut-t50 is gemma3-mixed-cut on tables 0-49 of each domain (twice the records);
+# on dev, -s42.
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
