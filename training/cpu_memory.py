@@ -40,7 +40,7 @@ import ctypes
 import ctypes.util
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -105,15 +105,20 @@ class _MallocInfo(ctypes.Structure):
     ]  # fmt: skip
 
 
+def _glibc_function(name: str) -> Any:
+    """The C library's function `name`, or None where it has none (musl, macOS; mallinfo2 before glibc 2.33)."""
+    library = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(library), name) if library else None
+    except (OSError, AttributeError):
+        return None
+
+
 @functools.cache
 def _heap_free_bytes() -> Callable[[], int] | None:
     """The bytes glibc's heap holds free (`mallinfo2().fordblks`), or None where there is no mallinfo2 (then
     every layer trims)."""
-    name = ctypes.util.find_library("c")
-    try:
-        info = ctypes.CDLL(name).mallinfo2 if name else None
-    except (OSError, AttributeError):
-        return None
+    info = _glibc_function("mallinfo2")
     if info is None:
         return None
     info.argtypes, info.restype = [], _MallocInfo
@@ -123,14 +128,11 @@ def _heap_free_bytes() -> Callable[[], int] | None:
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's malloc_trim, or None (musl, macOS: nothing to trim this way)."""
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
+    trim = _glibc_function("malloc_trim")
+    if trim is None:
         return None
-    if trim is not None:
-        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return lambda pad: int(trim(pad))
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
