@@ -24,9 +24,12 @@ OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled
 # two pytest workers (pytest-xdist), each test file whole on one: most tests wait on a child process or a
 # server as much as they compute, so two keep both cores busy; the run's costly artefacts (the trained smoke
 # judge, the release and its venv) are built once and shared (tests/conftest.py `built_once`); the files go
-# longest first, in conftest's order, not pytest-xdist's (most tests first)
+# longest first, in conftest's order, not pytest-xdist's (most tests first); one thread per process
+# (OMP_NUM_THREADS, which torch, oneDNN and the llama.cpp engines read): the workers and the processes they
+# start already fill the cores, and pools sized to every core oversubscribe them
 PYTEST_WORKERS ?= 2
-PYTEST := $(OFFLINE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST := $(OFFLINE) OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
+	--no-loadscope-reorder
 
 # everything: lint, the layer contracts, the type check and every test (unit, integration, slow): CI runs
 # this. The layer and type checks run here and in `check`, once each, never inside pytest.
