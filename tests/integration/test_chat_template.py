@@ -16,6 +16,7 @@ from spanjudge.core.catalog import load_catalog
 from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import ConfigError
 from spanjudge.inference.contract import Evaluation
+from spanjudge.inference.hf_models import convert_gguf, load_tokenizer
 from spanjudge.inference.judge_conversation import judge_training_texts, request_from_record
 from spanjudge.inference.shipped_models import gemma3_gguf
 from spanjudge.training.config import load_chat_template, load_train_config
@@ -59,10 +60,9 @@ def test_a_broken_template_file_is_refused(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def gemma_tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    gguf = gemma3_gguf()
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    """Gemma 3's tokenizer from the GGUF's transformers folder, as training reads it (converted once per cache and
+    shared with the other tests that convert it: reading its 262k-token vocabulary from the GGUF takes ~30 s)."""
+    tokenizer = load_tokenizer(str(convert_gguf(gemma3_gguf())))
     assert not tokenizer.chat_template  # why the option exists
     tokenizer.chat_template = (configs_dir() / "chat_templates" / "gemma3.jinja").read_text()
     return tokenizer
