@@ -25,7 +25,7 @@
 # set before it was read stopped the arm there: docs/research/ensemble.md). Issue #67 (fast judging): gemma3-vote-agree-cut-llamacpp-s42 is the same student (its work folder)
 # judging dev on llama.cpp in process (--student-engine llamacpp: its Q4_K_M GGUF with the adapter as a GGUF LoRA).
 # Issue #67's data curve: gemma3-mixed-cut-t50 is gemma3-mixed-cut on tables 0-49 of each domain (twice the records);
-# on dev, -s42.
+# on dev, -s42, then -s1 and -s2 (the seeds' spread at twice the data).
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
@@ -61,6 +61,8 @@ RUNS=(
   "gemma3-vote-agree-cut-s42 --recipe gemma3-vote-agree-cut --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
   "gemma3-vote-agree-cut-s1 --recipe gemma3-vote-agree-cut --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
   "gemma3-mixed-cut-t50-s42 --recipe gemma3-mixed-cut-t50 --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities"
+  "gemma3-mixed-cut-t50-s1 --recipe gemma3-mixed-cut-t50 --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities"
+  "gemma3-mixed-cut-t50-s2 --recipe gemma3-mixed-cut-t50 --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities"
   "gemma3-vote-agree-cut-llamacpp-s42 --recipe gemma3-vote-agree-cut-llamacpp --work runs/bench/distill_quintd/gemma3-vote-agree-cut-s42 --student-engine llamacpp --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
 )
 case "$SPLIT" in
