@@ -5,26 +5,30 @@ the project's own code paths, on a CUDA machine with no network. Run it first wh
     bench/gpu/run.sh                                      # CUDA: Llama 3.1 8B's shape → bench/results/gpu.{json,md}
     .venv/bin/python bench/gpu/run.py --shape tiny --device cpu --steps 4 --out /tmp/gpu   # what CI runs
 
-**The plan for a 15-minute device window** (one chip; each start costs minutes of it). The estimates
-come from the 2026-11-26 H200 run (3.2k tokens/s, ~10 s a step at the recipe's 16 × 2.1k tokens; a judge
-load ~10 s once the weights are in the page cache) and are estimates, not measurements:
+**The plan for a 15-minute device window** (one chip; each start costs minutes of it). The 2026-12-04
+H200 window (bench/results/gpu.md) measured the training rows: its first call spent ~470 s building the
+model, training `lora` (102 s for 12 steps, 4.2k tokens/s) and `lora-liger-no-checkpointing` (65 s,
+6.7k tokens/s) and timing batch 1 (87 s for 8 evaluations of 256 new tokens), and was stopped before the
+batched judging rows; a second 300-s call on the same machine timed no judging row. So the next window
+measures the judging rows first:
 
-1. Run 1, `timeout_s` 540, `carry` [".whl"]:
+1. Run 1, `timeout_s` 560, `carry` [".whl"] (the report is written on that machine: copy it to $OUT,
+   which alone comes back, also when the run is cut short):
 
        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-           .whl/*.whl && export PYTHONPATH=/tmp/site || exit; PYTHON=python3 bench/gpu/run.sh \
-           --note "first window after #48"
+           .whl/*.whl && export PYTHONPATH=/tmp/site || exit; PYTHON=python3 PYTHONUNBUFFERED=1 timeout 500 \
+           bench/gpu/run.sh --variants lora --batch-one-items 4 --judge-items 32 --note "judging rows first" \
+           2>&1 | tee $OUT/log; cp bench/results/gpu.json bench/results/gpu.md $OUT/
 
-   builds the model (~1.5 min), trains `lora` (the baseline: ~2.5 min for 12 steps) and
-   `lora-liger-no-checkpointing` (the candidate for ≥ 40 % MFU: ~1.5 min), then the judging rows: batch 1
-   (8 evaluations after 1 warm-up), batch 16 with the LoRA unmerged, merged and through continuous
-   batching (64 each after a warm-up batch), SummEval's shape without and with prefix reuse (~2.5 min).
-   The report is written after every row: a run cut short keeps what it measured.
+   builds the model, trains `lora` (the adapter the judging rows load), then the judging rows: batch 1
+   (4 evaluations after 1 warm-up), batch 16 with the LoRA unmerged, merged and through continuous
+   batching (32 each after a warm-up batch), SummEval's shape without and with prefix reuse. Each row is
+   written to the report when it is measured: a run cut short keeps what it measured.
 2. Run 2, if 5 minutes are left and the machine is still warm (it keeps the model under runs/gpu-bench):
    `... bench/gpu/run.sh --variants lora-liger-padding-free-no-checkpointing,qlora-nf4-liger,lora-fsdp
    --no-judging` (lora-fsdp: configs/accelerate/fsdp.yaml's FSDP2 + LoRA path, one process, the first
-   time it runs anywhere).
-3. Commit bench/results/gpu.{json,md}: each call adds its rows, with the device, date and versions.
+   time it runs anywhere), copied to $OUT the same way.
+3. Commit bench/results/gpu.{json,md} from $OUT: each call adds its rows, with the device, date and versions.
 
 What is measured:
 
@@ -80,6 +84,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -310,14 +315,15 @@ JUDGING: list[tuple[str, str, str, dict[str, Any], str | None]] = [
 ]
 
 
-def judge_rows(adapter: Path, records: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+def judge_rows(adapter: Path, records: Path, args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     """Evaluations/s of the LoRA row's judge on the transformers engine, each row timed after a warm-up
     batch of its own (CUDA context, cuBLAS, kernel and graph capture stay out of the timing): `distinct`
     outputs (each its own article) at batch 1, then batched with the LoRA unmerged (the old path), merged
     into the base (the engine's default) and through continuous batching; SummEval's shape (16 outputs of
     each article) without and with prefix reuse; vLLM (LoRA attached, prefix caching off/on) where it is
     installed. Each row's greedy replies are compared with the row it improves on: in bf16 a different
-    kernel can round a near-tie the other way, and the count says how often."""
+    kernel can round a near-tie the other way, and the count says how often. Rows are yielded as they are
+    timed, so the caller writes each one before the next starts."""
     from spanjudge.inference.judge import Judge
 
     items = [json.loads(line) for line in (records / "train.jsonl").read_text().splitlines()]
@@ -335,7 +341,6 @@ def judge_rows(adapter: Path, records: Path, args: argparse.Namespace) -> list[d
     if args.device == "cuda" and importlib.util.find_spec("vllm") is not None:  # the engine attaches the LoRA
         runs += [(f"vLLM, prefix caching {'on' if on else 'off'}", "shared16", args.batch,
                   {"engine": "vllm", "enable_prefix_caching": on}, None) for on in (False, True)]  # fmt: skip
-    rows: list[dict[str, Any]] = []
     replies: dict[str, list[str]] = {}
     for name, workload, batch, options, versus in runs:
         options = dict(options)
@@ -369,27 +374,23 @@ def judge_rows(adapter: Path, records: Path, args: argparse.Namespace) -> list[d
         replies[name] = written
         baseline = replies.get(versus) if versus else None
         wall = statistics.median(walls)
-        rows.append(
-            {
-                "row": name,
-                "workload": workload,
-                "engine": engine,
-                "options": options | ({} if reuse is None else {"reuse_prefix": reuse}),
-                "batch": batch,
-                "warmup_items": len(warmup),
-                "items": len(timed),
-                "repeats": args.repeats,
-                "parsed": sum(r.score is not None for r in results),
-                "wall_s": round(wall, 2),
-                "evaluations_per_s": round(len(timed) / wall, 3) if wall > 0 else None,
-                "compared_with": versus if baseline is not None else None,
-                "identical_replies": None
-                if baseline is None
-                else sum(a == b for a, b in zip(written, baseline, strict=False)),
-            }
-        )
-        print(rows[-1], flush=True)
-    return rows
+        yield {
+            "row": name,
+            "workload": workload,
+            "engine": engine,
+            "options": options | ({} if reuse is None else {"reuse_prefix": reuse}),
+            "batch": batch,
+            "warmup_items": len(warmup),
+            "items": len(timed),
+            "repeats": args.repeats,
+            "parsed": sum(r.score is not None for r in results),
+            "wall_s": round(wall, 2),
+            "evaluations_per_s": round(len(timed) / wall, 3) if wall > 0 else None,
+            "compared_with": versus if baseline is not None else None,
+            "identical_replies": None
+            if baseline is None
+            else sum(a == b for a, b in zip(written, baseline, strict=False)),
+        }
 
 
 def main() -> None:
@@ -482,7 +483,10 @@ def main() -> None:
         report()
     adapter = next((Path(r["adapter"]) for r in training if r["variant"].startswith("lora") and "adapter" in r), None)
     if adapter is not None and not args.no_judging:
-        judging.extend(judge_rows(adapter, work / "records", args))
+        for row in judge_rows(adapter, work / "records", args):
+            judging.append(row)
+            print(row, flush=True)
+            report()
     run["complete"] = True
     report()
 
