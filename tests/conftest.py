@@ -42,6 +42,20 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 TIERS = ("slow", "integration", "unit")
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The shipped GGUF models assembled and converted to transformers folders once, before any worker starts.
+    Their first conversion is lock-guarded for processes that need it at once (inference/hf_models.py), but on a
+    machine with an empty cache one run saw a two-process training read the SmolLM2 folder while it was being
+    converted under that load ("Unrecognized model ... Should have a `model_type` key"), which no rerun reproduced;
+    converting before the workers leave nothing to race for (seconds, once per machine)."""
+    if hasattr(session.config, "workerinput"):  # a pytest-xdist worker: the controller did it
+        return
+    from spanjudge.inference.hf_models import convert_gguf
+
+    for gguf in (smollm2_gguf(), gemma3_gguf()):
+        convert_gguf(gguf)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     builder = next((item.path for item in items if "trained_judge" in getattr(item, "fixturenames", ())), None)
     items.sort(key=lambda item: -1 if item.path == builder else tier_rank(item))  # stable: a file keeps its order
