@@ -53,3 +53,19 @@ def test_every_gpu_variant_is_a_valid_training_config(
         assert config.training.liger_kernel is ("liger" in name), name
         assert config.training.gradient_checkpointing is ("no-checkpointing" not in name), name
         assert (config.model.quantization == "4bit") is name.startswith("qlora"), name
+
+
+def test_prompt_lookup_passes_are_replayed_against_the_greedy_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/judging_drafts.py counts the passes prompt-lookup decoding needs for a kept greedy reply: a reply
+    that copies the prompt goes several tokens a pass, one with nothing to copy one token a pass."""
+    passes = _load(REPO / "bench/judging_drafts.py", monkeypatch).lookup_passes  # type: ignore[attr-defined]
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    # no earlier occurrence to copy from: one token per pass
+    assert passes(prompt, [20, 21, 22, 23], 2, 5) == 4
+    # the prompt's "3 ... 8" copied: the first pass has nothing to look up (8, the last token, occurs once) and
+    # writes 3; the second finds 3 earlier, guesses 4 5 6 7 8 and keeps all five
+    assert passes(prompt, [3, 4, 5, 6, 7, 8], 2, 5) == 2
+    # a guess that disagrees at its first token costs a pass that writes one token
+    assert passes([1, 2, 1, 9], [2, 5], 2, 3) == 2
+    # a draft of one token caps a pass at two tokens: 3 alone, then 4 5, 6 7 and 8 (+ one beyond the reply)
+    assert passes(prompt, [3, 4, 5, 6, 7, 8], 2, 1) == 4
