@@ -14,7 +14,8 @@ normal time") in a fixed format that its prompt spells out. Two exact speed-ups 
 2. **A vocabulary cut to the prompt's own tokens** for the output layer (Gemma's 262,144 words cost 36 of 90 ms
    of a decoding step at batch 1 on the Intel host, docs/research/performance.md): greedy decoding over a subset
    is exact whenever the greedy token lies in it, so the share of replies whose every token is one of their
-   prompt's tokens or the judge format's (`format_tokens`) is the share such decoding reproduces exactly.
+   prompt's tokens or the judge format's (`format_tokens`), and then also of the training replies'
+   (`training_tokens`), is the share such decoding reproduces exactly.
    Probabilities over the subset would be renormalised over it: that error is not measured here.
 
 Passes are not seconds: a checking pass over DRAFT + 1 positions costs more than a one-token step (its output
@@ -30,6 +31,7 @@ import gzip
 import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +41,11 @@ sys.path.insert(0, str(BENCH))
 from report_files import machine, write_report  # noqa: E402
 
 from spanjudge.core.catalog import load_catalog  # noqa: E402
+from spanjudge.eval.distill.phases import import_teacher  # noqa: E402
+from spanjudge.eval.distill.study import StudySettings  # noqa: E402
 from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK  # noqa: E402
 from spanjudge.eval.spans.quintd import quintd_tables  # noqa: E402
+from spanjudge.inference.contract.model import Evaluation  # noqa: E402
 from spanjudge.inference.contract.render import (  # noqa: E402
     BLOCK_SEPARATOR,
     ERROR_HEADER,
@@ -52,6 +57,7 @@ from spanjudge.inference.contract.render import (  # noqa: E402
     SCORE_FIELD,
     SEVERITY_FIELD,
     format_score,
+    render_judge,
 )
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer  # noqa: E402
 from spanjudge.inference.prompts import MAX_ERRORS, render_judge_prompt  # noqa: E402
@@ -105,6 +111,16 @@ def format_tokens(tokenizer: Any) -> set[int]:
     return ids | {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<end_of_turn>")}
 
 
+def training_tokens(tokenizer: Any) -> set[int]:
+    """The tokens of the replies the protocol's students learn from: GPT-4's spans on tables 0–24 of the three
+    domains, imported and rendered as the training targets are (no model call)."""
+    with tempfile.TemporaryDirectory() as work:
+        import_teacher(Path(work), StudySettings(label="judging-drafts"))
+        records = (Path(work) / "teacher" / "train.jsonl").read_text(encoding="utf-8").splitlines()
+    replies = [render_judge(Evaluation.model_validate(json.loads(line)["evaluation"])) for line in records]
+    return {i for reply in replies for i in tokenizer(reply, add_special_tokens=False)["input_ids"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", nargs="+", help="kept gemma3 runs (default: every gemma3 run with dev judgments)")
@@ -127,6 +143,8 @@ def main() -> None:
     }  # fmt: skip
     always = format_tokens(tokenizer)
     allowed = {i: set(p) | always for i, p in prompts.items()}  # a vocabulary cut to the prompt's own tokens
+    learned = training_tokens(tokenizer)
+    widened = {i: v | learned for i, v in allowed.items()}  # and to the training replies' tokens
     rows: list[dict[str, Any]] = []
     for run in runs:
         kept = json.loads(gzip.decompress((JUDGMENTS / run / KEPT).read_bytes()))["rows"]
@@ -140,6 +158,8 @@ def main() -> None:
             "median_reply_tokens": statistics.median(map(len, tokens.values())),
             "replies_inside_prompt_vocabulary": sum(set(t) <= allowed[i] for i, t in tokens.items()),
             "tokens_inside_prompt_vocabulary": sum(sum(x in allowed[i] for x in t) for i, t in tokens.items()),
+            "training_vocabulary": len(learned),
+            "replies_inside_widened_vocabulary": sum(set(t) <= widened[i] for i, t in tokens.items()),
         }
         for draft in args.draft:
             passes = sum(lookup_passes(prompts[i], t, args.ngram, draft) for i, t in tokens.items())
@@ -158,20 +178,22 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
         "No model runs: the protocol's kept dev replies (greedy, as each run's engine wrote them; quintd-1 tables "
         f"70–79 of {', '.join(DOMAINS)}) replayed against prompt-lookup drafting (the last ≤ {args.ngram} tokens "
         "looked up in the prompt and the reply so far; its guesses checked one pass at a time) and against the "
-        "vocabulary of their own prompt and the judge format (every error number, severity and score). Tokens "
-        "per pass: how many reply tokens one forward pass would write (plain greedy decoding: 1.00). A checking "
-        "pass costs more than a one-token step, so these bound a model run's gain; they do not measure it.",
+        "vocabulary of their own prompt and the judge format (every error number, severity and score), then also "
+        f"the training replies' ({rows[0]['training_vocabulary']:,} tokens: GPT-4's spans on tables 0–24, rendered "
+        "as trained). Tokens per pass: how many reply tokens one forward pass would write (plain greedy decoding: "
+        "1.00). A checking pass costs more than a one-token step, so these bound a model run's gain; they do not "
+        "measure it.",
         "",
         "| run | replies | reply tokens (median) | replies inside prompt + format vocabulary | tokens inside it | "
-        + " | ".join(f"tokens per pass, draft {d}" for d in drafts)
-        + " |",
-        "|---|---:|---:|---:|---:|" + "---:|" * len(drafts),
+        "replies inside it + training replies' | " + " | ".join(f"tokens per pass, draft {d}" for d in drafts) + " |",
+        "|---|---:|---:|---:|---:|---:|" + "---:|" * len(drafts),
     ]
     for r in rows:
         lines.append(
             f"| {r['run']} | {r['replies']} | {r['reply_tokens']:,} ({r['median_reply_tokens']:g}) | "
             f"{r['replies_inside_prompt_vocabulary']}/{r['replies']} | "
             f"{r['tokens_inside_prompt_vocabulary'] / r['reply_tokens']:.1%} | "
+            f"{r['replies_inside_widened_vocabulary']}/{r['replies']} | "
             + " | ".join(f"{r[f'tokens_per_pass_draft{d}']:.2f}" for d in drafts)
             + " |"
         )
