@@ -45,20 +45,8 @@ from spanjudge.eval.distill.phases import import_teacher  # noqa: E402
 from spanjudge.eval.distill.study import StudySettings  # noqa: E402
 from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK  # noqa: E402
 from spanjudge.eval.spans.quintd import quintd_tables  # noqa: E402
-from spanjudge.inference.contract.model import Evaluation  # noqa: E402
-from spanjudge.inference.contract.render import (  # noqa: E402
-    BLOCK_SEPARATOR,
-    ERROR_HEADER,
-    EXPLANATION_FIELD,
-    LINE_BREAK,
-    LOCATION_FIELD,
-    NO_ERROR,
-    NO_LOCATION,
-    SCORE_FIELD,
-    SEVERITY_FIELD,
-    format_score,
-    render_judge,
-)
+from spanjudge.inference.contract.model import ErrorAnnotation, Evaluation  # noqa: E402
+from spanjudge.inference.contract.render import render_judge  # noqa: E402
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer  # noqa: E402
 from spanjudge.inference.prompts import MAX_ERRORS, render_judge_prompt  # noqa: E402
 from spanjudge.inference.shipped_models import gemma3_gguf  # noqa: E402
@@ -99,14 +87,10 @@ def lookup_passes(context: list[int], reply: list[int], ngram: int, draft: int) 
 
 def format_tokens(tokenizer: Any) -> set[int]:
     """The tokens of the judge format itself (inference/contract/render.py: every error number, severity and
-    score, the field names, "No Error"), as they tokenise inside a reply, and the end of turn."""
-    blocks = [
-        LINE_BREAK.join((ERROR_HEADER.format(number=n), LOCATION_FIELD + NO_LOCATION, EXPLANATION_FIELD + "x",
-                         SEVERITY_FIELD + str(1 + n % 5)))
-        for n in range(1, MAX_ERRORS + 1)
-    ]  # fmt: skip
-    replies = [BLOCK_SEPARATOR.join([*blocks, SCORE_FIELD + format_score(s)]) for s in range(101)]
-    replies.append(NO_ERROR + BLOCK_SEPARATOR + SCORE_FIELD + "100")
+    score, the field names, "No Error"), as they tokenise inside a rendered reply, and the end of turn."""
+    errors = [ErrorAnnotation(location=None, explanation="x", severity=1 + n % 5) for n in range(MAX_ERRORS)]
+    replies = [render_judge(Evaluation(errors=errors, score=score)) for score in range(101)]
+    replies.append(render_judge(Evaluation(errors=[], score=100)))
     ids = {i for reply in replies for i in tokenizer(reply, add_special_tokens=False)["input_ids"]}
     return ids | {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<end_of_turn>")}
 
