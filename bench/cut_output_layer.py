@@ -26,14 +26,11 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from judging_drafts import DEV_TABLES, DOMAINS, format_tokens, training_tokens  # noqa: E402
+from judging_drafts import DEV_TABLES, DOMAINS, cut_rows, format_tokens, judge_prompt, training_tokens  # noqa: E402
 from report_files import machine, write_report  # noqa: E402
 
-from spanjudge.core.catalog import load_catalog  # noqa: E402
-from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK  # noqa: E402
 from spanjudge.eval.spans.quintd import quintd_tables  # noqa: E402
 from spanjudge.inference.hf_models import convert_gguf, load_causal_lm, load_tokenizer  # noqa: E402
-from spanjudge.inference.prompts import render_judge_prompt  # noqa: E402
 from spanjudge.inference.shipped_models import gemma3_gguf  # noqa: E402
 
 OUT = BENCH / "results" / "cut_output_layer"
@@ -81,14 +78,9 @@ def main() -> None:
     folder = convert_gguf(gemma3_gguf())
     tokenizer = load_tokenizer(str(folder))
     model = load_causal_lm(str(folder), dtype="float32").eval()
-    task = load_catalog().task(QUINTD_TASK)
-    doc = quintd_tables("human", DEV_TABLES, list(DOMAINS))[0]
-    inputs = {task.inputs[0].header: next(iter(doc.inputs.values()))}
-    text = render_judge_prompt(task, task.aspect(QUINTD_ASPECT), inputs, doc.output)
-    prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+    prompt = judge_prompt(tokenizer, quintd_tables("human", DEV_TABLES, list(DOMAINS))[0])
     vocabulary = set(prompt) | format_tokens(tokenizer) | training_tokens(tokenizer)
-    filler = (i for i in range(len(tokenizer)) if i not in vocabulary)  # low ids: the tokenizer's frequent merges
-    rows = sorted(vocabulary) + [next(filler) for _ in range(max(0, args.rows - len(vocabulary)))]
+    rows = cut_rows(tokenizer, vocabulary, args.rows)
     rows_tensor = torch.tensor(rows)
     results: list[dict[str, Any]] = []
     for batch in args.batches:

@@ -28,27 +28,25 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from judging_drafts import DEV_TABLES, DOMAINS, JUDGMENTS, KEPT, format_tokens, training_tokens  # noqa: E402
+from judging_drafts import (  # noqa: E402
+    DEV_TABLES,
+    DOMAINS,
+    JUDGMENTS,
+    KEPT,
+    agreed_prefix,
+    cut_rows,
+    format_tokens,
+    guess_of,
+    judge_prompt,
+    training_tokens,
+)
 from report_files import machine, write_report  # noqa: E402
 
-from spanjudge.core.catalog import load_catalog  # noqa: E402
-from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK  # noqa: E402
 from spanjudge.eval.spans.quintd import quintd_tables  # noqa: E402
 from spanjudge.inference.hf_models import convert_gguf, load_causal_lm, load_tokenizer  # noqa: E402
-from spanjudge.inference.prompts import render_judge_prompt  # noqa: E402
 from spanjudge.inference.shipped_models import gemma3_gguf  # noqa: E402
 
 OUT = BENCH / "results" / "drafted_judging_speed"
-
-
-def guess_of(seen: list[int], ngram: int, draft: int) -> list[int]:
-    """Prompt lookup's guess: what followed the latest earlier occurrence of the last n-gram, longest first."""
-    for size in range(ngram, 0, -1):
-        tail = seen[-size:]
-        for start in range(len(seen) - size - 1, -1, -1):
-            if seen[start : start + size] == tail:
-                return seen[start + size : start + size + draft]
-    return []
 
 
 def write_reply(
@@ -77,9 +75,7 @@ def write_reply(
             if cap:
                 logits = torch.tanh(logits / cap) * cap
             logits.argmax(-1)
-            agreed = 0
-            while agreed < len(guess) and written + agreed < len(reply) and guess[agreed] == reply[written + agreed]:
-                agreed += 1
+            agreed = agreed_prefix(guess, reply, written)
             if len(guess) > agreed:
                 cache.crop(-(len(guess) - agreed))  # the guessed tokens that disagreed leave the cache
             written += agreed + 1
@@ -106,8 +102,6 @@ def main() -> None:
     folder = convert_gguf(gemma3_gguf())
     tokenizer = load_tokenizer(str(folder))
     model = load_causal_lm(str(folder), dtype="float32").eval()
-    task = load_catalog().task(QUINTD_TASK)
-    aspect, header = task.aspect(QUINTD_ASPECT), task.inputs[0].header
     docs = [
         d
         for d in quintd_tables("human", DEV_TABLES, list(DOMAINS))
@@ -119,12 +113,9 @@ def main() -> None:
     for d in docs:
         if not kept.get(d.id, {}).get("reply"):
             continue
-        prompt = tokenizer(render_judge_prompt(task, aspect, {header: next(iter(d.inputs.values()))}, d.output),
-                           add_special_tokens=False)["input_ids"]  # fmt: skip
+        prompt = judge_prompt(tokenizer, d)
         reply = tokenizer(kept[d.id]["reply"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        vocabulary = sorted(set(prompt) | learned)
-        filler = (i for i in range(len(tokenizer)) if i not in set(vocabulary))
-        rows = torch.tensor(vocabulary + [next(filler) for _ in range(max(0, args.rows - len(vocabulary)))])
+        rows = torch.tensor(cut_rows(tokenizer, set(prompt) | learned, args.rows))
         items.append((d.id, prompt, reply, rows))
     write_reply(model, items[0][1], items[0][2][:8], None, 0, 2)  # warm-up, not timed
     results: list[dict[str, Any]] = []

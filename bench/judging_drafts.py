@@ -27,6 +27,7 @@ rows above all), so the counts bound what a model run would gain; they say wheth
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import statistics
@@ -40,7 +41,7 @@ sys.path.insert(0, str(BENCH))
 
 from report_files import machine, write_report  # noqa: E402
 
-from spanjudge.core.catalog import load_catalog  # noqa: E402
+from spanjudge.core.catalog import Task, load_catalog  # noqa: E402
 from spanjudge.eval.distill.phases import import_teacher  # noqa: E402
 from spanjudge.eval.distill.study import StudySettings  # noqa: E402
 from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK  # noqa: E402
@@ -58,31 +59,55 @@ DOMAINS = ("wikidata", "ice_hockey", "owid")
 DEV_TABLES = (70, 80)
 
 
+def guess_of(seen: list[int], ngram: int, draft: int) -> list[int]:
+    """Prompt lookup's guess: the `draft` tokens that followed the latest earlier occurrence of the last `ngram`
+    tokens of `seen`, the longest n-gram that matches first (as transformers looks); none when none matches."""
+    for size in range(ngram, 0, -1):
+        tail = seen[-size:]
+        for start in range(len(seen) - size - 1, -1, -1):  # the latest earlier occurrence
+            if seen[start : start + size] == tail:
+                return seen[start + size : start + size + draft]
+    return []
+
+
+def agreed_prefix(guess: list[int], reply: list[int], written: int) -> int:
+    """How many of `guess`'s tokens the greedy `reply` writes next, after its first `written` tokens."""
+    agreed = 0
+    while agreed < len(guess) and written + agreed < len(reply) and guess[agreed] == reply[written + agreed]:
+        agreed += 1
+    return agreed
+
+
 def lookup_passes(context: list[int], reply: list[int], ngram: int, draft: int) -> int:
     """Forward passes prompt-lookup decoding needs to write `reply` after `context`, when `reply` is what the
-    model writes greedily: each pass checks a guess (the `draft` tokens that followed the latest earlier
-    occurrence of the last `ngram` tokens, the longest n-gram that matches first, as transformers looks) and
-    keeps its agreeing prefix plus one token of the model's own."""
+    model writes greedily: each pass checks a guess (`guess_of`) and keeps its agreeing prefix plus one token of
+    the model's own."""
     written, passes = 0, 0
     while written < len(reply):
-        seen = context + reply[:written]
-        guess: list[int] = []
-        for size in range(ngram, 0, -1):
-            if len(seen) <= size:
-                continue
-            tail = seen[-size:]
-            for start in range(len(seen) - size - 1, -1, -1):  # the latest earlier occurrence
-                if seen[start : start + size] == tail:
-                    guess = seen[start + size : start + size + draft]
-                    break
-            if guess:
-                break
-        agreed = 0
-        while agreed < len(guess) and written + agreed < len(reply) and guess[agreed] == reply[written + agreed]:
-            agreed += 1
-        written += agreed + 1  # the checked prefix and the model's own next token
+        guess = guess_of(context + reply[:written], ngram, draft)
+        written += agreed_prefix(guess, reply, written) + 1  # the checked prefix and the model's own next token
         passes += 1
     return passes
+
+
+@functools.cache
+def quintd_task() -> Task:
+    return load_catalog().task(QUINTD_TASK)
+
+
+def judge_prompt(tokenizer: Any, doc: Any) -> list[int]:
+    """The tokens of the protocol judge's prompt (user turn) for a quintd-1 output."""
+    task = quintd_task()
+    inputs = {task.inputs[0].header: next(iter(doc.inputs.values()))}
+    text = render_judge_prompt(task, task.aspect(QUINTD_ASPECT), inputs, doc.output)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def cut_rows(tokenizer: Any, vocabulary: set[int], size: int) -> list[int]:
+    """The output layer's rows cut to `vocabulary`, padded to `size` with the lowest other ids (the tokenizer's
+    frequent merges), so that every cut layer costs the same."""
+    filler = (i for i in range(len(tokenizer)) if i not in vocabulary)
+    return sorted(vocabulary) + [next(filler) for _ in range(max(0, size - len(vocabulary)))]
 
 
 def format_tokens(tokenizer: Any) -> set[int]:
@@ -115,16 +140,8 @@ def main() -> None:
         p.name for p in JUDGMENTS.iterdir() if p.name.startswith("gemma3") and (p / KEPT).is_file()
     )
     tokenizer = load_tokenizer(str(convert_gguf(gemma3_gguf())))
-    catalog = load_catalog()
-    task = catalog.task(QUINTD_TASK)
-    aspect = task.aspect(QUINTD_ASPECT)
-    header = task.inputs[0].header
     docs = {d.id: d for d in quintd_tables("human", DEV_TABLES, list(DOMAINS))}
-    prompts = {
-        i: tokenizer(render_judge_prompt(task, aspect, {header: next(iter(d.inputs.values()))}, d.output),
-                     add_special_tokens=False)["input_ids"]
-        for i, d in docs.items()
-    }  # fmt: skip
+    prompts = {i: judge_prompt(tokenizer, d) for i, d in docs.items()}
     always = format_tokens(tokenizer)
     allowed = {i: set(p) | always for i, p in prompts.items()}  # a vocabulary cut to the prompt's own tokens
     learned = training_tokens(tokenizer)
