@@ -63,7 +63,8 @@ def write_reply(
     with torch.inference_mode():
         out = model.model(input_ids=torch.tensor([prompt]), use_cache=True)
         cache = out.past_key_values
-        cache.activate_past_recording()  # the sliding-window layers keep what a rollback needs
+        if draft:  # the sliding-window layers keep what a rollback needs (plain decoding keeps only the window)
+            cache.activate_past_recording()
         started = time.perf_counter()
         logits = out.last_hidden_state[:, -1] @ layer.T  # the reply's first token
         written, passes = 1, 1
