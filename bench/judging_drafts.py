@@ -46,10 +46,12 @@ from spanjudge.eval.distill.phases import import_teacher  # noqa: E402
 from spanjudge.eval.distill.study import StudySettings  # noqa: E402
 from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK  # noqa: E402
 from spanjudge.eval.spans.quintd import quintd_tables  # noqa: E402
-from spanjudge.inference.contract.model import ErrorAnnotation, Evaluation  # noqa: E402
+from spanjudge.inference.backends.transformers_drafted import format_tokens as judge_format_tokens  # noqa: E402
+from spanjudge.inference.backends.transformers_drafted import guess_of  # noqa: E402
+from spanjudge.inference.contract.model import Evaluation  # noqa: E402
 from spanjudge.inference.contract.render import render_judge  # noqa: E402
 from spanjudge.inference.hf_models import convert_gguf, load_tokenizer  # noqa: E402
-from spanjudge.inference.prompts import MAX_ERRORS, render_judge_prompt  # noqa: E402
+from spanjudge.inference.prompts import render_judge_prompt  # noqa: E402
 from spanjudge.inference.shipped_models import gemma3_gguf  # noqa: E402
 
 JUDGMENTS = BENCH / "results" / "distill_judgments"
@@ -57,17 +59,6 @@ OUT = BENCH / "results" / "judging_drafts"
 KEPT = "dev/student+probabilities.json.gz"  # the greedy replies on dev, as each run's engine wrote them
 DOMAINS = ("wikidata", "ice_hockey", "owid")
 DEV_TABLES = (70, 80)
-
-
-def guess_of(seen: list[int], ngram: int, draft: int) -> list[int]:
-    """Prompt lookup's guess: the `draft` tokens that followed the latest earlier occurrence of the last `ngram`
-    tokens of `seen`, the longest n-gram that matches first (as transformers looks); none when none matches."""
-    for size in range(ngram, 0, -1):
-        tail = seen[-size:]
-        for start in range(len(seen) - size - 1, -1, -1):  # the latest earlier occurrence
-            if seen[start : start + size] == tail:
-                return seen[start + size : start + size + draft]
-    return []
 
 
 def agreed_prefix(guess: list[int], reply: list[int], written: int) -> int:
@@ -111,13 +102,9 @@ def cut_rows(tokenizer: Any, vocabulary: set[int], size: int) -> list[int]:
 
 
 def format_tokens(tokenizer: Any) -> set[int]:
-    """The tokens of the judge format itself (inference/contract/render.py: every error number, severity and
-    score, the field names, "No Error"), as they tokenise inside a rendered reply, and the end of turn."""
-    errors = [ErrorAnnotation(location=None, explanation="x", severity=1 + n % 5) for n in range(MAX_ERRORS)]
-    replies = [render_judge(Evaluation(errors=errors, score=score)) for score in range(101)]
-    replies.append(render_judge(Evaluation(errors=[], score=100)))
-    ids = {i for reply in replies for i in tokenizer(reply, add_special_tokens=False)["input_ids"]}
-    return ids | {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<end_of_turn>")}
+    """The tokens of the judge format itself (`transformers_drafted.format_tokens`) and the end of turn."""
+    ends = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<end_of_turn>")}
+    return judge_format_tokens(tokenizer) | ends
 
 
 def training_tokens(tokenizer: Any) -> set[int]:
@@ -135,6 +122,11 @@ def main() -> None:
     parser.add_argument("--runs", nargs="+", help="kept gemma3 runs (default: every gemma3 run with dev judgments)")
     parser.add_argument("--ngram", type=int, default=2, help="the longest n-gram looked up (transformers: 2)")
     parser.add_argument("--draft", type=int, nargs="+", default=[3, 5, 10], help="tokens guessed per pass")
+    parser.add_argument("--out", type=Path, default=OUT, help="the report's path, without suffix")
+    parser.add_argument(
+        "--history", type=int, default=0, help="also look up the judge's last N replies (in prompt order), as "
+        "`decoding: drafted` does (its HISTORY)",
+    )  # fmt: skip
     args = parser.parse_args()
     runs = args.runs or sorted(
         p.name for p in JUDGMENTS.iterdir() if p.name.startswith("gemma3") and (p / KEPT).is_file()
@@ -162,13 +154,16 @@ def main() -> None:
             "training_vocabulary": len(learned),
             "replies_inside_widened_vocabulary": sum(set(t) <= widened[i] for i, t in tokens.items()),
         }
+        order = sorted(tokens, key=lambda i: prompts[i])  # prompt order, as the judge sends them
+        before = {i: [t for j in order[max(0, k - args.history) : k] for t in tokens[j]] for k, i in enumerate(order)}
         for draft in args.draft:
-            passes = sum(lookup_passes(prompts[i], t, args.ngram, draft) for i, t in tokens.items())
+            passes = sum(lookup_passes(before[i] + prompts[i], t, args.ngram, draft) for i, t in tokens.items())
             row[f"passes_draft{draft}"] = passes
             row[f"tokens_per_pass_draft{draft}"] = round(total / passes, 2)
         rows.append(row)
         print(row, flush=True)
-    write_report(OUT, {"machine": machine(), "ngram": args.ngram, "rows": rows}, markdown(rows, args))
+    payload = {"machine": machine(), "ngram": args.ngram, "history": args.history, "rows": rows}
+    write_report(args.out, payload, markdown(rows, args))
 
 
 def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
@@ -178,7 +173,9 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
         "",
         "No model runs: the protocol's kept dev replies (greedy, as each run's engine wrote them; quintd-1 tables "
         f"70–79 of {', '.join(DOMAINS)}) replayed against prompt-lookup drafting (the last ≤ {args.ngram} tokens "
-        "looked up in the prompt and the reply so far; its guesses checked one pass at a time) and against the "
+        "looked up in the prompt and the reply so far"
+        + (f", and in the judge's last {args.history} replies in prompt order" if args.history else "")
+        + "; its guesses checked one pass at a time) and against the "
         "vocabulary of their own prompt and the judge format (every error number, severity and score), then also "
         f"the training replies' ({rows[0]['training_vocabulary']:,} tokens: GPT-4's spans on tables 0–24, rendered "
         "as trained). Tokens per pass: how many reply tokens one forward pass would write (plain greedy decoding: "

@@ -63,6 +63,15 @@ class JudgeOptions:
         "(bench/results/reuse_numerics.md): --reuse-prefix turns it on there.",
         flag="--reuse-prefix/--no-reuse-prefix",
     )
+    decoding: str = option(
+        "batched",
+        help="How greedy replies are written: batched (generate, batch_size at a time), or drafted: one at a time "
+        "with prompt-lookup guesses and the output layer cut to the prompt's and the judge's vocabulary, every token "
+        "checked against the whole layer (the same greedy replies; the probability reading reuses the writing's "
+        "cache). Made for a small judge on a CPU; on a 2-core one as fast as batched so far "
+        "(bench/results/drafted_judging.md).",
+        more_help=for_engines("decoding"),
+    )
     max_context: int | None = option(None, help="Context length to fit prompts in (default: the model's).")
     trust_remote_code: bool = option(False, help="Run the model repository's own code (off unless asked).")
     concurrency: int = option(1, help="Requests in flight.", min=1, more_help=for_engines("concurrency"))
@@ -122,7 +131,9 @@ class JudgeOptions:
 
 JUDGE_OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(JudgeOptions))
 # the options only some engines take: each engine declares which (`Engine.judge_options`), the rest refuse them
-ENGINE_SPECIFIC: tuple[str, ...] = ("base_url", "served_model", "batch_size", "dtype", "concurrency", "timeout_s")
+ENGINE_SPECIFIC: tuple[str, ...] = (
+    "base_url", "served_model", "batch_size", "dtype", "decoding", "concurrency", "timeout_s"
+)  # fmt: skip
 
 
 def not_taken(options: JudgeOptions, takes: tuple[str, ...]) -> list[str]:

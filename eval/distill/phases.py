@@ -40,6 +40,7 @@ from spanjudge.eval.distill.study import (
     STUDENTS,
     StudySettings,
     checkout_free,
+    engine_and_decoding,
     held_out_tables,
     judging_key,
     per_device_batch,
@@ -293,9 +294,10 @@ def judge_maker(
     samples: int = 0,
 ) -> Callable[[], Any]:
     """A judge of `folder` (an adapter, or a base with a chat template) on `engine`: transformers (the exact
-    probability reader, in this process), llamacpp (the GGUF with its GGUF LoRA, in this process) or
-    llamacpp-server (the same served: the engine starts and stops the server; with `probabilities`, read in
-    this process from the same GGUF and LoRA)."""
+    probability reader, in this process; transformers-drafted: its replies written by drafted decoding), llamacpp
+    (the GGUF with its GGUF LoRA, in this process) or llamacpp-server (the same served: the engine starts and
+    stops the server; with `probabilities`, read in this process from the same GGUF and LoRA)."""
+    engine, decoding = engine_and_decoding(engine)
     declared = engine_declaration(engine)
     options: dict[str, Any] | None = None
     if declared.reads_gguf:
@@ -310,7 +312,7 @@ def judge_maker(
         return Judge.from_pretrained(
             folder, engine=engine, engine_options=options, max_new_tokens=args.max_new_tokens, retries=args.retries,
             max_context=4096, constrained=constrained, probabilities=probabilities, samples=samples,
-            served_model=served_model,
+            served_model=served_model, decoding=decoding,
         )  # fmt: skip
 
     return make
@@ -338,7 +340,7 @@ def judge_held_out(
     gguf = student_gguf(args.student)
     base_folder = Path(convert_gguf(gguf, progress=say))
     engine = student_engine(args)
-    lora = work / "student-lora.gguf" if engine_declaration(engine).reads_gguf else None
+    lora = work / "student-lora.gguf" if engine_declaration(engine_and_decoding(engine)[0]).reads_gguf else None
     if lora is not None and not lora.is_file():
         adapter_to_gguf(adapter, json.loads((base_folder / "config.json").read_text()), lora)
     tables = held_out_tables(args)

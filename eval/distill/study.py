@@ -79,10 +79,12 @@ class StudySettings:
     train_seed: int = option(42, help="training.seed: another draw of the same recipe.")
     student_engine: str = option(
         "default",
-        help="Where the student judges: transformers (the exact probability reader), llamacpp (its GGUF with the "
-        "adapter exported as a GGUF LoRA, in this process: several times faster, its probabilities within rounding "
-        "of the exact ones), llamacpp-server (the same, served), or default: the student's own (Gemma 3: "
-        "transformers; SmolLM2: llamacpp-server).",
+        help="Where the student judges: transformers (the exact probability reader), transformers-drafted (the "
+        "same engine and reader, its greedy replies written with prompt lookup and a cut output layer, every token "
+        "checked against the whole layer: `spanjudge score --decoding drafted`), llamacpp (its GGUF with the "
+        "adapter exported as a GGUF LoRA, in this process: its probabilities within rounding of the exact ones), "
+        "llamacpp-server (the same, served), or default: the student's own (Gemma 3: transformers; SmolLM2: "
+        "llamacpp-server).",
     )
     max_new_tokens: int = option(320, help="The judge's token limit per reply.", min=1)
     retries: int = option(1, help="Sampled retries of a reply that does not parse.", min=0)
@@ -131,7 +133,18 @@ STUDENTS: dict[str, dict[str, Any]] = {
 
 # what a judgments file and its identity call each engine the student can judge on: a served judge's were named
 # `llamacpp` before the student could judge on llama.cpp in process, and kept judgments are found by that name
-ENGINE_LABELS = {"transformers": "transformers", "llamacpp": "llamacpp-in-process", "llamacpp-server": "llamacpp"}
+ENGINE_LABELS = {
+    "transformers": "transformers",
+    "transformers-drafted": "transformers-drafted",
+    "llamacpp": "llamacpp-in-process",
+    "llamacpp-server": "llamacpp",
+}
+DRAFTED = "transformers-drafted"  # the transformers engine writing with `decoding: drafted`
+
+
+def engine_and_decoding(engine: str) -> tuple[str, str]:
+    """The registered engine a student engine runs on, and its `decoding` judge option."""
+    return ("transformers", "drafted") if engine == DRAFTED else (engine, "batched")
 
 
 def student_engine(args: StudySettings) -> str:

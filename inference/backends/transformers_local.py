@@ -37,6 +37,13 @@ arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of ou
   where it runs CUDA graphs — on CPU it is slower than `generate`, and its paged cache is sized to the
   requests at hand (transformers' default takes most of the free memory: 10 GB for one row of SmolLM2
   measured, 1.1 GB so). It needs the adapter merged and no grammar, and says so before weights load;
+- `decoding` (default `batched`): `drafted` writes each greedy reply (the judge's first; no stop strings) one
+  at a time with prompt-lookup guesses checked a pass at a time and the output layer cut to the prompt's and
+  the judge's vocabulary, every token then checked against the whole output layer and the reply rewritten from
+  the first that fails (`transformers_drafted`); the probability reading reuses that writing's cache. The
+  replies are greedy decoding's (tested against `batched`); sampled requests keep the batched path; not with a
+  grammar or continuous batching. Made for a small judge on a CPU; on the 2-core machine it is as fast as
+  `batched` so far (docs/research/performance.md);
 - `grammar`: a GBNF grammar every reply is held to (constrained decoding), applied by
   xgrammar's logits processor (`xgrammar.contrib.hf.LogitsProcessor`; the optional extra
   `spanjudge[constrained]`). The grammar is compiled once for the tokenizer; each `generate`
@@ -88,12 +95,14 @@ from .prefix import PrefixBatch, prefix_batches
 from .server import short
 from .spec import BackendSpec
 from .transformers_batching import check_continuous_batching, cpu_paged_cache, sampling_groups, takes_continuous
+from .transformers_drafted import DraftedReader
 
 if TYPE_CHECKING:
     import xgrammar
     from transformers import BatchEncoding, DynamicCache
 
 DEFAULT_BATCH_SIZE = 8
+DECODINGS = ("batched", "drafted")  # option `decoding`
 GRAMMAR_INSTALL_HINT = "option 'grammar' needs xgrammar: pip install 'spanjudge[constrained]'"
 
 
@@ -115,6 +124,16 @@ class TransformersBackend(Backend):
         grammar = options.pop("grammar", None)
         merge_adapter = options.pop("merge_adapter", None)
         self.continuous_batching = bool(options.pop("continuous_batching", False))
+        self.decoding = str(options.pop("decoding", "batched"))
+        if self.decoding not in DECODINGS:
+            raise BackendError(
+                f"transformers model {spec.model!r}: decoding is one of {', '.join(DECODINGS)}, not {self.decoding!r}"
+            )
+        if self.decoding == "drafted" and (grammar or self.continuous_batching):
+            raise BackendError(
+                f"transformers model {spec.model!r}: decoding 'drafted' writes greedy replies over the whole "
+                "vocabulary: not with a grammar or continuous_batching"
+            )
         if adapter:
             adapter_config(adapter)  # a folder or Hub id without an adapter: one line, before any weights load
         if self.continuous_batching:
@@ -168,7 +187,7 @@ class TransformersBackend(Backend):
             self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id, *turn_end_ids(self.tokenizer)
         )
         self._grammar: xgrammar.CompiledGrammar | None = self._compile_grammar(grammar) if grammar else None
-        self._reader: transformers_reader.ProbabilityReader | None = None  # made on first use
+        self._reader: transformers_reader.ProbabilityReader | None = None  # made on first use (`_probability_reader`)
 
     def _compile_grammar(self, grammar: str) -> xgrammar.CompiledGrammar:
         """The grammar compiled for this tokenizer and the model's full vocabulary (xgrammar)."""
@@ -194,6 +213,12 @@ class TransformersBackend(Backend):
         for group in sampling_groups(requests):
             if self.continuous_batching and takes_continuous(requests[group[0]].params):
                 self._generate_continuously(requests, group, results, on_result)
+                continue
+            if self.decoding == "drafted" and takes_continuous(requests[group[0]].params):
+                for index in group:
+                    results[index] = written = self._write_drafted(requests[index])
+                    if on_result is not None:
+                        on_result(index, written)
                 continue
             held: DynamicCache | None = None  # the last batch's prefix cache, for a batch that reads the same prefixes
             for batch, plan, prompts in self._plan(requests, group):
@@ -432,15 +457,33 @@ class TransformersBackend(Backend):
             seconds=seconds,
         )
 
+    def _write_drafted(self, request: ChatRequest) -> CallResult:
+        """One greedy reply written by the drafted decoder (`transformers_drafted`), its cache left for the
+        reading of its probabilities."""
+        reader = self._probability_reader()
+        assert isinstance(reader, DraftedReader)  # decoding 'drafted' makes one
+        prompt = self._prompt_ids(request)
+        started = time.perf_counter()
+        try:
+            tokens = reader.write(prompt, request.params.max_tokens)
+        except Exception as error:  # e.g. out of memory: the request fails, the run goes on
+            return self._failed([request], error)[0]
+        return self._completion(tokens, len(prompt), request.params, time.perf_counter() - started)
+
+    def _probability_reader(self) -> transformers_reader.ProbabilityReader:
+        if self._reader is None:
+            if self.decoding == "drafted":
+                self._reader = DraftedReader(self.model, self.tokenizer, self._end_ids)
+            else:
+                self._reader = transformers_reader.ProbabilityReader(
+                    self.model, self.tokenizer, self._end_ids, reuse_prefix=self.reuse_prefix
+                )
+        return self._reader
+
     def read_probabilities(self, request: ChatRequest, evaluation: Evaluation) -> ReplyProbabilities:
         """The model's `probabilities.ReplyProbabilities` along `evaluation` (a parsed reply) to
         `request`, whose prompt is encoded exactly as `generate` encodes it."""
-
-        if self._reader is None:
-            self._reader = transformers_reader.ProbabilityReader(
-                self.model, self.tokenizer, self._end_ids, reuse_prefix=self.reuse_prefix
-            )
-        return self._reader.read(self._prompt_ids(request), evaluation)
+        return self._probability_reader().read(self._prompt_ids(request), evaluation)
 
     def close(self) -> None:
         """Drop the model so its memory can be reused in this process."""
@@ -483,6 +526,6 @@ ENGINE = Engine(
     summary="Hugging Face transformers in this process (CPU or GPU)",
     packages=("transformers", "torch"),
     install="pip install transformers",
-    judge_options=("batch_size", "dtype", "reuse_prefix"),
+    judge_options=("batch_size", "dtype", "reuse_prefix", "decoding"),
     constrain=grammar_option,
 )

@@ -165,8 +165,16 @@ class ProbabilityReader(ChoiceReader):
         kinds = set(getattr(self._text_config, "layer_types", None) or ())
         masked = self._window is None or (bool(kinds) and kinds <= {"full_attention", "sliding_attention"})
         self._tree = tree is not False and attention in TREE_ATTENTION and masked
-        # the last reading's tokens, its KV cache, and the first position the cache can still be cut back to
-        self._held: tuple[list[int], Any, int] | None = None
+        # the last reading's (or drafted writing's) tokens and its KV cache; and the final hidden states the writing
+        # computed, by position (`hold`)
+        self._held: tuple[list[int], Any] | None = None
+        self._hidden: dict[int, Any] = {}
+
+    def hold(self, tokens: list[int], cache: Any, hidden: dict[int, Any]) -> None:
+        """Keep a KV cache of `tokens` (written by this model just now: `transformers_drafted`) for the next
+        reading, with the final hidden states at its positions (`hidden`): a reading of a reply that shares them
+        reads its choices' first rows from those states, and runs the model only past them."""
+        self._held, self._hidden = (tokens, cache), hidden
 
     def _choice_log_probs(
         self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],
@@ -178,9 +186,16 @@ class ProbabilityReader(ChoiceReader):
         with self._torch.inference_mode():
             keep = sorted({len(prompt_ids) + start - 1 for start, _ in branches})
             written = [*prompt_ids, *reply]
-            read, past, floor = self._held_prefix(written, len(prompt_ids))
+            # a held prefix reaches into the reply only where its rows can be read from held hidden states
+            limit = min([len(written), *(k for k in keep if k not in self._hidden)])
+            read, past = self._held_prefix(written, max(limit, len(prompt_ids) - 1))
             cache = self._recording_cache() if past is None else past
             first: dict[int, Any] = {}
+            held = [k for k in keep if k < read]
+            if held:  # rows whose hidden states the writing kept (`hold`)
+                states = self._torch.stack([self._hidden[k] for k in held])
+                first.update(zip(held, self._output_rows(states), strict=True))
+            self._hidden = {}
             for begin, end in prefill_chunks(read, len(written), self.model.device):
                 wanted = [k for k in keep if begin <= k < end]
                 output = self.model(
@@ -195,7 +210,7 @@ class ProbabilityReader(ChoiceReader):
                 if wanted:  # else the one row computed is nobody's
                     first.update(zip(wanted, output.logits[0].float().log_softmax(-1), strict=True))
             if self.reuse_prefix:
-                self._held = (written, cache, floor)  # the alternatives below read it, or copies of it
+                self._held = (written, cache)  # the alternatives below read it, or copies of it
             parts = [(len(prompt_ids) + start, tails, end) for (start, tails), end in zip(branches, ends, strict=True)]
             rows = (self._tree_rows if self._tree else self._batched_rows)(parts, first, cache)
             return [self._totals(rows[at], tails, end) for at, tails, end in parts]
@@ -212,31 +227,23 @@ class ProbabilityReader(ChoiceReader):
             cache.activate_past_recording()
         return cache
 
-    def _held_prefix(self, written: list[int], prompt_length: int) -> tuple[int, Any, int]:
-        """How many leading tokens of `written` the last reading's cache holds (at most the prompt's but
-        its last token, whose row is computed fresh), a copy of that cache cut back to them, and the first
-        position that copy can still be cut back to; (0, None, 0) when nothing is shared, reuse is off, or
-        the cache no longer holds what the cut needs.
-
-        Cut back to `read`, a sliding-window layer keeps only the window before it, so a cache read after a
-        cut holds positions from `read - window + 1` on: a later cut needs its window to start there or
-        later."""
+    def _held_prefix(self, written: list[int], limit: int) -> tuple[int, Any]:
+        """How many leading tokens of `written` the last reading's cache holds (at most `limit`: the prompt's
+        but its last token, whose row is computed fresh, unless held hidden states give the rows), and that
+        cache cut back to them (taken: it is this reading's now); (0, None) when nothing is shared, reuse is off,
+        or the cache does not hold what the cut needs."""
         if self._held is None:
-            return 0, None, 0
-        held, cache, floor = self._held
-        read = min(shared_length(held, written), prompt_length - 1)
+            return 0, None
+        held, cache = self._held
+        read = min(shared_length(held, written), limit)
         if read <= 0:
-            return 0, None, 0
-        if self._window is not None:
-            if max(0, read - self._window + 1) < floor:
-                return 0, None, 0
-            floor = max(floor, read - self._window + 1)
-        past = copy.deepcopy(cache)
+            return 0, None
+        self._held = None
         try:
-            past.crop(read - past.get_seq_length())  # negative: the tokens to drop
-        except (RuntimeError, ValueError):  # a cache that cannot be cut back: read the prompt whole
-            return 0, None, 0
-        return read, past, floor
+            roll_back(cache, cache.get_seq_length() - read)
+        except ValueError:  # a cache that cannot be cut back: read the prompt whole
+            return 0, None
+        return read, cache
 
     def _tree_rows(self, parts: list[Part], first: dict[int, Any], cache: DynamicCache) -> dict[int, Rows]:
         """The rows the alternatives read (`alternative_runs`), read in one row after a cache, TREE_TOKENS tokens
@@ -360,3 +367,28 @@ class ProbabilityReader(ChoiceReader):
         if cap:
             logits = self._torch.tanh(logits / cap) * cap
         return logits.log_softmax(-1)
+
+
+def roll_back(cache: Any, tokens: int) -> None:
+    """Drop the last `tokens` positions of a recording KV cache (`ProbabilityReader._recording_cache`).
+    transformers' own `crop` leaves a sliding-window layer (Gemma 3's local attention) with only the window before
+    the new end, so a later cut further back would find nothing; here such a layer keeps every state it recorded
+    (its attention reads only the window), and can be cut back anywhere. ValueError when a layer no longer holds
+    the window the new end needs."""
+    if tokens <= 0:
+        return
+    layers = getattr(cache, "layers", None)
+    if layers is None:  # transformers 4.x: every layer keeps every state
+        cache.crop(-tokens)
+        return
+    for layer in layers:
+        if getattr(layer, "is_sliding", False):
+            kept = layer.keys.shape[-2] - tokens
+            if not getattr(layer, "record_past", False) or kept < min(
+                layer.sliding_window - 1, layer.cumulative_length - tokens
+            ):
+                raise ValueError("the cache's sliding-window layer no longer holds the window before the cut")
+            layer.keys, layer.values = layer.keys[:, :, :-tokens], layer.values[:, :, :-tokens]
+            layer.cumulative_length -= tokens
+        else:
+            layer.crop(-tokens)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.tiny_models import tiny_llama
+from support.tiny_models import tiny_gemma3, tiny_llama
 
 from spanjudge.inference.backends.prefix import MIN_TOKENS, prefix_batches, prefix_runs
 from spanjudge.inference.chat import shared_length
@@ -99,6 +99,16 @@ def test_transformers_replies_are_identical_with_and_without_reuse(tiny_judge_fo
     judge = Judge.from_pretrained(tiny_judge_folder, retries=0, max_new_tokens=16)
     assert [id for id, _ in with_reuse] == [r.id for r in _requests(judge)]  # the caller's order
     assert len({tuple(replies) for _, replies in with_reuse}) == len(with_reuse)  # every prompt its own reply
+
+
+def test_a_sliding_window_judge_writes_the_same_replies_batched_reused_and_alone(tmp_path: Path) -> None:
+    """A model with a sliding-window layer (a Gemma 3 whose local layer sees 8 tokens, fewer than any prompt):
+    its replies batched after shared prefixes are those batched without reuse and those it writes alone (drafted
+    decoding, one reply at a time after the last one's cache)."""
+    tiny_gemma3(tmp_path)
+    with_reuse = _replies(tmp_path, True, batch_size=8)
+    assert with_reuse == _replies(tmp_path, False, batch_size=8)
+    assert with_reuse == _replies(tmp_path, True, decoding="drafted")
 
 
 def test_prompts_read_in_pieces_give_the_replies_of_prompts_read_whole(

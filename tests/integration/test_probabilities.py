@@ -99,11 +99,12 @@ def test_a_sliding_window_model_reads_what_a_brute_force_computation_reads(
     )
 
 
-def test_a_sliding_window_reader_reuses_a_prompt_only_while_its_cache_holds_the_window(
+def test_a_sliding_window_reader_reusing_prompts_reads_what_a_fresh_reader_reads(
     tiny: tuple[Any, Any], tiny_gemma: Any
 ) -> None:
-    """Cut back past the window, a cache keeps only the window before the cut: a later prompt that shares less
-    is read whole (it crashed, or read other tokens' states), and every reading equals a fresh reader's."""
+    """A held cache is cut back past the local layer's window, to less and then more of the next prompt (cut by
+    transformers' `crop`, such a layer kept only the window before the cut: a later, shorter prefix crashed or read
+    other tokens' states; `roll_back` keeps what it recorded), and every reading equals a fresh reader's."""
     tokenizer = tiny[1]
     end = {tokenizer.eos_token_id}
     evaluation = parse_judge(TWO_ERRORS)
