@@ -4,7 +4,9 @@
 arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of our own:
 
 - `batch_size` (default 8): requests generated together, left-padded;
-- `reuse_prefix` (default: on for float32 weights, off for bfloat16/float16 unless asked): requests
+- `reuse_prefix` (default: on for float32 weights, off for bfloat16/float16 unless asked; a model with
+  sliding-window layers, Gemma 3, is never batched after shared prefixes, whose padding its window would count,
+  and reuses them only in the probability reading): requests
   whose prompts share a prefix (every output of one input:
   the task, the aspect and the input come first) are batched together, and each batch first reads
   its distinct prefixes once, one row each, into a KV cache (transformers' `DynamicCache`) whose
@@ -180,6 +182,11 @@ class TransformersBackend(Backend):
         # by default only where it is exact: float32 (a half-precision prefix read alone rounds differently)
         weights = next(self.model.parameters()).dtype
         self.reuse_prefix = bool(reuse_prefix) if reuse_prefix is not None else weights == torch.float32
+        # a batch after shared prefixes pads between a row's prefix and its own tokens, and a sliding-window layer
+        # (Gemma 3's local attention) counts those pads in its window, so the row sees fewer of its own tokens: a
+        # Gemma 3 student's logits moved by up to 3.7 before its first changed token (docs/research/performance.md).
+        # Such a model is batched without it (its probability reading still reuses prefixes: it pads nothing)
+        self._batch_after_prefixes = self.reuse_prefix and transformers_reader.sliding_window(self.model) is None
         if "device_map" not in options and torch.cuda.is_available():
             self.model.to("cuda")
         self._torch = torch
@@ -304,7 +311,7 @@ class TransformersBackend(Backend):
         """The batches of one group of requests (same decoding parameters), each with the prefixes it
         reads first (`prefix.prefix_batches`) and its members' prompt ids (encoded once, here); without
         reuse, the group in order, each prompt read whole (and encoded by `_generate_tokens`)."""
-        if not self.reuse_prefix:
+        if not self._batch_after_prefixes:
             return [(group[i : i + self.batch_size], None, []) for i in range(0, len(group), self.batch_size)]
         ids = [self._prompt_ids(requests[index]) for index in group]
         return [

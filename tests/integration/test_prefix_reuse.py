@@ -102,10 +102,11 @@ def test_transformers_replies_are_identical_with_and_without_reuse(tiny_judge_fo
 
 
 def test_a_sliding_window_judge_writes_the_same_replies_batched_reused_and_alone(tmp_path: Path) -> None:
-    """A model with a sliding-window layer (a Gemma 3 whose local layer sees 8 tokens, fewer than any prompt):
-    its replies batched after shared prefixes are those batched without reuse and those it writes alone (drafted
-    decoding, one reply at a time after the last one's cache)."""
-    tiny_gemma3(tmp_path)
+    """A batch after shared prefixes pads between a row's prefix and its own tokens, and a local layer whose
+    window reaches back over them counts the pads (here 128 tokens, longer than a row's own part and shorter than
+    its prompt): 2 of these 17 replies changed. A sliding-window model is batched without it, so its replies are
+    those without reuse and those it writes alone (drafted decoding, after the last reply's cache)."""
+    tiny_gemma3(tmp_path, window=128)
     with_reuse = _replies(tmp_path, True, batch_size=8)
     assert with_reuse == _replies(tmp_path, False, batch_size=8)
     assert with_reuse == _replies(tmp_path, True, decoding="drafted")
