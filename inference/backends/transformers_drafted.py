@@ -58,7 +58,6 @@ _Layer = tuple[Any, Any, Any]  # a cut output layer: its token ids, weights and 
 def guess_of(seen: Sequence[int], ngram: int = NGRAM, draft: int = DRAFT_TOKENS) -> list[int]:
     """Prompt lookup's guess: the `draft` tokens that followed the latest earlier occurrence of the last `ngram`
     tokens of `seen`, the longest n-gram that matches first (as transformers looks); none when none matches."""
-    seen = list(seen)
     for size in range(ngram, 0, -1):
         tail = seen[-size:]
         for start in range(len(seen) - size - 1, -1, -1):  # the latest earlier occurrence

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from support.brute_force import TWO_ERRORS, tiny_llama
 from support.judge_records import qags_xsum_records
+from support.tiny_models import tiny_gemma3_model
 from support.training_runs import TrainedRun
 
 from spanjudge import Judge
@@ -32,14 +33,7 @@ def tiny() -> tuple[Any, Any]:
 def model(request: pytest.FixtureRequest, tiny: tuple[Any, Any]) -> Any:
     if request.param == "llama":
         return tiny[0]
-    import torch
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    torch.manual_seed(1)
-    config = Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                              num_key_value_heads=2, head_dim=8, vocab_size=len(tiny[1]), initializer_range=0.4,
-                              sliding_window=8, layer_types=["sliding_attention", "full_attention"])  # fmt: skip
-    return Gemma3ForCausalLM(config).eval()
+    return tiny_gemma3_model(len(tiny[1]), seed=1)
 
 
 def greedy(model: Any, prompt: list[int], max_tokens: int, end: set[int]) -> list[int]:

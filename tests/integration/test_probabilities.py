@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from support.brute_force import EIGHT_ERRORS, NO_ERROR, QUESTION, TWO_ERRORS, assert_brute_force, tiny_llama
+from support.tiny_models import tiny_gemma3_model
 
 from spanjudge.app.cli import main as cli_main
 from spanjudge.core.errors import SpanjudgeError
@@ -55,14 +56,7 @@ def test_read_probabilities_equal_a_brute_force_computation(
 def tiny_gemma(tiny: tuple[Any, Any]) -> Any:
     """A 2-layer Gemma 3 with random weights whose local layer sees 8 tokens: every prompt and reply here is
     longer than its window."""
-    import torch
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    torch.manual_seed(0)
-    config = Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                              num_key_value_heads=2, head_dim=8, vocab_size=len(tiny[1]), initializer_range=0.4,
-                              sliding_window=8, layer_types=["sliding_attention", "full_attention"])  # fmt: skip
-    return Gemma3ForCausalLM(config).eval()
+    return tiny_gemma3_model(len(tiny[1]))
 
 
 @pytest.mark.parametrize("tree", [True, False], ids=["tree", "batched"])

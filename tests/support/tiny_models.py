@@ -27,18 +27,25 @@ def tiny_llama(folder: Path, **config: Any) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def tiny_gemma3(folder: Path, window: int = 8) -> tuple[Any, Any]:
-    """A 2-layer Gemma 3 (seed 0) whose first, local layer sees `window` tokens, and the tokenizer, saved in
-    `folder`."""
+def tiny_gemma3_model(vocab_size: int, window: int = 8, seed: int = 0) -> Any:
+    """A 2-layer Gemma 3 with random weights (seed `seed`, spread-out distributions) whose first, local layer sees
+    `window` tokens."""
     import torch
-    from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              num_key_value_heads=2, head_dim=8, vocab_size=vocab_size, initializer_range=0.4,
+                              sliding_window=window, layer_types=["sliding_attention", "full_attention"])  # fmt: skip
+    return Gemma3ForCausalLM(config).eval()
+
+
+def tiny_gemma3(folder: Path, window: int = 8) -> tuple[Any, Any]:
+    """`tiny_gemma3_model` (seed 0) and the tokenizer, saved in `folder`."""
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(convert_gguf(smollm2_gguf()))
-    torch.manual_seed(0)
-    config = Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                              num_key_value_heads=2, head_dim=8, vocab_size=len(tokenizer), initializer_range=0.4,
-                              sliding_window=window, layer_types=["sliding_attention", "full_attention"])  # fmt: skip
-    model = Gemma3ForCausalLM(config)
+    model = tiny_gemma3_model(len(tokenizer), window)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model, tokenizer
