@@ -55,7 +55,7 @@ WHOLE_LAYER_AFTER = 4  # rewrites of one reply after which it is written on with
 _Layer = tuple[Any, Any, Any]  # a cut output layer: its token ids, weights and biases (`DraftedReader._cut`)
 
 
-def guess_of(seen: Sequence[int], ngram: int = NGRAM, draft: int = DRAFT_TOKENS) -> list[int]:
+def guess_of(seen: list[int], ngram: int = NGRAM, draft: int = DRAFT_TOKENS) -> list[int]:
     """Prompt lookup's guess: the `draft` tokens that followed the latest earlier occurrence of the last `ngram`
     tokens of `seen`, the longest n-gram that matches first (as transformers looks); none when none matches."""
     for size in range(ngram, 0, -1):
