@@ -25,12 +25,16 @@
 # set before it was read stopped the arm there: docs/research/ensemble.md). Issue #67 (fast judging): gemma3-vote-agree-cut-llamacpp-s42 is the same student (its work folder)
 # judging dev on llama.cpp in process (--student-engine llamacpp: its Q4_K_M GGUF with the adapter as a GGUF LoRA).
 # Issue #67's data curve: gemma3-mixed-cut-t50 is gemma3-mixed-cut on tables 0-49 of each domain (twice the records);
-# on dev, -s42, then -s1 and -s2 (the seeds' spread at twice the data).
+# on dev, -s42. Its judgments were written by the batched engine before 635705b fixed its Gemma 3 padding (not
+# exactly its greedy replies), and a recipe keeps one engine: the seeds' spread at twice the data is recipe
+# gemma3-mixed-cut-t50-drafted, the same training judged with drafted decoding (exact greedy replies, faster):
+# -s1, then -s2 (and -s42 trained again).
 # Issue #67 (fast judging): gemma3-mixed-cut-s42 trained again on another machine (2026-12-04: another adapter, so its
 # kept judgments were not restored; that label's rows stay those of the first student) judges as
 # gemma3-mixed-cut-retrained-s42 (the batched transformers engine, dev: the baseline on the same machine) and as
 # gemma3-mixed-cut-drafted-s42 (--student-engine transformers-drafted: the same replies, written faster), on dev and
-# on test; bench/drafted_judging.py compares the two.
+# on test; bench/drafted_judging.py compares the two. gemma3-mixed-cut-located-s42: the same student and engine, its
+# dev judgments read again with each span's location tokens' probabilities (bench/span_confidence_features.py).
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
@@ -66,10 +70,11 @@ RUNS=(
   "gemma3-vote-agree-cut-s42 --recipe gemma3-vote-agree-cut --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
   "gemma3-vote-agree-cut-s1 --recipe gemma3-vote-agree-cut --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
   "gemma3-mixed-cut-t50-s42 --recipe gemma3-mixed-cut-t50 --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities"
-  "gemma3-mixed-cut-t50-s1 --recipe gemma3-mixed-cut-t50 --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities"
-  "gemma3-mixed-cut-t50-s2 --recipe gemma3-mixed-cut-t50 --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities"
+  "gemma3-mixed-cut-t50-drafted-s1 --recipe gemma3-mixed-cut-t50-drafted --student-engine transformers-drafted --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities"
+  "gemma3-mixed-cut-t50-drafted-s2 --recipe gemma3-mixed-cut-t50-drafted --student-engine transformers-drafted --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities"
   "gemma3-mixed-cut-retrained-s42 --recipe gemma3-mixed-cut-retrained --work runs/bench/distill_quintd/gemma3-mixed-cut-s42 --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
   "gemma3-mixed-cut-drafted-s42 --recipe gemma3-mixed-cut-drafted --work runs/bench/distill_quintd/gemma3-mixed-cut-s42 --student-engine transformers-drafted --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
+  "gemma3-mixed-cut-located-s42 --recipe gemma3-mixed-cut-located --work runs/bench/distill_quintd/gemma3-mixed-cut-s42 --student-engine transformers-drafted --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
   "gemma3-vote-agree-cut-llamacpp-s42 --recipe gemma3-vote-agree-cut-llamacpp --work runs/bench/distill_quintd/gemma3-vote-agree-cut-s42 --student-engine llamacpp --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
 )
 case "$SPLIT" in

@@ -6,8 +6,8 @@ the protocol reads them, compared output by output, with each judging's wall tim
 The judgments are the protocol's kept ones (bench/results/distill_judgments/LABEL/SPLIT/student+probabilities.json.gz,
 written by `bench/distill_protocol.sh`); no model runs here.
 
-    .venv/bin/python bench/drafted_judging.py --exact gemma3-mixed-cut-s42 --drafted gemma3-mixed-cut-drafted-s42 \\
-        --split dev                                  # → bench/results/drafted_judging.{json,md}
+    .venv/bin/python bench/drafted_judging.py --exact gemma3-mixed-cut-retrained-s42 \\
+        --drafted gemma3-mixed-cut-drafted-s42 --split dev --note "..."   # a row of bench/results/drafted_judging.*
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from report_files import machine, write_report  # noqa: E402
+from report_files import merge_labelled_row  # noqa: E402
 
 JUDGMENTS = BENCH / "results" / "distill_judgments"
 OUT = BENCH / "results" / "drafted_judging"
@@ -43,12 +43,15 @@ def compare(exact: dict[str, Any], drafted: dict[str, Any]) -> dict[str, Any]:
     ids = sorted(set(exact["rows"]) & set(drafted["rows"]))
     same = [i for i in ids if exact["rows"][i].get("reply") == drafted["rows"][i].get("reply")]
     read = [i for i in same if exact["rows"][i].get("probabilities") and drafted["rows"][i].get("probabilities")]
-    gaps: dict[str, list[float]] = {key: [] for key in (*READ, "span_written")}
+    gaps: dict[str, list[float]] = {key: [] for key in (*READ, "span_written", "span_location")}
     for i in read:
         a, b = exact["rows"][i]["probabilities"], drafted["rows"][i]["probabilities"]
         for key in READ:
             gaps[key].append(abs(a[key] - b[key]))
         gaps["span_written"] += [abs(x - y) for x, y in zip(a["span_written"], b["span_written"], strict=True)]
+        if "span_location" in a and "span_location" in b:  # judgments read before the locations have none
+            for x, y in zip(a["span_location"], b["span_location"], strict=True):
+                gaps["span_location"] += [abs(u - v) for u, v in zip(x, y, strict=True)]
     return {
         "outputs": len(ids),
         "same_reply": len(same),
@@ -70,36 +73,47 @@ def main() -> None:
     parser.add_argument("--exact", required=True, help="the run judged by the batched engine")
     parser.add_argument("--drafted", required=True, help="the same student's run judged by drafted decoding")
     parser.add_argument("--split", nargs="+", default=["dev"], help="the splits compared")
-    parser.add_argument("--note", default="", help="what else shared the machine, where each judging ran")
+    parser.add_argument("--note", default="", help="when each judging ran, and what else shared the machine")
     args = parser.parse_args()
-    rows = [{"split": split, **compare(kept(args.exact, split), kept(args.drafted, split))} for split in args.split]
-    for row in rows:
-        print(row, flush=True)
+    for split in args.split:
+        row = {
+            "label": f"{args.exact} / {args.drafted} / {split}",
+            "exact": args.exact,
+            "drafted": args.drafted,
+            "split": split,
+            "note": args.note,
+            **compare(kept(args.exact, split), kept(args.drafted, split)),
+        }
+        merge_labelled_row(OUT, row, markdown)
 
-    def gap(row: dict[str, Any], key: str) -> str:
-        g = row["gaps"][key]
-        return "–" if g is None else f"{g['median']:.2g} / {g['max']:.2g}"
 
-    lines = [
+def _gap(row: dict[str, Any], key: str) -> str:
+    g = row["gaps"].get(key)
+    return "–" if g is None else f"{g['median']:.2g} / {g['max']:.2g}"
+
+
+def markdown(where: str, rows: list[dict[str, Any]]) -> list[str]:
+    return [
         "# Drafted decoding against the exact transformers judge (`bench/drafted_judging.py`)",
         "",
-        f"Machine: {machine()}. `{args.exact}` (batched engine) against `{args.drafted}` (drafted decoding), the "
-        "same student, judging "
-        "quintd-1 as the protocol judges (greedy, ≤ 320 new tokens, 1 sampled retry, probabilities read along each "
-        "reply). Gaps: |exact − drafted| over the outputs with the same reply, median / max. Wall: the protocol's "
-        f"judging wall time, as each run recorded it. {args.note}".rstrip(),
+        f"Machine: {where}. A student's protocol judgments written by the batched engine (exact) and by drafted "
+        "decoding, judging quintd-1 as the protocol judges (greedy, ≤ 320 new tokens, 1 sampled retry, probabilities "
+        "read along each reply). Gaps: |exact − drafted| over the outputs with the same reply, median / max (location: "
+        "the log-probabilities of each span's location tokens, where both runs read them). Wall: the protocol's "
+        "judging wall time, as each run recorded it; one run each.",
         "",
-        "| split | outputs | same reply | read by both | P(no error) gap | expected errors gap | expected score gap "
-        "| span confidence gap | exact s/output | drafted s/output | speed-up |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| exact | drafted | split | outputs | same reply | read by both | P(no error) gap | expected errors gap "
+        "| expected score gap | span confidence gap | location gap | exact s/output | drafted s/output | speed-up "
+        "| when, and what shared the machine |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         *(
-            f"| {r['split']} | {r['outputs']} | {r['same_reply']} | {r['read_both']} | {gap(r, 'p_no_error')} | "
-            f"{gap(r, 'expected_errors')} | {gap(r, 'expected_score')} | {gap(r, 'span_written')} | "
-            f"{r['exact_s_per_output']} | {r['drafted_s_per_output']} | {r['speedup']}× |"
+            f"| {r['exact']} | {r['drafted']} | {r['split']} | {r['outputs']} | {r['same_reply']} | {r['read_both']} "
+            f"| {_gap(r, 'p_no_error')} | {_gap(r, 'expected_errors')} | {_gap(r, 'expected_score')} "
+            f"| {_gap(r, 'span_written')} | {_gap(r, 'span_location')} | {r['exact_s_per_output']} "
+            f"| {r['drafted_s_per_output']} | {r['speedup']}× | {r['note']} |"
             for r in rows
         ),
     ]
-    write_report(OUT, {"machine": machine(), "exact": args.exact, "drafted": args.drafted, "rows": rows}, lines)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@ recalibration cannot change the AUC (`bench/span_confidence_recalibration.py`); 
 reply shows could. For every protocol run whose dev judgments are kept, each written span is described by:
 its confidence (logit), the severity written with it, its length (log characters), where it starts in the
 output (a fraction), its place among the reply's errors, how many errors the reply writes, P(some error) =
-1 − P(no error) (logit), and the output's domain. The AUC of each alone, and of a logistic regression over all
-of them (standardised, L2 0.01) fitted on one fold of the dev tables (even or odd) and read on the other. No
-model runs; the test split is never read. Results: bench/results/span_confidence_features.{json,md}, a row per
+1 − P(no error) (logit), and the output's domain; where the judgments read them (`ErrorProbabilities.
+location_log_probs`, from gemma3-mixed-cut-located-s42 on), also the log-probability of the location's first token
+as written and the mean over its first four. The AUC of each alone, and of a logistic regression over all of them
+(standardised, L2 0.01) fitted on one fold of the dev tables (even or odd) and read on the other (`combined`:
+without the location's features, as every run can; `combined_location`: with them). No model runs; the test split
+is never read. Results: bench/results/span_confidence_features.{json,md}, a row per
 run and each recipe's mean.
 """
 
@@ -35,7 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 KEPT = REPO / "bench/results/distill_judgments"
 RESULTS = REPO / "bench/results/span_confidence_features"
 FEATURES = ("confidence", "severity", "length", "start", "place", "errors", "p_error", "owid", "ice_hockey")
-COLUMNS = (*FEATURES, "combined")
+LOCATION_FEATURES = ("location_first", "location_mean")
+COLUMNS = (*FEATURES, *LOCATION_FEATURES, "combined", "combined_location")
 L2 = 0.01
 
 
@@ -45,13 +49,16 @@ def span_features(doc: SpanDocument, reading: dict[str, Any], reply: str) -> lis
     severities = [e.severity for e in parsed.errors] if isinstance(parsed, Evaluation) else []
     gold = [(g.start, g.end) for g in doc.gold]
     spans, domain, found = reading["spans"], doc.input_id.split("/")[0], []
-    for place, (span, confidence) in enumerate(zip(spans, reading["span_written"], strict=True)):
+    located = reading.get("span_location") or [None] * len(spans)
+    for place, (span, confidence, location) in enumerate(zip(spans, reading["span_written"], located, strict=True)):
         start, end = span
         features = [
             logit(confidence), float(severities[place]) if place < len(severities) else 3.0,
             math.log1p(end - start), start / max(1, len(doc.output)), float(place), float(len(spans)),
             -logit(reading["p_no_error"]), float(domain == "owid"), float(domain == "ice_hockey"),
         ]  # fmt: skip
+        if location is not None:  # LOCATION_FEATURES
+            features += [location[0], sum(location) / len(location)]
         found.append((features, float(any(start < e and s < end for s, e in gold))))
     return found
 
@@ -68,8 +75,12 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return mean, scale, minimize(loss, np.zeros(x.shape[1] + 1), method="L-BFGS-B").x
 
 
-def cross_fitted_auc(folds: list[list[tuple[list[float], float]]]) -> float | None:
-    """AUC of the regression fitted on the other fold, read on each fold's spans."""
+def cross_fitted_auc(folds: list[list[tuple[list[float], float]]], width: int) -> float | None:
+    """AUC of the regression over the first `width` features, fitted on the other fold, read on each fold's
+    spans; None where a span lacks them."""
+    if any(len(f) < width for fold in folds for f, _ in fold):
+        return None
+    folds = [[(f[:width], y) for f, y in fold] for fold in folds]
     predicted: list[tuple[float, float]] = []
     for index, fold in enumerate(folds):
         rest = [pair for other, pairs in enumerate(folds) if other != index for pair in pairs]
@@ -96,8 +107,12 @@ def run_row(label: str, settings: dict[str, Any]) -> dict[str, Any] | None:
     pairs = [pair for fold in folds for pair in fold]
     row: dict[str, Any] = {"label": label, "recipe": settings["recipe"], "seed": settings["train_seed"]}
     row |= {"spans": len(pairs), "overlap": sum(y for _, y in pairs) / len(pairs) if pairs else None}
-    row |= {name: auc([(f[i], y) for f, y in pairs]) for i, name in enumerate(FEATURES)}
-    row["combined"] = cross_fitted_auc(folds)
+    named = (*FEATURES, *LOCATION_FEATURES)
+    located = all(len(f) == len(named) for f, _ in pairs)
+    row |= {name: auc([(f[i], y) for f, y in pairs]) if i < len(FEATURES) or located else None
+            for i, name in enumerate(named)}  # fmt: skip
+    row["combined"] = cross_fitted_auc(folds, len(FEATURES))
+    row["combined_location"] = cross_fitted_auc(folds, len(named)) if located else None
     return row
 
 

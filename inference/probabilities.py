@@ -13,7 +13,13 @@ model is read at each point where the reply chooses among the contract's values:
 - **severity**: after `Severity: `, each value 1-5 the contract allows; the **expected severity**;
 - **score**: after `Overall score: `, each value 0-100 the contract allows, followed by the
   reply's end; the **expected score** (G-Eval's weighting over the contract's values) beside the
-  written one.
+  written one;
+- **location**: the log-probability of each of the first `LOCATION_TOKENS` tokens of each block's
+  location as written (the quote of the output where the error lies), each given the reply before it:
+  how sure the judge is of where the span starts, which the count decisions do not say (issue #67's
+  candidate "a confidence read from the probability of the span's first tokens"). These are the written
+  tokens' own probabilities, not normalised among alternatives: a reader reads them from the rows of
+  the written reply it computes anyway.
 
 Each alternative is a whole string (say `Overall score: 75` and the end of the turn), scored as
 the model's tokenization of the reply with it, so a value written as two tokens counts as two
@@ -41,7 +47,10 @@ from .contract import Evaluation
 from .contract.render import (
     BLOCK_SEPARATOR,
     ERROR_HEADER,
+    LINE_BREAK,
+    LOCATION_FIELD,
     NO_ERROR,
+    NO_LOCATION,
     SCORE_FIELD,
     SEVERITY_FIELD,
     render_judge,
@@ -55,6 +64,12 @@ SCORES = tuple(range(0, 101))  # the contract's score values (`Evaluation.score`
 # the probability-aware reading keeps a written span when the judge writes it (and every block before
 # it) with at least this probability along its reply
 SPAN_KEPT_AT = 0.5
+# what a reading holds, kept in a judgment's identity: judgments read before the location tokens were are never
+# taken for ones read now (`eval.distill.phases`)
+READING = "choices+locations"
+# the location tokens read (`ErrorProbabilities.location_log_probs`): a quote's start is what the judge chooses
+LOCATION_TOKENS = 4
+_HEADER_LINE = re.compile(r"^Error \d+:$", re.MULTILINE)  # a block's header line in a rendered reply
 
 
 class ErrorProbabilities(BaseModel):
@@ -64,6 +79,9 @@ class ErrorProbabilities(BaseModel):
     confidence: float
     expected_severity: float
     severity_distribution: dict[int, float]
+    # log P(token | reply before it) of the location's first tokens as written (at most LOCATION_TOKENS, at least
+    # one); empty in readings made before the locations were read
+    location_log_probs: list[float] = []
 
 
 class ReplyProbabilities(BaseModel):
@@ -97,7 +115,7 @@ class _Choice:
 def _choices(text: str, evaluation: Evaluation, max_errors: int) -> tuple[list[_Choice], list[_Choice], _Choice]:
     """The count decisions, the severities and the score of a reply rendered by `render_judge`."""
     errors = len(evaluation.errors)
-    headers = [m.start() for m in re.finditer(r"^Error \d+:$", text, re.MULTILINE)]
+    headers = [m.start() for m in _HEADER_LINE.finditer(text)]
     score_at = text.rindex(SCORE_FIELD)
     starts = [0, *(h for h in headers[1:]), score_at]  # where decision k is taken (k = 1 .. errors+1)
     counts = [_Choice(0, (ERROR_HEADER.format(number=1), NO_ERROR))]
@@ -114,6 +132,16 @@ def _choices(text: str, evaluation: Evaluation, max_errors: int) -> tuple[list[_
     return counts, severities, score
 
 
+def _location_spans(text: str, evaluation: Evaluation) -> list[tuple[int, int]]:
+    """The character span of each block's location in a reply rendered by `render_judge`."""
+    headers = [m.end() for m in _HEADER_LINE.finditer(text)]
+    spans = []
+    for header, error in zip(headers, evaluation.errors, strict=True):
+        at = header + len(LINE_BREAK) + len(LOCATION_FIELD)
+        spans.append((at, at + len(error.location if error.location is not None else NO_LOCATION)))
+    return spans
+
+
 def expected_count(continue_probabilities: Sequence[float]) -> float:
     """Σ_k Π_{j≤k} c_j: the expected number of errors when decision k goes on with probability c_k."""
     total, reach = 0.0, 1.0
@@ -124,9 +152,14 @@ def expected_count(continue_probabilities: Sequence[float]) -> float:
 
 
 def _assemble(
-    evaluation: Evaluation, n_counts: int, n_severities: int, probabilities: list[list[float]]
+    evaluation: Evaluation,
+    n_counts: int,
+    n_severities: int,
+    probabilities: list[list[float]],
+    locations: list[list[float]],
 ) -> ReplyProbabilities:
-    """`ReplyProbabilities` from each choice's normalised distribution, in `_choices`' order."""
+    """`ReplyProbabilities` from each choice's normalised distribution, in `_choices`' order, and each block's
+    location tokens' log-probabilities."""
     count_p = probabilities[:n_counts]
     severity_p = probabilities[n_counts : n_counts + n_severities]
     score_p = probabilities[-1]
@@ -136,6 +169,7 @@ def _assemble(
             confidence=going_on[k] if k < len(going_on) else 1.0,  # a block past the contract's last decision
             expected_severity=sum(v * p for v, p in zip(SEVERITIES, severity_p[k], strict=True)),
             severity_distribution=dict(zip(SEVERITIES, severity_p[k], strict=True)),
+            location_log_probs=locations[k],
         )
         for k in range(len(evaluation.errors))
     ]
@@ -197,8 +231,24 @@ class ChoiceReader:
         choices = (*counts, *severities, score)
         reply = self._ids(text)
         branches = [self._branch(choice, text, reply) for choice in choices]
-        log_probs = self._choice_log_probs(prompt_ids, reply, branches, [choice.end for choice in choices])
-        return _assemble(evaluation, len(counts), len(severities), [_normalised(v) for v in log_probs])
+        # each location token is a branch of its own with one tail, the written token: its row is the written
+        # reply's, which every reader computes for the choices anyway (no alternative runs)
+        located = [self._location_positions(text, span, reply) for span in _location_spans(text, evaluation)]
+        branches += [(at, [[reply[at]]]) for positions in located for at in positions]
+        ends = [choice.end for choice in choices] + [False] * (len(branches) - len(choices))
+        log_probs = self._choice_log_probs(prompt_ids, reply, branches, ends)
+        read = iter(values[0] for values in log_probs[len(choices) :])
+        locations = [[next(read) for _ in positions] for positions in located]
+        return _assemble(
+            evaluation, len(counts), len(severities), [_normalised(v) for v in log_probs[: len(choices)]], locations
+        )
+
+    def _location_positions(self, text: str, span: tuple[int, int], reply: Sequence[int]) -> list[int]:
+        """The reply positions of a location's first LOCATION_TOKENS tokens (the first: the token that holds the
+        location's first character, which may begin with the space before it)."""
+        start = shared_length(self._ids(text[: span[0]]), reply)
+        stop = shared_length(self._ids(text[: span[1]]), reply)
+        return list(range(start, max(start + 1, min(stop, start + LOCATION_TOKENS))))
 
     def _branch(self, choice: _Choice, text: str, reply: Sequence[int]) -> tuple[int, list[list[int]]]:
         """(the reply token where the alternatives part, each alternative's tokens from there)."""

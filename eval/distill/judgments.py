@@ -81,6 +81,8 @@ def readings(payload: Mapping[str, Any]) -> dict[str, dict[str, Any] | None]:
             "errors": row["errors"],
             "p_no_error": reading["p_no_error"],
             "expected_errors": reading["expected_errors"],
+            # each span's location tokens' log-probabilities; None in judgments made before they were read
+            "span_location": reading.get("span_location"),
         }
     return found
 

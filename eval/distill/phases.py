@@ -61,6 +61,7 @@ from spanjudge.inference.backends.registry import engine as engine_declaration
 from spanjudge.inference.decisions import DecisionRule
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
+from spanjudge.inference.probabilities import READING
 from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 from spanjudge.training.config import field_default
 
@@ -374,8 +375,7 @@ def judge_held_out(
         make = judge_maker(judge_engine, folder, gguf, adapter_gguf, args, constrained, probabilities, samples)
         # who judged: the same judge's judgments kept by any run are restored, not judged again (runs/ is lost
         # with the machine; the base is the same judge in every run, and a retrained student may be the same)
-        identity = {"judge": name, "engine": label, "student": args.student, "judging": key,
-                    "adapter_sha256": None if name.startswith("base") else student}  # fmt: skip
+        identity = judge_identity(name, label, args.student, key, None if name.startswith("base") else student)
         if keep is not None and not path.is_file() and (found := restorable(keep, args.split, name, identity)):
             atomic_write_json(path, {k: v for k, v in found[1].items() if k != "identity"})
             say(f"{name}: the same judge's judgments restored from {found[0]}")
@@ -388,6 +388,18 @@ def judge_held_out(
         if keep is not None:
             archive(keep, args.label, args.split, name, {**judged[name], "identity": identity})
     return docs, judged, teacher
+
+
+def judge_identity(name: str, engine: str, student: str, judging: str, adapter_sha256: str | None) -> dict[str, Any]:
+    """Who made a run's judgments (kept with them, `judgments.restorable`): the judge's name, engine, student model,
+    judging settings and adapter; with probabilities, also what a reading holds (`probabilities.READING`), so that
+    judgments read before a reader read more are never restored for one read now."""
+    identity: dict[str, Any] = {
+        "judge": name, "engine": engine, "student": student, "judging": judging, "adapter_sha256": adapter_sha256
+    }  # fmt: skip
+    if name.endswith("+probabilities"):
+        identity["reading"] = READING
+    return identity
 
 
 def _said_progress(name: str, total: int, say: Say) -> Advance:

@@ -59,6 +59,12 @@ def _judgment_row(result: JudgedEvaluation) -> dict[str, Any]:
             "span_written": [
                 p for e, p in zip(result.reply_errors, reading.written(), strict=True) if e.start is not None
             ],
+            # each span's location tokens as written: log P(token | reply before it), the first LOCATION_TOKENS
+            "span_location": [
+                block.location_log_probs
+                for e, block in zip(result.reply_errors, reading.errors, strict=True)
+                if e.start is not None
+            ],
         }
     if scored and result.consensus is not None:  # a judge asked for N sampled replies (`samples=N`)
         merged = result.consensus

@@ -202,7 +202,18 @@ class VLLMProbabilityReader(ChoiceReader):
         # (choice, alternative, the prompt's tokens, its first scored position): with several end tokens, one
         # prompt per end token; their probabilities add up (log-sum-exp) to the alternative's
         prompts: list[tuple[int, int, list[int], int]] = []
+        # a branch whose one tail is the written token (a location's, `probabilities.ChoiceReader.read`) is read
+        # from one prompt of the whole written reply, whose prompt log-probabilities hold every written token's
+        written = [
+            i for i, ((start, tails), end) in enumerate(zip(branches, ends, strict=True))
+            if not end and tails == [[reply[start]]]
+        ]  # fmt: skip
+        whole = [*prompt_ids, *reply]
+        if written:
+            prompts.append((-1, 0, whole, len(prompt_ids)))
         for index, ((start, tails), end) in enumerate(zip(branches, ends, strict=True)):
+            if index in written:
+                continue
             before = [*prompt_ids, *reply[:start]]
             for alternative, tail in enumerate(tails):
                 for end_id in self.end_ids if end else [None]:
@@ -217,6 +228,11 @@ class VLLMProbabilityReader(ChoiceReader):
         parts: list[list[list[float]]] = [[[] for _ in tails] for _, tails in branches]
         for (index, alternative, ids, first), output in zip(prompts, outputs, strict=True):
             logprobs = output.prompt_logprobs  # one entry per prompt token, None for the first
+            if index < 0:  # the whole written reply
+                for i in written:
+                    at = len(prompt_ids) + branches[i][0]
+                    parts[i][0].append(_logprob(logprobs[at], whole[at]))
+                continue
             parts[index][alternative].append(sum(_logprob(logprobs[j], ids[j]) for j in range(first, len(ids))))
         return [[log_sum_exp(values) for values in choice] for choice in parts]
 

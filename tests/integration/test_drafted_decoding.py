@@ -97,6 +97,10 @@ def test_a_reading_after_written_states_reads_what_a_fresh_reader_reads(model: A
     assert [e.expected_severity for e in reading.errors] == pytest.approx(
         [e.expected_severity for e in fresh.errors], abs=1e-5
     )
+    # the locations' tokens are read from the written states too
+    assert all(e.location_log_probs for e in fresh.errors)
+    for ours, theirs in zip(reading.errors, fresh.errors, strict=True):
+        assert ours.location_log_probs == pytest.approx(theirs.location_log_probs, abs=1e-5)
 
 
 @pytest.mark.slow
@@ -126,3 +130,5 @@ def test_a_drafted_judge_writes_and_reads_what_the_batched_judge_does(
         assert [e.confidence for e in d.probabilities.errors] == pytest.approx(
             [e.confidence for e in b.probabilities.errors], abs=1e-4
         )
+        for ours, theirs in zip(d.probabilities.errors, b.probabilities.errors, strict=True):
+            assert ours.location_log_probs == pytest.approx(theirs.location_log_probs, abs=1e-4)

@@ -12,7 +12,7 @@ import pytest
 from spanjudge.inference.contract import Evaluation, parse_judge
 from spanjudge.inference.contract.render import render_judge
 from spanjudge.inference.hf_models import convert_gguf
-from spanjudge.inference.probabilities import SCORES, SEVERITIES, _choices, expected_count
+from spanjudge.inference.probabilities import LOCATION_TOKENS, SCORES, SEVERITIES, _choices, expected_count
 from spanjudge.inference.shipped_models import smollm2_gguf
 
 TWO_ERRORS = (
@@ -61,6 +61,25 @@ def brute_force(model: Any, tokenizer: Any, prompt: list[int], text: str, evalua
     return [distribution(c) for c in counts], [distribution(c) for c in severities], distribution(score)
 
 
+def brute_force_locations(model: Any, tokenizer: Any, prompt: list[int], text: str) -> list[list[float]]:
+    """Each block's location tokens' log-probabilities, read from one whole pass over prompt + reply: the tokens
+    whose characters meet the location's (by the tokenizer's own offsets), the first LOCATION_TOKENS of them."""
+    import re
+
+    import torch
+
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    with torch.no_grad():
+        rows = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 :].float().log_softmax(-1)
+    found = []
+    for line in re.finditer(r"^Location: (.*)$", text, re.MULTILINE):
+        start, end = line.span(1)
+        tokens = [j for j, (a, b) in enumerate(offsets) if a < end and b > start][:LOCATION_TOKENS]
+        found.append([float(rows[j, ids[j]]) for j in tokens])
+    return found
+
+
 def assert_brute_force(model: Any, tokenizer: Any, reply: str, end: set[int], read_with: Any) -> None:
     """`read_with(prompt, evaluation)` reads what the brute-force computation reads, on every value."""
     evaluation = parse_judge(reply)
@@ -84,3 +103,7 @@ def assert_brute_force(model: Any, tokenizer: Any, reply: str, end: set[int], re
     assert list(read.score_distribution.values()) == pytest.approx(score, abs=1e-5)
     assert read.expected_score == pytest.approx(sum(v * p for v, p in zip(SCORES, score, strict=True)), abs=1e-4)
     assert 0 < read.p_no_error < 1 and 0 <= read.expected_errors <= 8
+    locations = brute_force_locations(model, tokenizer, prompt, render_judge(evaluation))
+    assert [len(e.location_log_probs) for e in read.errors] == [len(tokens) for tokens in locations]
+    for error, tokens in zip(read.errors, locations, strict=True):
+        assert error.location_log_probs == pytest.approx(tokens, abs=1e-5)

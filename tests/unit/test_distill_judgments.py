@@ -13,13 +13,14 @@ import pytest
 
 from spanjudge.core.errors import InputError
 from spanjudge.eval.distill.judgments import STUDENT_READ, archive, archived, readings, restorable, rule_for_split
-from spanjudge.eval.distill.phases import held_out_documents
+from spanjudge.eval.distill.phases import held_out_documents, judge_identity
 from spanjudge.eval.distill.recompute import from_judgments
 from spanjudge.eval.distill.report import markdown, recipes
 from spanjudge.eval.distill.study import StudySettings
 from spanjudge.eval.spans.calibration import MEASURES
 from spanjudge.eval.spans.decision_fit import decided_spans, fit_decision_rule
 from spanjudge.eval.spans.metrics import mark_numbers
+from spanjudge.inference.probabilities import READING
 
 REPO = Path(__file__).resolve().parents[2]
 ARGS = StudySettings(label="toy-s1", recipe="toy", eval_domains=["wikidata"], dev_tables=(70, 72),
@@ -171,3 +172,19 @@ def test_a_new_machine_restores_only_the_same_judges_kept_judgments(tmp_path: Pa
     archive(tmp_path, "gemma-s42", "test", "student+probabilities", {**payload, "identity": student})
     assert restorable(tmp_path, "test", "student+probabilities", student) is not None
     assert restorable(tmp_path, "test", "student+probabilities", {**student, "adapter_sha256": "b" * 64}) is None
+
+
+def test_a_reading_made_before_the_reader_read_the_locations_is_not_restored(tmp_path: Path) -> None:
+    """A student's probability judgments kept before the reader read each span's location tokens (an identity
+    without `reading`) are judged again, not restored without them; the base's and a sampled judge's are not
+    readings and keep their identities."""
+    docs, _ = held_out_documents(ARGS)
+    now = judge_identity("student+probabilities", "transformers", "gemma3", "k", "a" * 64)
+    assert now["reading"] == READING
+    before = {key: value for key, value in now.items() if key != "reading"}
+    archive(tmp_path, "gemma-s42", "dev", "student+probabilities", {**_payload(docs), "identity": before})
+    assert restorable(tmp_path, "dev", "student+probabilities", now) is None
+    archive(tmp_path, "gemma-s1", "dev", "student+probabilities", {**_payload(docs), "identity": now})
+    assert restorable(tmp_path, "dev", "student+probabilities", now) is not None
+    for name in ("base+grammar", "student+consensus3"):
+        assert "reading" not in judge_identity(name, "llamacpp", "gemma3", "k", None)
