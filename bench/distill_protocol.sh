@@ -28,13 +28,16 @@
 # on dev, -s42. Its judgments were written by the batched engine before 635705b fixed its Gemma 3 padding (not
 # exactly its greedy replies), and a recipe keeps one engine: the seeds' spread at twice the data is recipe
 # gemma3-mixed-cut-t50-drafted, the same training judged with drafted decoding (exact greedy replies, faster):
-# -s1, then -s2 (and -s42 trained again).
+# -s1 and -s2 on dev (next: -s42 trained again).
 # Issue #67 (fast judging): gemma3-mixed-cut-s42 trained again on another machine (2026-12-04: another adapter, so its
 # kept judgments were not restored; that label's rows stay those of the first student) judges as
 # gemma3-mixed-cut-retrained-s42 (the batched transformers engine, dev: the baseline on the same machine) and as
 # gemma3-mixed-cut-drafted-s42 (--student-engine transformers-drafted: the same replies, written faster), on dev and
 # on test; bench/drafted_judging.py compares the two. gemma3-mixed-cut-located-s42: the same student and engine, its
 # dev judgments read again with each span's location tokens' probabilities (bench/span_confidence_features.py).
+# Issue #67's reply budget as a dev arm: gemma3-mixed-cut-t50-drafted-512tok-s1 and -s2 are the t50-drafted-s1 and -s2
+# students (their work folders) judging dev with up to 512 new tokens instead of 320 (a fifth to a third of their dev replies ran past 320 twice); the
+# prompt's budget is the context less the reply's, so owid's longest inputs are cut 192 tokens shorter.
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
@@ -75,6 +78,8 @@ RUNS=(
   "gemma3-mixed-cut-retrained-s42 --recipe gemma3-mixed-cut-retrained --work runs/bench/distill_quintd/gemma3-mixed-cut-s42 --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
   "gemma3-mixed-cut-drafted-s42 --recipe gemma3-mixed-cut-drafted --work runs/bench/distill_quintd/gemma3-mixed-cut-s42 --student-engine transformers-drafted --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
   "gemma3-mixed-cut-located-s42 --recipe gemma3-mixed-cut-located --work runs/bench/distill_quintd/gemma3-mixed-cut-s42 --student-engine transformers-drafted --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
+  "gemma3-mixed-cut-t50-drafted-512tok-s1 --recipe gemma3-mixed-cut-t50-drafted-512tok --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-drafted-s1 --student-engine transformers-drafted --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
+  "gemma3-mixed-cut-t50-drafted-512tok-s2 --recipe gemma3-mixed-cut-t50-drafted-512tok --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-drafted-s2 --student-engine transformers-drafted --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-vote-agree-cut-llamacpp-s42 --recipe gemma3-vote-agree-cut-llamacpp --work runs/bench/distill_quintd/gemma3-vote-agree-cut-s42 --student-engine llamacpp --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
 )
 case "$SPLIT" in
