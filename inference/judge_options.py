@@ -68,9 +68,16 @@ class JudgeOptions:
         help="How greedy replies are written: batched (generate, batch_size at a time), or drafted: one at a time "
         "with prompt-lookup guesses and the output layer cut to the prompt's and the judge's vocabulary, every token "
         "checked against the whole layer (the same greedy replies; the probability reading reuses the writing's "
-        "cache). Made for a small judge on a CPU; on a 2-core one as fast as batched so far "
-        "(bench/results/drafted_judging.md).",
+        "cache). Made for a small judge on a CPU (bench/results/drafted_judging.md).",
         more_help=for_engines("decoding"),
+    )
+    stop_at_repeat: bool = option(
+        False,
+        help="With drafted decoding: when a greedy reply writes an error block (location and explanation) again "
+        "word for word, cut it there and write 'Overall score:' for the judge to finish, so a small judge's loop "
+        "ends its errors instead of repeating one until its tokens run out "
+        "(bench/results/repeated_errors_readings.md).",
+        more_help=for_engines("stop_at_repeat"),
     )
     max_context: int | None = option(None, help="Context length to fit prompts in (default: the model's).")
     trust_remote_code: bool = option(False, help="Run the model repository's own code (off unless asked).")
@@ -132,7 +139,7 @@ class JudgeOptions:
 JUDGE_OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(JudgeOptions))
 # the options only some engines take: each engine declares which (`Engine.judge_options`), the rest refuse them
 ENGINE_SPECIFIC: tuple[str, ...] = (
-    "base_url", "served_model", "batch_size", "dtype", "decoding", "concurrency", "timeout_s"
+    "base_url", "served_model", "batch_size", "dtype", "decoding", "stop_at_repeat", "concurrency", "timeout_s"
 )  # fmt: skip
 
 

@@ -17,16 +17,21 @@ from spanjudge.eval.spans.documents import SpanDocument
 Readings = dict[str, dict[str, Any] | None]
 
 
+def dev_split(label: str, settings: Mapping[str, Any]) -> tuple[list[SpanDocument], dict[str, Any]]:
+    """A protocol run's dev outputs with their human spans, and the teacher's spans on them (its recorded
+    settings' domains and dev tables)."""
+    args = StudySettings(label=label, split="dev", eval_domains=settings["eval_domains"],
+                         dev_tables=tuple(settings["dev_tables"]))  # fmt: skip
+    return held_out_documents(args)
+
+
 def kept_dev(root: Path, label: str, settings: Mapping[str, Any]) -> tuple[list[SpanDocument], Readings] | None:
     """A run's dev outputs with their human spans, and its student's readings of them (`readings`) from the
     judgments kept under `root` (None: they are not kept)."""
     payload = archived(root, label, "dev").get(STUDENT_READ)
     if payload is None:
         return None
-    args = StudySettings(label=label, split="dev", eval_domains=settings["eval_domains"],
-                         dev_tables=tuple(settings["dev_tables"]))  # fmt: skip
-    docs, _ = held_out_documents(args)
-    return docs, readings(payload)
+    return dev_split(label, settings)[0], readings(payload)
 
 
 def table_folds(docs: list[SpanDocument]) -> list[list[SpanDocument]]:

@@ -295,12 +295,13 @@ def judge_maker(
     samples: int = 0,
 ) -> Callable[[], Any]:
     """A judge of `folder` (an adapter, or a base with a chat template) on `engine`: transformers (the exact
-    probability reader, in this process; transformers-drafted: its replies written by drafted decoding), llamacpp
+    probability reader, in this process; transformers-drafted: its replies written by drafted decoding; -bf16 in
+    bfloat16; -stop with its errors ending at the first block written again), llamacpp
     (the GGUF with its GGUF LoRA, in this process) or llamacpp-server (the same served: the engine starts and
     stops the server; with `probabilities`, read in this process from the same GGUF and LoRA)."""
-    engine, decoding = engine_and_decoding(engine)
+    engine, decoding, variant = engine_and_decoding(engine)
     declared = engine_declaration(engine)
-    options: dict[str, Any] | None = None
+    options: dict[str, Any] | None = dict(variant) or None
     if declared.reads_gguf:
         options = {"gguf": str(gguf), "n_ctx": 4096, "n_threads": os.cpu_count() or 1}
         if lora is not None:

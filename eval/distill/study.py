@@ -81,7 +81,9 @@ class StudySettings:
         "default",
         help="Where the student judges: transformers (the exact probability reader), transformers-drafted (the "
         "same engine and reader, its greedy replies written with prompt lookup and a cut output layer, every token "
-        "checked against the whole layer: `spanjudge score --decoding drafted`), llamacpp (its GGUF with the "
+        "checked against the whole layer: `spanjudge score --decoding drafted`), transformers-drafted-bf16 (the "
+        "same in bfloat16, for a CPU with native bf16), transformers-drafted-stop (drafted, a reply's errors "
+        "ending at the first block it writes again: `spanjudge score --stop-at-repeat`), llamacpp (its GGUF with the "
         "adapter exported as a GGUF LoRA, in this process: its probabilities within rounding of the exact ones), "
         "llamacpp-server (the same, served), or default: the student's own (Gemma 3: transformers; SmolLM2: "
         "llamacpp-server).",
@@ -136,15 +138,26 @@ STUDENTS: dict[str, dict[str, Any]] = {
 ENGINE_LABELS = {
     "transformers": "transformers",
     "transformers-drafted": "transformers-drafted",
+    "transformers-drafted-bf16": "transformers-drafted-bf16",
+    "transformers-drafted-stop": "transformers-drafted-stop",
     "llamacpp": "llamacpp-in-process",
     "llamacpp-server": "llamacpp",
 }
-DRAFTED = "transformers-drafted"  # the transformers engine writing with `decoding: drafted`
+# the student engines that are a registered engine with judge options: (engine, its `decoding`, engine options);
+# the others are the registered engine of their name, batched, with its default options
+_ENGINE_VARIANTS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "transformers-drafted": ("transformers", "drafted", {}),
+    # the same decoding in bfloat16: faster where the CPU has native bf16 (AMX, AVX-512 BF16), emulated and
+    # several times slower where it has not (`inference.cpu_precision`); its replies and probabilities are its own
+    "transformers-drafted-bf16": ("transformers", "drafted", {"dtype": "bfloat16"}),
+    # drafted decoding whose replies end their errors at the first block written again (`stop_at_repeat`)
+    "transformers-drafted-stop": ("transformers", "drafted", {"stop_at_repeat": True}),
+}
 
 
-def engine_and_decoding(engine: str) -> tuple[str, str]:
-    """The registered engine a student engine runs on, and its `decoding` judge option."""
-    return ("transformers", "drafted") if engine == DRAFTED else (engine, "batched")
+def engine_and_decoding(engine: str) -> tuple[str, str, dict[str, Any]]:
+    """The registered engine a student engine runs on, its `decoding` judge option and its engine options."""
+    return _ENGINE_VARIANTS.get(engine, (engine, "batched", {}))
 
 
 def student_engine(args: StudySettings) -> str:

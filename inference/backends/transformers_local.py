@@ -44,8 +44,11 @@ arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of ou
   the judge's vocabulary, every token then checked against the whole output layer and the reply rewritten from
   the first that fails (`transformers_drafted`); the probability reading reuses that writing's cache. The
   replies are greedy decoding's (tested against `batched`); sampled requests keep the batched path; not with a
-  grammar or continuous batching. Made for a small judge on a CPU; on the 2-core machine it is as fast as
-  `batched` so far (docs/research/performance.md);
+  grammar or continuous batching. Made for a small judge on a CPU (docs/research/performance.md);
+- `stop_at_repeat` (default off; drafted decoding only): a greedy reply that writes an error block (location
+  and explanation) again word for word is cut before it, `Overall score:` is written for the judge, and the
+  judge writes its score: a small judge's greedy loop then ends its errors instead of repeating one until its
+  tokens run out (`contract.first_repeat`; bench/results/repeated_errors_readings.md);
 - `grammar`: a GBNF grammar every reply is held to (constrained decoding), applied by
   xgrammar's logits processor (`xgrammar.contrib.hf.LogitsProcessor`; the optional extra
   `spanjudge[constrained]`). The grammar is compiled once for the tokenizer; each `generate`
@@ -77,6 +80,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..chat import encode_chat, turn_end_ids
 from ..contract import Evaluation
+from ..contract.render import first_repeat
 from ..cpu_precision import cpu_judging_dtype
 from ..probabilities import ReplyProbabilities
 from . import transformers_reader  # read as a module: a test shortens CPU_PREFILL_CHUNK there
@@ -135,6 +139,12 @@ class TransformersBackend(Backend):
             raise BackendError(
                 f"transformers model {spec.model!r}: decoding 'drafted' writes greedy replies over the whole "
                 "vocabulary: not with a grammar or continuous_batching"
+            )
+        self.stop_at_repeat = bool(options.pop("stop_at_repeat", False))
+        if self.stop_at_repeat and self.decoding != "drafted":
+            raise BackendError(
+                f"transformers model {spec.model!r}: stop_at_repeat stops a reply as drafted decoding writes it: "
+                "set decoding to drafted"
             )
         if adapter:
             adapter_config(adapter)  # a folder or Hub id without an adapter: one line, before any weights load
@@ -480,7 +490,8 @@ class TransformersBackend(Backend):
     def _probability_reader(self) -> transformers_reader.ProbabilityReader:
         if self._reader is None:
             if self.decoding == "drafted":
-                self._reader = DraftedReader(self.model, self.tokenizer, self._end_ids)
+                stop_at = first_repeat if self.stop_at_repeat else None
+                self._reader = DraftedReader(self.model, self.tokenizer, self._end_ids, stop_at=stop_at)
             else:
                 self._reader = transformers_reader.ProbabilityReader(
                     self.model, self.tokenizer, self._end_ids, reuse_prefix=self.reuse_prefix
@@ -533,6 +544,6 @@ ENGINE = Engine(
     summary="Hugging Face transformers in this process (CPU or GPU)",
     packages=("transformers", "torch"),
     install="pip install transformers",
-    judge_options=("batch_size", "dtype", "reuse_prefix", "decoding"),
+    judge_options=("batch_size", "dtype", "reuse_prefix", "decoding", "stop_at_repeat"),
     constrain=grammar_option,
 )

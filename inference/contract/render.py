@@ -18,6 +18,7 @@ back: parse(render(e)) == e for every Evaluation whose offsets are unset.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from decimal import Decimal
 
@@ -65,3 +66,25 @@ def render_judge(evaluation: Evaluation) -> str:
     if evaluation.score is None:
         raise ValueError("an unscored evaluation has no judge-format rendering")
     return render_errors(evaluation.errors) + BLOCK_SEPARATOR + SCORE_FIELD + format_score(evaluation.score)
+
+
+# a block's location and explanation lines as `render_errors` writes them, the explanation's line ended
+_WRITTEN_BLOCK = re.compile(
+    "^" + re.escape(ERROR_HEADER.format(number=0)).replace("0", r"\d+") + re.escape(LINE_BREAK)
+    + re.escape(LOCATION_FIELD) + "(.*)" + re.escape(LINE_BREAK) + re.escape(EXPLANATION_FIELD) + "(.*)"
+    + re.escape(LINE_BREAK),
+    re.MULTILINE,
+)  # fmt: skip
+
+
+def first_repeat(text: str) -> int | None:
+    """Where a judge-format reply first writes an error block again word for word (its location and explanation,
+    the explanation's line ended): the offset of that block's `Error N:` header; None while no block repeats.
+    Greedy decoding's loop: a small judge writes one error again until its tokens run out."""
+    seen: set[tuple[str, str]] = set()
+    for match in _WRITTEN_BLOCK.finditer(text):
+        block = (match.group(1), match.group(2))
+        if block in seen:
+            return match.start()
+        seen.add(block)
+    return None

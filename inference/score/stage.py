@@ -306,6 +306,8 @@ def score_file(settings: ScoreSettings, console: Console | None = None) -> Score
         decoding["decisions"] = rule.thresholds()
     if s.samples:
         decoding["samples"] = s.samples
+    if s.stop_at_repeat:  # other replies: their errors end at the first block written again
+        decoding["stop_at_repeat"] = True
     identity = model_identity(s.model, s.base, s.engine, s.served_model, engine_options)
     keys = {str(r.id): resume_key(r, identity, decoding) for r in requests}
     store = ScoreStore(out, "spanjudge score")  # held for the run: a second run on the same --out is refused

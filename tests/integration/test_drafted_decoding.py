@@ -18,7 +18,7 @@ from spanjudge import Judge
 from spanjudge.inference.backends.transformers_drafted import DraftedReader, guess_of
 from spanjudge.inference.backends.transformers_reader import ProbabilityReader
 from spanjudge.inference.contract import Evaluation, parse_judge
-from spanjudge.inference.contract.render import render_judge
+from spanjudge.inference.contract.render import SCORE_FIELD, render_judge
 
 ARTICLE = "Article: The cat sat on the mat while the dog slept by the door all afternoon. Summary: "
 SUMMARIES = ("A cat sat.", "A dog sat on a hat.", "The dog slept by the door.")
@@ -64,6 +64,28 @@ def test_drafted_replies_are_the_greedy_replies(model: Any, tiny: tuple[Any, Any
         prompt = tokenizer(ARTICLE + summary)["input_ids"]
         assert writer.write(prompt, 40) == greedy(model, prompt, 40, end), summary
     assert writer.rewrites > 0 and writer.guessed > 0
+
+
+def test_a_stopped_reply_is_greedy_up_to_the_cut_then_the_score_field_then_greedy_again(
+    model: Any, tiny: tuple[Any, Any]
+) -> None:
+    """`stop_at` (for a judge: `contract.first_repeat`, before the first error block written again) cuts the
+    checked reply's text; the reply is greedy decoding's up to the cut, then the score field written for the judge,
+    then greedy decoding's after both, the cache cut back past the rewrites and the random model's guesses."""
+    tokenizer = tiny[1]
+    end = {tokenizer.eos_token_id}
+    prompt = tokenizer(ARTICLE + SUMMARIES[1])["input_ids"]
+    whole = greedy(model, prompt, 60, end)
+    assert len(whole) > 40  # the random model writes on
+    cut = len(tokenizer.decode(whole[:20], skip_special_tokens=True))
+    writer = DraftedReader(model, tokenizer, end, stop_at=lambda text: cut if len(text) > cut else None)
+    reply = writer.write(prompt, 60)
+    forced = writer._ids(SCORE_FIELD.rstrip())
+    kept = 20 + len(forced)
+    assert reply[:20] == whole[:20] and reply[20:kept] == forced
+    assert reply[kept:] == greedy(model, [*prompt, *reply[:kept]], 60 - kept, end)
+    # a rule that finds nothing to cut leaves the greedy reply whole
+    assert DraftedReader(model, tokenizer, end, stop_at=lambda text: None).write(prompt, 60) == whole
 
 
 def test_a_reading_after_written_states_reads_what_a_fresh_reader_reads(model: Any, tiny: tuple[Any, Any]) -> None:

@@ -128,6 +128,21 @@ def test_prompts_read_in_pieces_give_the_replies_of_prompts_read_whole(
     assert _replies(tiny_judge_folder, False, batch_size=8) == whole
 
 
+def test_stopping_at_a_repeated_error_block_is_drafted_decodings(tiny_judge_folder: Path) -> None:
+    """`stop_at_repeat` cuts a reply as drafted decoding writes it: batched decoding refuses it before any weights
+    load, and a drafted judge's writer stops at `contract.first_repeat`."""
+    from spanjudge.core.errors import SpanjudgeError
+    from spanjudge.inference.contract.render import first_repeat
+
+    with pytest.raises(SpanjudgeError, match="stop_at_repeat stops a reply as drafted decoding writes it"):
+        Judge.from_pretrained(tiny_judge_folder, retries=0, stop_at_repeat=True)
+    judge = Judge.from_pretrained(tiny_judge_folder, retries=0, stop_at_repeat=True, decoding="drafted")
+    try:
+        assert judge.backend._probability_reader().stop_at is first_repeat
+    finally:
+        judge.close()
+
+
 def test_transformers_reuses_by_default_only_where_replies_stay_identical(tiny_judge_folder: Path) -> None:
     """float32: on; half precision rounds a prefix read alone differently (bench/results/reuse_numerics.md): off
     unless asked."""

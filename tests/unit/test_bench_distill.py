@@ -249,13 +249,19 @@ def test_a_recipes_seeds_must_share_every_setting_but_the_seed(bench: SimpleName
 
 
 def test_the_student_judges_on_its_own_engine_unless_told(bench: SimpleNamespace) -> None:
-    from spanjudge.eval.distill.study import ENGINE_LABELS, StudySettings, student_engine
+    from spanjudge.eval.distill.study import ENGINE_LABELS, StudySettings, engine_and_decoding, student_engine
 
     assert student_engine(StudySettings(student="gemma3")) == "transformers"
     assert student_engine(StudySettings(student="smollm2")) == "llamacpp-server"
     assert student_engine(StudySettings(student="gemma3", student_engine="llamacpp")) == "llamacpp"
     # each engine's judgments have their own file name and identity; a served judge's keep their old name
     assert len(set(ENGINE_LABELS.values())) == len(ENGINE_LABELS) and ENGINE_LABELS["llamacpp-server"] == "llamacpp"
+    # a student engine is a registered engine with its decoding and engine options
+    assert engine_and_decoding("transformers") == ("transformers", "batched", {})
+    assert engine_and_decoding("transformers-drafted") == ("transformers", "drafted", {})
+    assert engine_and_decoding("transformers-drafted-bf16") == ("transformers", "drafted", {"dtype": "bfloat16"})
+    assert engine_and_decoding("transformers-drafted-stop") == ("transformers", "drafted", {"stop_at_repeat": True})
+    assert engine_and_decoding("llamacpp") == ("llamacpp", "batched", {})
 
 
 def test_the_protocol_script_judges_the_test_split_only_for_the_runs_it_is_given(tmp_path: Path) -> None:

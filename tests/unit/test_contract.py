@@ -141,3 +141,20 @@ def test_parse_failure_carries_the_raw_reply() -> None:
     assert isinstance(failure, ParseFailure)
     assert failure.raw == "I cannot evaluate this."
     assert "score" in failure.reason
+
+
+def test_the_first_block_written_again_word_for_word_is_found_once_its_explanation_ends() -> None:
+    from spanjudge.inference.contract.render import first_repeat
+
+    def reply(*blocks: tuple[str, str]) -> str:
+        errors = [ErrorAnnotation(location=loc, explanation=why, severity=3) for loc, why in blocks]
+        return render_judge(Evaluation(errors=errors, score=40))
+
+    looping = reply(("3 goals", "Two were scored."), ("a draw", "They lost."), ("3 goals", "Two were scored."))
+    assert first_repeat(looping) == looping.index("Error 3:")
+    assert first_repeat(looping[: looping.rindex("scored.")]) is None  # its explanation not written to the end yet
+    assert first_repeat(looping[: looping.rindex("Severity")]) == looping.index("Error 3:")
+    assert first_repeat(reply(("3 goals", "Two were scored."), ("3 goals", "It was a draw."))) is None  # same place
+    four = reply(("a", "b"), ("c", "d"), ("c", "d"), ("a", "b"))
+    assert first_repeat(four) == four.index("Error 3:")  # the first repeat, not the first block repeated
+    assert first_repeat(reply()) is None  # "No Error"

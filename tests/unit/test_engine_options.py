@@ -38,6 +38,8 @@ def test_an_engine_refuses_an_option_it_does_not_take() -> None:
         judge_engine(JudgeOptions(engine="openai", base_url="http://127.0.0.1:9/v1", batch_size=4))
     with pytest.raises(InputError, match="engine 'transformers' does not take base_url, timeout_s"):
         judge_engine(JudgeOptions(base_url="http://127.0.0.1:9/v1", timeout_s=5))
+    with pytest.raises(InputError, match="engine 'llamacpp' does not take stop_at_repeat"):
+        judge_engine(JudgeOptions(engine="llamacpp", stop_at_repeat=True))
     # their defaults are not a choice: every engine takes an options object that leaves them alone
     for name in ENGINES.names():
         given = {"base_url": "http://127.0.0.1:9/v1"} if "base_url" in ENGINES.load(name).judge_options else {}
