@@ -42,7 +42,7 @@
 # dev kept at twice the data): -s1 on dev.
 # Issue #67 (fast judging): gemma3-mixed-cut-drafted-bf16-s42 is gemma3-mixed-cut-drafted-s42's student and decoding
 # in bfloat16 (--student-engine transformers-drafted-bf16), on dev: for CPUs with native bf16 only (elsewhere it is
-# emulated, several times slower); bench/drafted_judging.py compares it with the float32 judgments.
+# emulated, several times slower); bench/drafted_judging.py compares it with the float32 judgments: run on dev.
 # Issue #67 (what a repeated error block costs): gemma3-mixed-cut-t50-drafted-512tok-stop-s1 is the t50-drafted-s1
 # student judging dev as -512tok-s1 does, its replies' errors ending at the first block written again
 # (--student-engine transformers-drafted-stop).
