@@ -43,8 +43,8 @@
 # Issue #67 (fast judging): gemma3-mixed-cut-drafted-bf16-s42 is gemma3-mixed-cut-drafted-s42's student and decoding
 # in bfloat16 (--student-engine transformers-drafted-bf16), on dev: for CPUs with native bf16 only (elsewhere it is
 # emulated, several times slower); bench/drafted_judging.py compares it with the float32 judgments: run on dev.
-# Issue #67 (what a repeated error block costs): gemma3-mixed-cut-t50-drafted-512tok-stop-s1 is the t50-drafted-s1
-# student judging dev as -512tok-s1 does, its replies' errors ending at the first block written again
+# Issue #67 (what a repeated error block costs): gemma3-mixed-cut-t50-drafted-512tok-stop-s1 and -s2 are the
+# t50-drafted-s1 and -s2 students judging dev as -512tok-s1 and -s2 do, its replies' errors ending at the first block written again
 # (--student-engine transformers-drafted-stop).
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
@@ -91,6 +91,7 @@ RUNS=(
   "gemma3-mixed-cut-t70-drafted-512tok-s1 --recipe gemma3-mixed-cut-t70-drafted-512tok --student-engine transformers-drafted --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 70 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t70-drafted-512tok-s2 --recipe gemma3-mixed-cut-t70-drafted-512tok --student-engine transformers-drafted --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 70 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-drafted-512tok-stop-s1 --recipe gemma3-mixed-cut-t50-drafted-512tok-stop --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-drafted-s1 --student-engine transformers-drafted-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
+  "gemma3-mixed-cut-t50-drafted-512tok-stop-s2 --recipe gemma3-mixed-cut-t50-drafted-512tok-stop --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-drafted-s2 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-drafted-bf16-s42 --recipe gemma3-mixed-cut-drafted-bf16 --work runs/bench/distill_quintd/gemma3-mixed-cut-s42 --student-engine transformers-drafted-bf16 --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
   "gemma3-vote-agree-cut-llamacpp-s42 --recipe gemma3-vote-agree-cut-llamacpp --work runs/bench/distill_quintd/gemma3-vote-agree-cut-s42 --student-engine llamacpp --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
 )
