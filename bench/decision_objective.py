@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from spanjudge.eval.distill.choice import seed_stats, spread
 from spanjudge.eval.distill.dev_folds import analysed, kept_dev, table_folds, write_results
-from spanjudge.eval.distill.report import seed_stats
 from spanjudge.eval.spans.decision_fit import (
     CONFIDENCE_GRID,
     NO_ERROR_GRID,
@@ -122,10 +122,6 @@ def run_row(label: str, settings: dict[str, Any]) -> dict[str, Any] | None:
     return row
 
 
-def cell(stats: Mapping[str, Any]) -> str:
-    return f"{stats['mean']:.3f} [{stats['min']:.3f}, {stats['max']:.3f}]"
-
-
 def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> str:
     lines = [
         "# The decision fit's objective, pooled or per domain, held out on dev (`bench/decision_objective.py`)",
@@ -156,7 +152,7 @@ def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> str:
         "|---|---|" + "---:|" * len(VARIANTS),
     ]
     for r in recipes:
-        cells = " | ".join(f"{cell(r[v]['pooled'])} / {cell(r[v]['domain_mean'])}" for v in VARIANTS)
+        cells = " | ".join(f"{spread(r[v]['pooled'])} / {spread(r[v]['domain_mean'])}" for v in VARIANTS)
         lines.append(f"| {r['recipe']} | {', '.join(map(str, r['seeds']))} | {cells} |")
     return "\n".join(lines) + "\n"
 

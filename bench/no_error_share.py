@@ -25,7 +25,7 @@ sys.path.insert(0, str(BENCH))
 
 from report_files import machine  # noqa: E402
 
-from spanjudge.eval.distill.choice import rounded, seed_stats  # noqa: E402
+from spanjudge.eval.distill.choice import rounded, seed_stats, spread  # noqa: E402
 from spanjudge.eval.distill.dev_folds import Readings, analysed, kept_dev, table_folds, write_results  # noqa: E402
 from spanjudge.eval.spans.decision_fit import decided_spans, fit_decision_rule, objective  # noqa: E402
 from spanjudge.eval.spans.documents import SpanDocument  # noqa: E402
@@ -116,9 +116,6 @@ def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> str:
         return (f"{tau0} / {tau} | {rounded(dev['objective'])} | {rounded(dev['share'])} | "
                 f"{rounded(folds['objective'])} | {rounded(folds['share'])}")  # fmt: skip
 
-    def mean(stats: dict[str, Any]) -> str:
-        return f"{rounded(stats['mean'])} [{rounded(stats['min'])}, {rounded(stats['max'])}]"
-
     lines = [
         "# 'No Error' within 10 points of the humans, on dev (`bench/no_error_share.py`)",
         "",
@@ -145,7 +142,7 @@ def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> str:
         *(
             f"| {r['recipe']} | {', '.join(map(str, r['seeds']))} | "
             + " | ".join(
-                mean(r[n][k]) for n in FITS for k in ("dev_objective", "dev_gap", "folds_objective", "folds_gap")
+                spread(r[n][k]) for n in FITS for k in ("dev_objective", "dev_gap", "folds_objective", "folds_gap")
             )
             + " |"
             for r in recipes

@@ -31,7 +31,7 @@ sys.path.insert(0, str(BENCH))
 
 from report_files import machine, write_report  # noqa: E402
 
-from spanjudge.eval.distill.choice import rounded, seed_stats  # noqa: E402
+from spanjudge.eval.distill.choice import rounded, seed_stats, spread  # noqa: E402
 from spanjudge.eval.distill.dev_folds import analysed, dev_split  # noqa: E402
 from spanjudge.eval.distill.judgments import STUDENT_READ, archived, readings  # noqa: E402
 from spanjudge.eval.spans.agreement import span_agreement  # noqa: E402
@@ -155,9 +155,6 @@ def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> list[
         values = [result["objective"], result["objective_written"], *(result[k] for k in DECIDED), result["auc"]]
         return " | ".join(rounded(v) for v in values) + f" | {result['dropped']}"
 
-    def mean(stats: dict[str, Any]) -> str:
-        return f"{rounded(stats['mean'])} [{rounded(stats['min'])}, {rounded(stats['max'])}]"
-
     lines = [
         "# What a repeated error block costs on dev (`bench/repeated_errors_readings.py`)",
         "",
@@ -185,7 +182,7 @@ def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> list[
         "|---|---|" + "---:|" * (2 * len(READINGS)),
         *(
             f"| {r['recipe']} | {', '.join(map(str, r['seeds']))} | "
-            + " | ".join(f"{mean(r[x]['objective'])} | {mean(r[x]['auc'])}" for x in READINGS)
+            + " | ".join(f"{spread(r[x]['objective'])} | {spread(r[x]['auc'])}" for x in READINGS)
             + " |"
             for r in recipes
         ),

@@ -28,7 +28,7 @@ sys.path.insert(0, str(BENCH))
 
 from report_files import machine, write_report  # noqa: E402
 
-from spanjudge.eval.distill.choice import rounded, seed_stats  # noqa: E402
+from spanjudge.eval.distill.choice import rounded, seed_stats, spread  # noqa: E402
 from spanjudge.eval.distill.dev_folds import dev_split  # noqa: E402
 from spanjudge.eval.distill.judgments import STUDENT_READ, archived, readings  # noqa: E402
 from spanjudge.eval.spans.recalibration import auc  # noqa: E402
@@ -103,9 +103,6 @@ def recipe_rows(runs: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> list[str]:
-    def mean(stats: dict[str, Any]) -> str:
-        return "–" if stats["mean"] is None else f"{stats['mean']:.3f} [{stats['min']:.3f}, {stats['max']:.3f}]"
-
     head = " | ".join(SIGNALS)
     return [
         "# Would anything outside the reply rank a student's spans? (`bench/span_confidence_bounds.py`)",
@@ -130,7 +127,7 @@ def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> list[
         f"| recipe | seeds | {head} |",
         "|---|---|" + "---:|" * len(SIGNALS),
         *(
-            f"| {r['recipe']} | {', '.join(map(str, r['seeds']))} | " + " | ".join(mean(r[s]) for s in SIGNALS) + " |"
+            f"| {r['recipe']} | {', '.join(map(str, r['seeds']))} | " + " | ".join(spread(r[s]) for s in SIGNALS) + " |"
             for r in recipes
         ),
     ]

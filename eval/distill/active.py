@@ -37,6 +37,7 @@ from spanjudge.core.configio import configs_dir
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_bytes
 from spanjudge.eval.correlation.bootstrap import percentile_interval
+from spanjudge.eval.distill.choice import spread
 from spanjudge.eval.distill.judgments import STUDENT_READ, archived
 from spanjudge.eval.distill.phases import (
     BIN,
@@ -326,7 +327,7 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     for arm, entry in done["arms"].items():
         seeds = ", ".join(str(seed) for seed in entry["seeds"])
-        cells = [_spread(entry[k], 1 if k == "no_error_outputs" else 3) for k in SHOWN]  # a count, not a measure
+        cells = [spread(entry[k], 1 if k == "no_error_outputs" else 3) for k in SHOWN]  # a count, not a measure
         lines.append(f"| {arm} | {seeds} | " + " | ".join(cells) + " |")
     lines += ["", "Each seed (change from the start in brackets):", "",
               "| arm | seed | selected: human spans, 'No Error' | overlap F1 | token F1 | count r | token r "
@@ -355,12 +356,6 @@ def markdown(results: dict[str, Any]) -> str:
             prefers = verdict(arms["confidence"][key], arms["random"][key], found)
             lines.append(f"| {key} | {_signed(value)} | {span} | {rounded(found['not_better'])} | {prefers} |")
     return "\n".join(lines) + "\n"
-
-
-def _spread(stats: dict[str, Any], digits: int = 3) -> str:
-    if stats["mean"] is None:
-        return "–"
-    return f"{stats['mean']:.{digits}f} [{stats['min']:.{digits}f}, {stats['max']:.{digits}f}]"
 
 
 def _signed(value: float | None) -> str:

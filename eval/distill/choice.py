@@ -16,6 +16,13 @@ def seed_stats(values: list[float | None]) -> dict[str, Any]:
     return {"mean": round(sum(present) / len(present), 4), "min": round(min(present), 4), "max": round(max(present), 4)}
 
 
+def spread(stats: dict[str, Any], digits: int = 3) -> str:
+    """A table cell of `seed_stats`: 'mean [lowest, highest]', '–' when a seed has none."""
+    if stats["mean"] is None:
+        return "–"
+    return f"{stats['mean']:.{digits}f} [{stats['min']:.{digits}f}, {stats['max']:.{digits}f}]"
+
+
 def rounded(value: object) -> str:
     """A table cell: '–' for a missing value, a float to 3 places, a count as it is."""
     if value is None:
