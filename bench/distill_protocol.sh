@@ -39,7 +39,7 @@
 # students (their work folders) judging dev with up to 512 new tokens instead of 320 (a fifth to a third of their dev replies ran past 320 twice); the
 # prompt's budget is the context less the reply's, so owid's longest inputs are cut 192 tokens shorter.
 # Issue #67's data curve at tables 0-69 (recipe gemma3-mixed-cut-t70-drafted-512tok: the 512-token reply budget that
-# dev kept at twice the data): -s1 on dev.
+# dev kept at twice the data): -s1 and -s2 on dev.
 # Issue #67 (fast judging): gemma3-mixed-cut-drafted-bf16-s42 is gemma3-mixed-cut-drafted-s42's student and decoding
 # in bfloat16 (--student-engine transformers-drafted-bf16), on dev: for CPUs with native bf16 only (elsewhere it is
 # emulated, several times slower); bench/drafted_judging.py compares it with the float32 judgments: run on dev.
@@ -47,10 +47,10 @@
 # t50-drafted-s1 and -s2 students judging dev as -512tok-s1 and -s2 do, its replies' errors ending at the first block written again
 # (--student-engine transformers-drafted-stop).
 # From here on the search judges with the stop (dev kept it on two seeds: docs/research/distillation.md): the t70
-# students judging dev so (gemma3-mixed-cut-t70-drafted-512tok-stop-s1, -s2; no training), a third seed of the
-# 0-49 recipe (gemma3-mixed-cut-t50-drafted-512tok-stop-s3), and issue #67's recipe arms at tables 0-49, each on
-# seeds 1 and 2: LoRA rank 64 (-t50-r64-stop), 2 epochs (-t50-e2-stop), lr 2e-4 (-t50-lr2e-4-stop), and the
-# teacher's 'No Error' outputs twice, against once, in proportion (-t50-clean2-stop). Not run yet.
+# students judging dev so (gemma3-mixed-cut-t70-drafted-512tok-stop-s1, -s2; no training; on dev), then, not run
+# yet: a third seed of the 0-49 recipe (gemma3-mixed-cut-t50-drafted-512tok-stop-s3), and issue #67's recipe arms
+# at tables 0-49, each on seeds 1 and 2: LoRA rank 64 (-t50-r64-stop), 2 epochs (-t50-e2-stop), lr 2e-4
+# (-t50-lr2e-4-stop), and the teacher's 'No Error' outputs twice, against once, in proportion (-t50-clean2-stop).
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
