@@ -50,7 +50,7 @@ def human_share(docs: list[SpanDocument]) -> float:
 
 def fits(docs: list[SpanDocument], read: Readings) -> dict[str, DecisionRule]:
     """The decision fit's rule on `docs`, and the best rule of its grid whose 'No Error' share there lies within
-    `MARGIN` of the humans' (the fit's own when it does; the fit's when none does)."""
+    `MARGIN` of the humans' (the fit's rule when no pair's share does)."""
     fit = fit_decision_rule(docs, read, split="dev", data="quintd-1 dev")
     target = human_share(docs)
     best: tuple[float, DecisionRule] | None = None
@@ -65,12 +65,9 @@ def fits(docs: list[SpanDocument], read: Readings) -> dict[str, DecisionRule]:
 
 def reading(docs: list[SpanDocument], read: Readings, rule: DecisionRule) -> dict[str, float]:
     """A rule read on `docs`: the objective and the 'No Error' share's distance from the humans'."""
-    subset = {d.id: read.get(d.id) for d in docs}
-    return {
-        "objective": objective(docs, decided_spans(subset, rule)),
-        "share": no_error_share(docs, read, rule),
-        "gap": abs(no_error_share(docs, read, rule) - human_share(docs)),
-    }
+    share = no_error_share(docs, read, rule)
+    decided = decided_spans({d.id: read.get(d.id) for d in docs}, rule)
+    return {"objective": objective(docs, decided), "share": share, "gap": abs(share - human_share(docs))}
 
 
 def run_row(label: str, settings: dict[str, Any]) -> dict[str, Any] | None:
