@@ -33,13 +33,25 @@ def rounded(value: object) -> str:
 CHOICE_SEEDS = 3  # a recipe is one of dev's candidates once this many of its seeds have fitted decisions
 
 
+def domains_given_up(rows: list[dict[str, Any]]) -> list[str]:
+    """The dev domains whose every scored output the decided reading calls "No Error" where the humans mark
+    errors in some: the pooled fit can buy its objective so (issue #67: a domain with few errors sorted apart
+    raises the pooled count r), and such a reading fails that domain's span measures by construction."""
+    return [
+        r["domain"] for r in rows
+        if (r["judge"], r["split"]) == ("student·decided", "dev") and r["domain"] != "pooled" and r["scored"]
+        and r.get("no_error_outputs") == r["scored"] and (r.get("human_no_error_outputs") or 0) < r["scored"]
+    ]  # fmt: skip
+
+
 def dev_choice(runs: dict[str, Any]) -> dict[str, Any]:
     """Dev's choice of recipe and reading (issue #49), made by the decision fit's own objective
     (`decision_fit.OBJECTIVE`, on the pooled dev outputs): among the protocol recipes with at least
-    `CHOICE_SEEDS` seeds whose dev judgments have fitted decisions, the highest mean over seeds of the decided
-    objective; read `+decided` where that mean is above the written replies'. No choice with fewer than two
-    candidates. `apart`: every seed of the chosen recipe lies above every seed of the others (otherwise the
-    choice is within the training seeds' spread)."""
+    `CHOICE_SEEDS` seeds whose dev judgments have fitted decisions, and none of whose seeds' decided readings
+    gives a domain up (`domains_given_up`, issue #67), the highest mean over seeds of the decided objective; read
+    `+decided` where that mean is above the written replies'. No choice with fewer than two candidates. `apart`:
+    every seed of the chosen recipe lies above every seed of the others (otherwise the choice is within the
+    training seeds' spread)."""
     seeds: dict[str, list[dict[str, Any]]] = {}
     for run in runs.values():
         s = run["settings"]
@@ -48,14 +60,16 @@ def dev_choice(runs: dict[str, Any]) -> dict[str, Any]:
             rule = s["decisions"]
             seeds.setdefault(s["recipe"], []).append(
                 {"seed": s["train_seed"], "decided": fit["value"], "written": fit["written_value"],
-                 "no_error_threshold": rule["no_error_threshold"], "min_confidence": rule["min_confidence"]}
+                 "no_error_threshold": rule["no_error_threshold"], "min_confidence": rule["min_confidence"],
+                 "given_up": domains_given_up(run["rows"])}
             )  # fmt: skip
     candidates: list[dict[str, Any]] = [
         {"recipe": recipe, "seeds": found, **{k: seed_stats([f[k] for f in found]) for k in ("decided", "written")}}
         for recipe, found in seeds.items()
     ]
     candidates.sort(key=lambda c: -c["decided"]["mean"])
-    ready = [c for c in candidates if len(c["seeds"]) >= CHOICE_SEEDS]
+    ready = [c for c in candidates
+             if len(c["seeds"]) >= CHOICE_SEEDS and not any(f["given_up"] for f in c["seeds"])]  # fmt: skip
     choice: dict[str, Any] = {"objective": OBJECTIVE, "candidates": candidates, "chosen": None}
     if len(ready) >= 2:
         best = ready[0]
@@ -74,25 +88,32 @@ def choice_lines(choice: dict[str, Any]) -> list[str]:
         "### What dev chose",
         "",
         f"By the decision fit's objective, the {choice['objective']}, on the pooled dev outputs: mean [lowest, "
-        f"highest] over seeds. A recipe is a candidate with {CHOICE_SEEDS} seeds. On dev, the decided reading is the "
-        "fit's own outputs.",
+        f"highest] over seeds. A recipe is a candidate with {CHOICE_SEEDS} seeds, unless a seed's decided reading "
+        "gives a domain up: calls every dev output of it 'No Error' where the humans mark errors in some (issue "
+        "#67). On dev, the decided reading is the fit's own outputs.",
         "",
         "| recipe | seeds | objective, decided | objective, written | thresholds per seed (τ₀ / τ; – the written "
-        "reply's) |",
-        "|---|---|---:|---:|---|",
+        "reply's) | domains given up |",
+        "|---|---|---:|---:|---|---|",
     ]
     for c in choice["candidates"]:
-        stats = [f"{c[k]['mean']:.3f} [{c[k]['min']:.3f}, {c[k]['max']:.3f}]" for k in ("decided", "written")]
+        stats = [spread(c[k]) for k in ("decided", "written")]
         thresholds = ", ".join(
             f"{f['seed']}: {rounded(f['no_error_threshold'])} / {rounded(f['min_confidence'])}" for f in c["seeds"]
         )
         seeds = ", ".join(str(f["seed"]) for f in c["seeds"])
-        lines.append(f"| {c['recipe']} | {seeds} | {' | '.join(stats)} | {thresholds} |")
+        given_up = ", ".join(f"{f['seed']}: {', '.join(f['given_up'])}" for f in c["seeds"] if f["given_up"]) or "–"
+        lines.append(f"| {c['recipe']} | {seeds} | {' | '.join(stats)} | {thresholds} | {given_up} |")
     chosen = choice["chosen"]
     if chosen is None:
         waiting = ", ".join(f"{c['recipe']} ({len(c['seeds'])})" for c in choice["candidates"])
-        return [*lines, "", f"No choice yet: it needs two recipes with {CHOICE_SEEDS} seeds each; so far {waiting}."]
-    spread = (
+        return [
+            *lines,
+            "",
+            f"No choice yet: it needs two recipes with {CHOICE_SEEDS} seeds each, none giving a domain "
+            f"up; so far {waiting}.",
+        ]
+    apart = (
         "every seed of it lies above every seed of the others"
         if choice["apart"]
         else "the seeds' ranges overlap, so the choice is within the training seeds' spread"
@@ -100,7 +121,7 @@ def choice_lines(choice: dict[str, Any]) -> list[str]:
     return [
         *lines,
         "",
-        f"**Dev chooses `{chosen}`, read {choice['reading']}** (each seed with its own thresholds above); {spread}. "
+        f"**Dev chooses `{chosen}`, read {choice['reading']}** (each seed with its own thresholds above); {apart}. "
         "The test split is judged with these values only.",
     ]
 

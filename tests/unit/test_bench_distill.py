@@ -353,6 +353,29 @@ def test_dev_chooses_the_recipe_whose_seeds_decide_best_once_two_have_three_seed
     assert "No choice yet" in "\n".join(bench.choice_lines(alone))
 
 
+def _decided_row(domain: str, said: int, humans: int) -> dict[str, Any]:
+    return {"judge": "student·decided", "split": "dev", "domain": domain, "scored": 40,
+            "no_error_outputs": said, "human_no_error_outputs": humans}  # fmt: skip
+
+
+def test_a_recipe_whose_decided_reading_gives_a_domain_up_is_not_chosen(bench: SimpleNamespace) -> None:
+    runs = {f"a{s}": _fitted_run("a", s, 0.40, 0.2) for s in (42, 1, 2)}
+    runs |= {f"b{s}": _fitted_run("b", s, 0.30, 0.2) for s in (42, 1, 2)}
+    runs |= {f"c{s}": _fitted_run("c", s, 0.25, 0.2) for s in (42, 1, 2)}
+    # a's seed 1 calls all 40 wikidata outputs 'No Error', of which the humans call 16 so; owid only 39 of 40
+    runs["a1"]["rows"] = [_decided_row("wikidata", 40, 16), _decided_row("owid", 39, 11)]
+    runs["a1"]["rows"].append(_decided_row("pooled", 120, 31) | {"scored": 120})
+    # b calls all of ice_hockey 'No Error' as the humans do: nothing given up
+    runs["b2"]["rows"] = [_decided_row("ice_hockey", 40, 40)]
+    choice = bench.dev_choice(runs)
+    assert [f["given_up"] for f in choice["candidates"][0]["seeds"]] == [[], ["wikidata"], []]
+    assert choice["chosen"] == "b" and choice["apart"] is True
+    assert "| 1: wikidata |" in "\n".join(bench.choice_lines(choice))
+    runs["c1"]["rows"] = [_decided_row("wikidata", 40, 0)]
+    runs["b1"]["rows"] = [_decided_row("wikidata", 40, 0)]
+    assert bench.dev_choice(runs)["chosen"] is None  # no two recipes left
+
+
 def _bar_entry(recipe: str, domain: str, mean: dict[str, Any], **more: Any) -> dict[str, Any]:
     teacher = {"overlap_f1": 0.5, "token_f1": 0.4, "count_pearson": 0.4, "token_pearson": 0.2}
     return {"recipe": recipe, "split": "test", "domain": domain, "seeds": [42, 1, 2], "mean": mean,

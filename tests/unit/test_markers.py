@@ -6,11 +6,19 @@ from pathlib import Path
 
 import pytest
 
+from spanjudge.core.digests import cache_root
+
 pytest_plugins = ["pytester"]
 
+# pytester gives the run a fresh HOME, under which the conftest's session start would assemble and convert the
+# shipped models again (85 s); read here, at collection, this is the suite's own cache, where they already are.
+SUITE_CACHE = cache_root()
 
-def test_gpu_marked_tests_skip_without_cuda(pytester: pytest.Pytester) -> None:
+
+def test_gpu_marked_tests_skip_without_cuda(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
+
+    monkeypatch.setenv("SPANJUDGE_CACHE", str(SUITE_CACHE))
 
     pytester.makeconftest((Path(__file__).parents[1] / "conftest.py").read_text())
     pytester.makepyfile(
