@@ -51,8 +51,8 @@
 # yet: a third seed of the 0-49 recipe (gemma3-mixed-cut-t50-drafted-512tok-stop-s3), and issue #67's recipe arms
 # at tables 0-49, each on seeds 1 and 2: LoRA rank 64 (-t50-r64-stop), 2 epochs (-t50-e2-stop), lr 2e-4
 # (-t50-lr2e-4-stop), and the teacher's 'No Error' outputs twice, against once, in proportion (-t50-clean2-stop).
-# Run so far of these: gemma3-mixed-cut-t50-r64-stop-s1 on dev; gemma3-mixed-cut-t50-lr2e-4-stop-s1 started (its
-# checkpoints resume it).
+# Run so far of these: gemma3-mixed-cut-t50-r64-stop-s1 on dev; gemma3-mixed-cut-t50-lr2e-4-stop-s1 trained to step
+# 100 of 142 (its checkpoint in runs/ resumes it on that machine).
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
