@@ -8,6 +8,8 @@
 #   bench/distill_protocol.sh LABEL ...              # only these runs
 #   SPLIT=test bench/distill_protocol.sh LABEL ...   # the test split, once per seed of a finished recipe
 #   SAMPLES=3 bench/distill_protocol.sh LABEL ...    # also self-consistency rows (3 sampled replies an output)
+#   BASE=0 SPLIT=test bench/distill_protocol.sh ...  # the students first: the untrained base's row is left to a later
+#                                                    # test run of one of them (its judgments restored, not redone)
 #
 # Choices are made on the dev split (tables 70-79); the test split (80-99) is judged once, for a
 # finished recipe only, and only for the runs named (the student trained for dev is reused). Logs:
@@ -52,7 +54,10 @@
 # at tables 0-49, each on seeds 1 and 2: LoRA rank 64 (-t50-r64-stop), 2 epochs (-t50-e2-stop), lr 2e-4
 # (-t50-lr2e-4-stop), and the teacher's 'No Error' outputs twice, against once, in proportion (-t50-clean2-stop).
 # Run so far of these: gemma3-mixed-cut-t50-r64-stop-s1 on dev; gemma3-mixed-cut-t50-lr2e-4-stop-s1 trained to step
-# 100 of 142 (its checkpoint in runs/ resumes it on that machine).
+# 100 of 142 (its checkpoint in runs/ resumes it on that machine); gemma3-mixed-cut-t50-drafted-512tok-stop-s3 on dev,
+# after which dev chose recipe gemma3-mixed-cut-t50-drafted-512tok-stop: on test, -s1 and -s2 with BASE=0 (-s3: next,
+# on the machine that trained it; the untrained base's row at 512 tokens is left: BASE=1 SPLIT=test ... -s1 adds it,
+# its student's judgments restored).
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
@@ -65,6 +70,7 @@ PYTHON="${PYTHON:-.venv/bin/python}"
 NOTE="${NOTE:-protocol run}"
 SPLIT="${SPLIT:-dev}"
 SAMPLES="${SAMPLES:-0}"
+BASE="${BASE:-1}"
 RUNS=(
   "smollm2-wikidata-s42 --recipe smollm2-wikidata --student smollm2 --train-seed 42 --probabilities --domains wikidata --train-tables 0 70"
   "smollm2-wikidata-s1 --recipe smollm2-wikidata --student smollm2 --train-seed 1 --probabilities --domains wikidata --train-tables 0 70"
@@ -127,6 +133,14 @@ case "$SPLIT" in
     exit 2
     ;;
 esac
+case "$BASE" in
+  1) base="--base" ;;
+  0) base="--no-base" ;;
+  *)
+    echo "distill_protocol: BASE is 1 or 0, not '$BASE'" >&2
+    exit 2
+    ;;
+esac
 known=$(printf '%s\n' "${RUNS[@]%% *}")
 for wanted in "$@"; do
   if ! grep -qx -- "$wanted" <<< "$known"; then
@@ -141,7 +155,7 @@ for run in "${RUNS[@]}"; do
   log="runs/bench/distill_quintd/$label$log_suffix.log"
   echo "[distill_protocol $(date +%T)] $label ($SPLIT split)" >&2
   # shellcheck disable=SC2086  # the options are words
-  if ! "$PYTHON" bench/distill_quintd.py --label "$label" $options --split "$SPLIT" --samples "$SAMPLES" --gamma --note "$NOTE" \
+  if ! "$PYTHON" bench/distill_quintd.py --label "$label" $options --split "$SPLIT" --samples "$SAMPLES" "$base" --gamma --note "$NOTE" \
       >> "$log" 2>&1; then
     echo "[distill_protocol] $label failed: see $log" >&2
   fi

@@ -97,7 +97,10 @@ def settings_command(
         if field.metadata.get("argument"):
             info = typer.Argument(help=text, metavar=field.metadata["metavar"], **bound)
         else:
-            info = typer.Option(option_flag(field), help=text, metavar=field.metadata["metavar"], **bound)
+            flag = option_flag(field)
+            if hints[field.name] is bool and field.default is True and "/" not in flag:  # on: --no- turns it off
+                flag = f"{flag}/--no-{flag.removeprefix('--')}"
+            info = typer.Option(flag, help=text, metavar=field.metadata["metavar"], **bound)
         default = field.default
         if field.default_factory is not dataclasses.MISSING:
             default = field.default_factory()

@@ -77,7 +77,7 @@ class MetaEvalSettings:
     endpoint: list[str] | None = option(
         None, help="prompted: point a model at other servers, NAME=URL[,URL...] (repeatable)."
     )
-    plots: bool = option(True, flag="--plots/--no-plots", help="Write PNG plots.")
+    plots: bool = option(True, help="Write PNG plots.")
     samples: int = option(
         1,
         help="Judge each item N times (sample k decodes with a seed from k; sample 1 of N is today's judgment) "

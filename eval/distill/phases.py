@@ -357,7 +357,7 @@ def judge_held_out(
     # that it writes evaluations at all (unconstrained it parses none); once per student model and setting.
     judges: list[tuple[str, Path, Path | None, int]] = [("student", adapter, lora, 0)]
     student = file_sha256(adapter / ADAPTER_WEIGHTS)  # computed once, when it was trained
-    if args.split == "test":
+    if args.split == "test" and args.base:
         judges.insert(0, ("base", base_turns, None, 0))
     if args.samples:  # self-consistency: the same student asked again for N sampled replies per output
         judges.append(("student", adapter, lora, args.samples))

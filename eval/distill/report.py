@@ -35,7 +35,7 @@ def domain_rows(
     """One agreement row per domain of `docs` and one pooled over them, for the judge `name` on `split`;
     with `gammas` (`output_gammas` of the judge), factgenie's γ agreement too. `written`: the spans are those of
     the judge's written replies (not a reading of its probabilities or of its sampled replies). `readings`
-    (`judgments.readings`): the calibration of the judge's probabilities, ECE and n per measure."""
+    (`judgments.readings`): the calibration of the judge's probabilities, ECE, n and AUC per measure."""
     from spanjudge.eval.spans.agreement import span_agreement
     from spanjudge.eval.spans.calibration import calibration
     from spanjudge.eval.spans.gamma import gamma_summary
@@ -51,7 +51,7 @@ def domain_rows(
             row["gamma"], row["gamma_outputs"] = summary["gamma"], summary["gamma_outputs"]
         if readings is not None:
             measures = calibration(subset, readings)
-            row["calibration"] = {m: {"ece": found["ece"], "n": found["n"]} for m, found in measures.items()}
+            row["calibration"] = {m: {k: found[k] for k in ("ece", "n", "auc")} for m, found in measures.items()}
         row["no_error_outputs"] = sum(1 for d in subset if spans.get(d.id) == [])
         row["human_no_error_outputs"] = sum(1 for d in subset if not d.gold_spans)
         if judged is not None:
@@ -142,6 +142,8 @@ def recipes(runs: dict[str, Any]) -> list[dict[str, Any]]:
                 calibrated = [row["calibration"] for _, row in found if row.get("calibration")]
                 if calibrated and len(calibrated) == len(found):
                     entry["calibration"] = {m: seed_stats([c[m]["ece"] for c in calibrated]) for m in MEASURES}
+                    # how well the span confidence ranks (rows made before it was recorded have none)
+                    entry["span_confidence_auc"] = seed_stats([c["span_confidence"].get("auc") for c in calibrated])
                 entry["scored"] = sum(row["scored"] for _, row in found)
                 entry["asked"] = sum(row["asked"] for _, row in found)
                 entry["no_error_outputs"] = seed_stats([row.get("no_error_outputs") for _, row in found])["mean"]

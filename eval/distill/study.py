@@ -102,6 +102,12 @@ class StudySettings:
         "rows; a judging option, not part of the recipe, so it can be added to a finished run).",
         min=0,
     )
+    base: bool = option(
+        True,
+        help="On the test split, also judge the untrained base: the reference row beside each recipe, judged once "
+        "per student model and setting and restored from any run that kept it (--no-base leaves it to a later run "
+        "of the same split, which restores the student's judgments and adds the row).",
+    )
     resamples: int = option(1000, help="Bootstrap resamples of the intervals.", min=1)
     gamma: bool = option(False, help="Also factgenie's γ agreement per row (pygamma-agreement).")
     seed: int = option(0, help="The bootstrap's seed.")

@@ -8,8 +8,10 @@
 
 ECE = Σ_b (n_b / N) · |mean predicted_b − mean observed_b| over equal-width bins of the prediction (10 bins
 of [0, 1] for a probability; for a count, bins of width one error from 0, so its ECE is in errors). A
-bin with no prediction in it does not count. Judgments are the rows the span study keeps per output
-(`eval.spans.judging`): written spans, each span's confidence, P(no error) and the expected count.
+bin with no prediction in it does not count. Beside it, for the two probabilities, the AUC: how well they rank
+(0.5: not at all), which no map fitted after the fact can add (`recalibration`). Judgments are the rows the span
+study keeps per output (`eval.spans.judging`): written spans, each span's confidence, P(no error) and the expected
+count.
 """
 
 from __future__ import annotations
@@ -54,6 +56,16 @@ def reliability(
     return {"n": n, "ece": ece, "bins": rows}
 
 
+def auc(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """P(a positive's confidence > a negative's), ties counting half; None without both kinds."""
+    positives = [p for p, o in pairs if o]
+    negatives = [p for p, o in pairs if not o]
+    if not positives or not negatives:
+        return None
+    wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
 def _overlaps(span: Sequence[int], gold: Sequence[tuple[int, int]]) -> bool:
     return any(span[0] < end and start < span[1] for start, end in gold)
 
@@ -77,10 +89,14 @@ def calibration_pairs(
 
 
 def calibration(docs: Sequence[SpanDocument], rows: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
-    """Each measure's reliability table and ECE (`reliability`) over `docs`."""
+    """Each measure's reliability table and ECE (`reliability`) over `docs`, and for the two probabilities their
+    AUC (`auc`; None for the count, and where the outputs give only one kind)."""
     pairs = calibration_pairs(docs, rows)
     return {
-        measure: reliability(found, width=1.0 if measure == "expected_count" else None)
+        measure: {
+            **reliability(found, width=1.0 if measure == "expected_count" else None),
+            "auc": None if measure == "expected_count" else auc(found),
+        }
         for measure, found in pairs.items()
     }
 
@@ -92,17 +108,23 @@ def calibration_markdown(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
         "## Calibration of the judges' probabilities",
         "",
         "ECE: the mean gap between what the judge's probabilities predict and what the humans marked, over "
-        "10 equal bins (the expected count: bins of one error, its ECE in errors); n: spans or outputs.",
+        "10 equal bins (the expected count: bins of one error, its ECE in errors); AUC: how well a probability "
+        "ranks what the humans marked (0.5: not at all); n: spans or outputs.",
         "",
         "| judge | " + " | ".join(MEASURES.values()) + " |",
         "|---|" + "---:|" * len(MEASURES),
     ]
     for judge, measures in results.items():
-        cells = [
-            "–" if measures[m]["ece"] is None else f"{measures[m]['ece']:.3f} (n={measures[m]['n']})" for m in MEASURES
-        ]
+        cells = [_cell(measures[m]) for m in MEASURES]
         lines.append(f"| {judge} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _cell(found: Mapping[str, Any]) -> str:
+    if found["ece"] is None:
+        return "–"
+    ranks = "" if found.get("auc") is None else f", AUC {found['auc']:.3f}"
+    return f"{found['ece']:.3f}{ranks} (n={found['n']})"
 
 
 def reliability_png(path: Path, measures: Mapping[str, Mapping[str, Any]], title: str) -> Path:

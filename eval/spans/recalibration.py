@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.optimize import minimize
 
-from spanjudge.eval.spans.calibration import reliability
+from spanjudge.eval.spans.calibration import auc, reliability
 
 Pairs = Sequence[tuple[float, float]]  # (predicted probability, observed 0 or 1)
 EDGE = 1e-6  # confidences are clipped to [EDGE, 1 - EDGE] before their logit
@@ -51,16 +51,6 @@ def fit_scaling(pairs: Pairs, *, bias: bool) -> tuple[float, float]:
 
 def scaled(pairs: Pairs, a: float, b: float) -> list[tuple[float, float]]:
     return [(1.0 / (1.0 + math.exp(-(a * logit(p) + b))), o) for p, o in pairs]
-
-
-def auc(pairs: Pairs) -> float | None:
-    """P(a positive's confidence > a negative's), ties counting half; None without both kinds."""
-    positives = [p for p, o in pairs if o]
-    negatives = [p for p, o in pairs if not o]
-    if not positives or not negatives:
-        return None
-    wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
-    return wins / (len(positives) * len(negatives))
 
 
 def cross_fitted(folds: Sequence[Pairs], how: str) -> list[tuple[float, float]]:

@@ -56,6 +56,31 @@ def test_every_command_takes_its_options_from_one_settings_dataclass() -> None:
         assert {p.name for p in command.params if p.name != "help"} == fields, name
 
 
+def test_an_option_on_by_default_can_be_turned_off() -> None:
+    """A bool setting whose default is True takes its --no- form (`spanjudge distill --no-base`), and one off by
+    default stays a plain flag."""
+    import dataclasses
+
+    import typer
+    from typer.testing import CliRunner
+
+    from spanjudge.core.options import option, settings_command
+
+    @dataclasses.dataclass
+    class Toggles:
+        base: bool = option(True, help="on by default")
+        gamma: bool = option(False, help="off by default")
+
+    app = typer.Typer()
+    seen: list[Toggles] = []
+    settings_command(app, Toggles, seen.append, help="toggles")
+    runner = CliRunner()
+    for args, expected in (([], (True, False)), (["--no-base", "--gamma"], (False, True)), (["--base"], (True, False))):
+        assert runner.invoke(app, args).exit_code == 0, args
+        assert (seen[-1].base, seen[-1].gamma) == expected, args
+    assert runner.invoke(app, ["--no-gamma"]).exit_code != 0
+
+
 def test_the_base_layer_names_no_later_stage() -> None:
     source = Path(cli.__file__).read_text(encoding="utf-8")
     for stage in ("data_gen", "training", "eval", "publish_cli"):

@@ -281,18 +281,21 @@ def test_the_protocol_script_judges_the_test_split_only_for_the_runs_it_is_given
     assert protocol("smollm2-human-s1", SPLIT="test").returncode == 0
     [call] = (tmp_path / "calls").read_text().splitlines()
     assert call.startswith("bench/distill_quintd.py --label smollm2-human-s1 --recipe smollm2-human")
-    assert "--train-source human" in call and "--split test --samples 0 --gamma" in call
+    assert "--train-source human" in call and "--split test --samples 0 --base --gamma" in call
     assert (tmp_path / "runs/bench/distill_quintd/smollm2-human-s1.test.log").is_file()
     assert protocol("smollm2-wikidata-s2", SAMPLES="3").returncode == 0  # the dev split by default
     assert "--split dev --samples 3" in (tmp_path / "calls").read_text().splitlines()[1]
+    assert protocol("smollm2-human-s1", SPLIT="test", BASE="0").returncode == 0  # the students first
+    assert "--split test --samples 0 --no-base" in (tmp_path / "calls").read_text().splitlines()[2]
     for refused, env, says in [
         ((), {"SPLIT": "test"}, "never all of them"),  # the test split is read for a finished recipe only
         (("smollm2-human-s1",), {"SPLIT": "tset"}, "SPLIT is dev or test, not 'tset'"),
+        (("smollm2-human-s1",), {"BASE": "no"}, "BASE is 1 or 0, not 'no'"),
         (("smollm2-human-s9",), {}, "no run 'smollm2-human-s9'"),
     ]:
         done = protocol(*refused, **env)
         assert done.returncode == 2 and says in done.stderr
-    assert len((tmp_path / "calls").read_text().splitlines()) == 2  # a refused call starts nothing
+    assert len((tmp_path / "calls").read_text().splitlines()) == 3  # a refused call starts nothing
 
 
 def test_a_reading_that_only_some_seeds_have_is_a_recipe_entry_over_those_seeds(bench: SimpleNamespace) -> None:
@@ -390,6 +393,7 @@ def test_the_bar_is_read_for_dev_s_choice_on_the_test_split(bench: SimpleNamespa
         _bar_entry("a+decided", "pooled", decided, no_error_outputs=35, human_no_error_outputs=25),
         _bar_entry("a", "pooled", {}, calibration={"span_confidence": {"mean": 0.04}}),
         _bar_entry("b+decided", "wikidata", {**decided, "token_f1": 0.9}),  # another recipe: not read
+        _bar_entry("a", "pooled", {}, split="dev", span_confidence_auc={"mean": 0.56}),  # the ranking is dev's
     ]
     bar = bench.bar_checks(entries, choice)
     assert bar["seeds"] == [42, 1, 2]
@@ -402,9 +406,11 @@ def test_the_bar_is_read_for_dev_s_choice_on_the_test_split(bench: SimpleNamespa
     rate = checks["'No Error' rate within 0.10 of the humans' (pooled)"]  # 35 and 25 of 100 outputs a seed
     assert (rate["value"], rate["target"], rate["met"]) == (0.35, 0.25, True)
     assert checks["span-confidence ECE ≤ 0.05 (pooled)"]["met"] is True
+    ranks = checks["span-confidence AUC ≥ 0.70 (dev, pooled)"]
+    assert (ranks["value"], ranks["met"]) == (0.56, False)
     lines = "\n".join(bench.bar_lines(bar, choice))
     assert (
-        "Mean over seeds 42, 1, 2; 5 of 12 checks met" in lines
+        "Mean over seeds 42, 1, 2; 5 of 13 checks met" in lines
         and "| token_f1 (pooled) ≥ half the teacher's | 0.200 | 0.100 | no |" in lines
     )
     assert bench.bar_checks(entries, {"chosen": None}) is None  # dev has not chosen: no bar

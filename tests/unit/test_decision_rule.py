@@ -141,8 +141,12 @@ def test_calibration_of_span_confidence_no_error_and_expected_count(tmp_path: Pa
     no_error = found["no_error"]
     assert no_error["n"] == 7 and no_error["ece"] == pytest.approx((4 * 0.55 + 3 * 0.05) / 7)
     assert found["expected_count"]["ece"] == pytest.approx((4 * 0.6 + 3 * 0.2) / 7)
+    # ranking: each overlapping 0.7 above the three 0.2s, below the four 0.8s; P(no error) 0.45 above every 0.05
+    assert spans["auc"] == pytest.approx(3 * 3 / (3 * 7)) and no_error["auc"] == 1.0
+    assert found["expected_count"]["auc"] is None  # a count ranks nothing here
     lines = calibration_markdown({"student": found})
-    assert any(line.startswith("| student | 0.470 (n=10) | 0.336 (n=7) | 0.429 (n=7) |") for line in lines)
+    row = "| student | 0.470, AUC 0.429 (n=10) | 0.336, AUC 1.000 (n=7) | 0.429 (n=7) |"
+    assert any(line.startswith(row) for line in lines)
     png = reliability_png(tmp_path / "calibration.png", found, "student on toy")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

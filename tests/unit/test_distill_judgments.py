@@ -96,6 +96,9 @@ def test_a_runs_rows_recompute_from_its_kept_judgments_with_decisions_fitted_on_
     assert rows[("test", "student")]["calibration"]["no_error"]["n"] == len(test_docs) - 1  # one unscored
     entries = [e for e in recipes(data["runs"]) if e["recipe"] == "toy" and e["domain"] == "wikidata"]
     assert {e["split"] for e in entries if "calibration" in e} == {"dev", "test"}
+    # and how well its span confidence ranks, beside the ECE
+    found = rows[("test", "student")]["calibration"]["span_confidence"]
+    assert all("span_confidence_auc" in e for e in entries) and "auc" in found
     assert {e["recipe"] for e in recipes(data["runs"])} == {"toy", "toy+expected", "toy+decided"}
     report = results.with_suffix(".md").read_text()
     assert report == markdown(data["runs"]) and "### Calibration of the student's probabilities" in report
