@@ -55,9 +55,8 @@
 # (-t50-lr2e-4-stop), and the teacher's 'No Error' outputs twice, against once, in proportion (-t50-clean2-stop).
 # Run so far of these: gemma3-mixed-cut-t50-r64-stop-s1 on dev; gemma3-mixed-cut-t50-lr2e-4-stop-s1 trained to step
 # 100 of 142 (its checkpoint in runs/ resumes it on that machine); gemma3-mixed-cut-t50-drafted-512tok-stop-s3 on dev,
-# after which dev chose recipe gemma3-mixed-cut-t50-drafted-512tok-stop: on test, -s1 and -s2 with BASE=0 (-s3: next,
-# on the machine that trained it; the untrained base's row at 512 tokens is left: BASE=1 SPLIT=test ... -s1 adds it,
-# its student's judgments restored).
+# after which dev chose recipe gemma3-mixed-cut-t50-drafted-512tok-stop: on test, -s1, -s2 and -s3 with BASE=0 (the
+# untrained base's row at 512 tokens is left: BASE=1 SPLIT=test ... -s1 adds it, its student's judgments restored).
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
