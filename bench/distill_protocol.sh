@@ -53,8 +53,9 @@
 # yet: a third seed of the 0-49 recipe (gemma3-mixed-cut-t50-drafted-512tok-stop-s3), and issue #67's recipe arms
 # at tables 0-49, each on seeds 1 and 2: LoRA rank 64 (-t50-r64-stop), 2 epochs (-t50-e2-stop), lr 2e-4
 # (-t50-lr2e-4-stop), and the teacher's 'No Error' outputs twice, against once, in proportion (-t50-clean2-stop).
-# Run so far of these: gemma3-mixed-cut-t50-r64-stop-s1 on dev; gemma3-mixed-cut-t50-lr2e-4-stop-s1 trained to step
-# 100 of 142 (its checkpoint in runs/ resumes it on that machine); gemma3-mixed-cut-t50-drafted-512tok-stop-s3 on dev,
+# Run so far of these: gemma3-mixed-cut-t50-r64-stop-s1 and gemma3-mixed-cut-t50-clean2-stop-s1 on dev (the latter's
+# student also judged dev in bfloat16 with the stop as gemma3-mixed-cut-t50-clean2-bf16-stop-s1, for the speed on a
+# host with native bf16); gemma3-mixed-cut-t50-drafted-512tok-stop-s3 on dev,
 # after which dev chose recipe gemma3-mixed-cut-t50-drafted-512tok-stop: on test, -s1, -s2 and -s3 with BASE=0 (the
 # untrained base's row at 512 tokens is left: BASE=1 SPLIT=test ... -s1 adds it, its student's judgments restored).
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
@@ -115,6 +116,7 @@ RUNS=(
   "gemma3-mixed-cut-t50-lr2e-4-stop-s2 --recipe gemma3-mixed-cut-t50-lr2e-4-stop --lr 0.0002 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-clean2-stop-s1 --recipe gemma3-mixed-cut-t50-clean2-stop --repeat-no-error 2 --student-engine transformers-drafted-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-clean2-stop-s2 --recipe gemma3-mixed-cut-t50-clean2-stop --repeat-no-error 2 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
+  "gemma3-mixed-cut-t50-clean2-bf16-stop-s1 --recipe gemma3-mixed-cut-t50-clean2-bf16-stop --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-clean2-stop-s1 --repeat-no-error 2 --student-engine transformers-drafted-bf16-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-drafted-bf16-s42 --recipe gemma3-mixed-cut-drafted-bf16 --work runs/bench/distill_quintd/gemma3-mixed-cut-s42 --student-engine transformers-drafted-bf16 --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
   "gemma3-vote-agree-cut-llamacpp-s42 --recipe gemma3-vote-agree-cut-llamacpp --work runs/bench/distill_quintd/gemma3-vote-agree-cut-s42 --student-engine llamacpp --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
 )

@@ -83,8 +83,9 @@ class StudySettings:
         "same engine and reader, its greedy replies written with prompt lookup and a cut output layer, every token "
         "checked against the whole layer: `spanjudge score --decoding drafted`), transformers-drafted-bf16 (the "
         "same in bfloat16, for a CPU with native bf16), transformers-drafted-stop (drafted, a reply's errors "
-        "ending at the first block it writes again: `spanjudge score --stop-at-repeat`), llamacpp (its GGUF with the "
-        "adapter exported as a GGUF LoRA, in this process: its probabilities within rounding of the exact ones), "
+        "ending at the first block it writes again: `spanjudge score --stop-at-repeat`), "
+        "transformers-drafted-bf16-stop (both), llamacpp (its GGUF with the adapter exported as a GGUF LoRA, in "
+        "this process: its probabilities within rounding of the exact ones), "
         "llamacpp-server (the same, served), or default: the student's own (Gemma 3: transformers; SmolLM2: "
         "llamacpp-server).",
     )
@@ -146,6 +147,7 @@ ENGINE_LABELS = {
     "transformers-drafted": "transformers-drafted",
     "transformers-drafted-bf16": "transformers-drafted-bf16",
     "transformers-drafted-stop": "transformers-drafted-stop",
+    "transformers-drafted-bf16-stop": "transformers-drafted-bf16-stop",
     "llamacpp": "llamacpp-in-process",
     "llamacpp-server": "llamacpp",
 }
@@ -158,6 +160,8 @@ _ENGINE_VARIANTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "transformers-drafted-bf16": ("transformers", "drafted", {"dtype": "bfloat16"}),
     # drafted decoding whose replies end their errors at the first block written again (`stop_at_repeat`)
     "transformers-drafted-stop": ("transformers", "drafted", {"stop_at_repeat": True}),
+    # both: the search's judge (the stop) in bfloat16, for a bf16 host's speed beside the float32 judge's
+    "transformers-drafted-bf16-stop": ("transformers", "drafted", {"dtype": "bfloat16", "stop_at_repeat": True}),
 }
 
 

@@ -261,6 +261,8 @@ def test_the_student_judges_on_its_own_engine_unless_told(bench: SimpleNamespace
     assert engine_and_decoding("transformers-drafted") == ("transformers", "drafted", {})
     assert engine_and_decoding("transformers-drafted-bf16") == ("transformers", "drafted", {"dtype": "bfloat16"})
     assert engine_and_decoding("transformers-drafted-stop") == ("transformers", "drafted", {"stop_at_repeat": True})
+    both = {"dtype": "bfloat16", "stop_at_repeat": True}
+    assert engine_and_decoding("transformers-drafted-bf16-stop") == ("transformers", "drafted", both)
     assert engine_and_decoding("llamacpp") == ("llamacpp", "batched", {})
 
 
