@@ -58,6 +58,10 @@
 # host with native bf16); gemma3-mixed-cut-t50-drafted-512tok-stop-s3 on dev,
 # after which dev chose recipe gemma3-mixed-cut-t50-drafted-512tok-stop: on test, -s1, -s2 and -s3 with BASE=0 (the
 # untrained base's row at 512 tokens is left: BASE=1 SPLIT=test ... -s1 adds it, its student's judgments restored).
+# Issue #67 (fast judging): gemma3-mixed-cut-t50-drafted-512tok-rows-stop-s1 is dev's choice, seed 1, judging with
+# each input's four outputs' replies written together as the rows of one batch (--student-engine
+# transformers-drafted-rows-stop; the same replies up to the sums' rounding): run on dev, then on test for the time
+# (2026-12-06, the AMD host, after -512tok-stop-s1's student was trained again there and judged dev).
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
@@ -117,6 +121,7 @@ RUNS=(
   "gemma3-mixed-cut-t50-clean2-stop-s1 --recipe gemma3-mixed-cut-t50-clean2-stop --repeat-no-error 2 --student-engine transformers-drafted-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-clean2-stop-s2 --recipe gemma3-mixed-cut-t50-clean2-stop --repeat-no-error 2 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-clean2-bf16-stop-s1 --recipe gemma3-mixed-cut-t50-clean2-bf16-stop --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-clean2-stop-s1 --repeat-no-error 2 --student-engine transformers-drafted-bf16-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
+  "gemma3-mixed-cut-t50-drafted-512tok-rows-stop-s1 --recipe gemma3-mixed-cut-t50-drafted-512tok-rows-stop --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-drafted-s1 --student-engine transformers-drafted-rows-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-drafted-bf16-s42 --recipe gemma3-mixed-cut-drafted-bf16 --work runs/bench/distill_quintd/gemma3-mixed-cut-s42 --student-engine transformers-drafted-bf16 --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
   "gemma3-vote-agree-cut-llamacpp-s42 --recipe gemma3-vote-agree-cut-llamacpp --work runs/bench/distill_quintd/gemma3-vote-agree-cut-s42 --student-engine llamacpp --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
 )

@@ -65,10 +65,11 @@ class JudgeOptions:
     )
     decoding: str = option(
         "batched",
-        help="How greedy replies are written: batched (generate, batch_size at a time), or drafted: one at a time "
-        "with prompt-lookup guesses and the output layer cut to the prompt's and the judge's vocabulary, every token "
-        "checked against the whole layer (the same greedy replies; the probability reading reuses the writing's "
-        "cache). Made for a small judge on a CPU (bench/results/drafted_judging.md).",
+        help="How greedy replies are written: batched (generate, batch_size at a time), or drafted: batch_size "
+        "together, each a row of every pass, with prompt-lookup guesses and the output layer cut to the prompt's and "
+        "the judge's vocabulary, every token checked against the whole layer (the same greedy replies; the "
+        "probability reading reuses the writing's cache). Made for a small judge on a CPU "
+        "(bench/results/drafted_judging.md).",
         more_help=for_engines("decoding"),
     )
     stop_at_repeat: bool = option(

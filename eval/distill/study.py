@@ -84,8 +84,9 @@ class StudySettings:
         "checked against the whole layer: `spanjudge score --decoding drafted`), transformers-drafted-bf16 (the "
         "same in bfloat16, for a CPU with native bf16), transformers-drafted-stop (drafted, a reply's errors "
         "ending at the first block it writes again: `spanjudge score --stop-at-repeat`), "
-        "transformers-drafted-bf16-stop (both), llamacpp (its GGUF with the adapter exported as a GGUF LoRA, in "
-        "this process: its probabilities within rounding of the exact ones), "
+        "transformers-drafted-bf16-stop (both), transformers-drafted-rows-stop (the stop's, each input's outputs' "
+        "replies written together as the rows of one batch), llamacpp (its GGUF with the adapter exported as a "
+        "GGUF LoRA, in this process: its probabilities within rounding of the exact ones), "
         "llamacpp-server (the same, served), or default: the student's own (Gemma 3: transformers; SmolLM2: "
         "llamacpp-server).",
     )
@@ -148,20 +149,31 @@ ENGINE_LABELS = {
     "transformers-drafted-bf16": "transformers-drafted-bf16",
     "transformers-drafted-stop": "transformers-drafted-stop",
     "transformers-drafted-bf16-stop": "transformers-drafted-bf16-stop",
+    "transformers-drafted-rows-stop": "transformers-drafted-rows-stop",
     "llamacpp": "llamacpp-in-process",
     "llamacpp-server": "llamacpp",
 }
+ROWS = 4  # replies drafted decoding writes together: quintd-1's outputs of one input
 # the student engines that are a registered engine with judge options: (engine, its `decoding`, engine options);
 # the others are the registered engine of their name, batched, with its default options
 _ENGINE_VARIANTS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "transformers-drafted": ("transformers", "drafted", {}),
+    # drafted decoding one reply at a time (`batch_size` 1), as these judges were measured before replies were
+    # written together
+    "transformers-drafted": ("transformers", "drafted", {"batch_size": 1}),
     # the same decoding in bfloat16: faster where the CPU has native bf16 (AMX, AVX-512 BF16), emulated and
     # several times slower where it has not (`inference.cpu_precision`); its replies and probabilities are its own
-    "transformers-drafted-bf16": ("transformers", "drafted", {"dtype": "bfloat16"}),
+    "transformers-drafted-bf16": ("transformers", "drafted", {"batch_size": 1, "dtype": "bfloat16"}),
     # drafted decoding whose replies end their errors at the first block written again (`stop_at_repeat`)
-    "transformers-drafted-stop": ("transformers", "drafted", {"stop_at_repeat": True}),
+    "transformers-drafted-stop": ("transformers", "drafted", {"batch_size": 1, "stop_at_repeat": True}),
     # both: the search's judge (the stop) in bfloat16, for a bf16 host's speed beside the float32 judge's
-    "transformers-drafted-bf16-stop": ("transformers", "drafted", {"dtype": "bfloat16", "stop_at_repeat": True}),
+    "transformers-drafted-bf16-stop": (
+        "transformers",
+        "drafted",
+        {"batch_size": 1, "dtype": "bfloat16", "stop_at_repeat": True},
+    ),
+    # the stop's judge with the replies of one input's outputs written together, each a row of every pass
+    # (`row_cache`): the same replies up to the sums' rounding
+    "transformers-drafted-rows-stop": ("transformers", "drafted", {"batch_size": ROWS, "stop_at_repeat": True}),
 }
 
 

@@ -3,7 +3,7 @@ with fewer and cheaper forward passes, then read for probabilities from the same
 
 A judge's reply quotes the output it judges in a fixed format that its prompt spells out, and on a CPU a small
 model's step is dominated by its output layer (Gemma 3's 262,144 words: 25 of 56 ms a step at batch 1 on a 2-core
-Xeon, bench/results/cut_output_layer.md). So one reply at a time:
+Xeon, bench/results/cut_output_layer.md). So, for each reply:
 
 - **prompt lookup** (as transformers' `prompt_lookup_num_tokens`): the next `DRAFT_TOKENS` tokens are guessed by
   copying what followed the latest earlier occurrence of the last `NGRAM` tokens in the reply, the prompt, or the
@@ -19,26 +19,37 @@ Xeon, bench/results/cut_output_layer.md). So one reply at a time:
   order than one over one: a near-tie can flip, as between batch sizes);
 - **one cache**: the writing leaves its cache and final hidden states with the engine's probability reader
   (`ProbabilityReader.hold`), which then reads the reply's choices without reading prompt and reply again, and the
-  next prompt reads only what it does not share with this one (the outputs of one input one after another).
+  next prompt reads only what it does not share with this one (the outputs of one input one after another);
+- **rows** (`write_all`): where the model takes attention masks of ours, the replies of several prompts (the
+  engine's `batch_size`: the outputs of one input) are written together, every pass checking each unfinished
+  reply's guess as a row of one batch (`row_cache.RowCache`), and a reply's guesses look up the others' too. On a
+  2-core CPU a pass over a few tokens costs about what reading the weights costs, which the rows share.
 
 Only greedy requests without stop strings or a grammar are drafted; the others take the batched path. With
 `stop_at_repeat` (`stop_at=contract.first_repeat`), a reply that writes an error block again word for word (a
 small judge's greedy loop) is cut before that block once its tokens are checked, `Overall score:` is fed for the
-judge in one pass, and the judge writes its score from there (`_stop`, `_force`): its errors end where the loop
-began.
+judge in the next pass, and the judge writes its score from there (`_stop`, `_next_feed`): its errors end where
+the loop began.
 
 Measured (bench/results/drafted_judging.md, 2-core Xeon): a Gemma 3 student's protocol judging of 120 dev outputs,
-the same replies as the batched engine's (fixed for Gemma 3's padding), 4.69 s an output against 7.88 (1.68x).
+the same replies as the batched engine's (fixed for Gemma 3's padding), 4.69 s an output against 7.88 (1.68x); on a
+2-core AMD EPYC, another student's with the stop, four replies together against one at a time, the same 120
+replies, 6.64 s an output against 8.53 (1.28x).
 """
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ..chat import shared_length
 from ..contract import MAX_ERRORS, ErrorAnnotation, Evaluation
 from ..contract.render import SCORE_FIELD, render_judge
+from .row_cache import RowCache
 from .transformers_reader import ProbabilityReader, prefill_chunks, roll_back
 
 if TYPE_CHECKING:
@@ -78,9 +89,32 @@ def format_tokens(tokenizer: PreTrainedTokenizerBase) -> set[int]:
     return {i for reply in replies for i in tokenizer(reply, add_special_tokens=False)["input_ids"]}
 
 
+@dataclass
+class _Reply:
+    """One reply as drafted decoding writes it: its tokens, how far the whole output layer has checked them, the final
+    hidden states by position, and what its next pass feeds (a guess, or the tokens `_stop` writes for the judge)."""
+
+    prompt: list[int]
+    max_tokens: int
+    vocabulary: set[int]
+    layer: _Layer | None
+    reply: list[int]
+    hidden: dict[int, Any]
+    looked: int | None  # checked tokens `stop_at` has read; None: no more
+    checked: int = 0  # reply tokens whose whole row agreed
+    rewritten: int = 0
+    guess: list[int] = field(default_factory=list)
+    forced: list[int] | None = None
+
+    @property
+    def fed(self) -> int:
+        """The tokens its cache holds (the prompt, and the reply but its last token): its last token's position."""
+        return len(self.prompt) + len(self.reply) - 1
+
+
 class DraftedReader(ProbabilityReader):
-    """The transformers engine's probability reader that also writes greedy replies (`write`, the module
-    docstring), leaving each one's cache to the reading that follows it."""
+    """The transformers engine's probability reader that also writes greedy replies (`write`, `write_all`; the
+    module docstring), leaving each one's cache to the reading that follows it."""
 
     def __init__(
         self,
@@ -100,59 +134,190 @@ class DraftedReader(ProbabilityReader):
         # the cut layer's tokens beyond each prompt's own: the format, the ends, and what this judge wrote before
         self._known = format_tokens(tokenizer) | set(self.end_ids)
         self._history: deque[list[int]] = deque(maxlen=HISTORY)  # the last replies, looked up too
+        # the replies written last and not read yet: (their tokens, cache and final hidden states), for `hold`
+        self._written: list[tuple[list[int], Any, dict[int, Any]]] = []
+        kinds = getattr(self._text_config, "layer_types", None)
+        self._kinds = list(kinds or ["full_attention"] * self._text_config.num_hidden_layers)
         # forward passes, guessed tokens kept and rewrites so far
         self.passes = self.guessed = self.rewrites = 0
 
+    @property
+    def writes_together(self) -> bool:
+        """Whether `write_all` writes several replies in one batch (the model's attention takes our masks)."""
+        return self._tree
+
     def write(self, prompt_ids: Sequence[int], max_tokens: int) -> list[int]:
         """The greedy reply to `prompt_ids` (ending with an end-of-turn token, or `max_tokens` long)."""
+        return self.write_all([prompt_ids], max_tokens)[0]
+
+    def write_all(self, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[list[int]]:
+        """The greedy replies to `prompts`, each as `write` writes it alone, up to the sums' rounding: where the
+        model takes our masks, every pass checks each unfinished reply's guess as a row of one batch (`RowCache`),
+        and a reply's guesses look up the others' replies too (the outputs of one input are judged alike)."""
+        if len(prompts) > 1 and not self.writes_together:
+            return [reply for prompt in prompts for reply in self.write_all([prompt], max_tokens)]
+        self._written = []  # replies written before and not read are not read now
+        with self._torch.inference_mode():
+            begun: list[tuple[_Reply, Any]] = []
+            for prompt in prompts:
+                begun.append(self._begin(list(prompt), max_tokens, *(begun[-1] if begun else (None, None))))
+            replies = [reply for reply, _ in begun]
+            if len(begun) == 1:
+                reply, cache = begun[0]
+                while (feed := self._next_feed(reply, partial(roll_back, cache), [])) is not None:
+                    roll_back(cache, self._take(reply, self._states(feed, cache)))
+                caches = [cache]
+            else:
+                caches = self._write_rows(replies, [cache for _, cache in begun])
+        for reply, cache in zip(replies, caches, strict=True):
+            self._known.update(reply.reply)
+            self._history.append(reply.reply)
+            self._written.append(([*reply.prompt, *reply.reply[:-1]], cache, reply.hidden))
+        return [reply.reply for reply in replies]
+
+    def _begin(self, prompt: list[int], max_tokens: int, previous: _Reply | None, cache: Any) -> tuple[_Reply, Any]:
+        """A reply to `prompt` begun: the prompt read after what it shares with the `previous` prompt of the same
+        call (whose `cache` stays its own), or else with the last reading, and the first token chosen; and its
+        cache."""
+        if previous is not None:
+            self.hold(previous.prompt, copy.deepcopy(cache), {})
+        read, past = self._held_prefix(prompt, len(prompt) - 1)
+        cache = self._recording_cache() if past is None else past
+        for begin, end in prefill_chunks(read, len(prompt), self.model.device):
+            state = self._states(prompt[begin:end], cache)
+        vocabulary = self._known | set(prompt)
+        layer = self._cut(vocabulary)
+        reply = _Reply(
+            prompt, max_tokens, vocabulary, layer, self._predicted(state[-1:], layer), {len(prompt) - 1: state[-1]},
+            looked=0 if self.stop_at is not None else None,
+        )  # fmt: skip
+        return reply, cache
+
+    def _write_rows(self, replies: list[_Reply], prompt_caches: list[Any]) -> list[Any]:
+        """Write `replies` (begun, after `prompt_caches`) together, one batch row each (`RowCache`); returns each
+        one's cache, made its own again when it ends."""
+        rows = RowCache.of(prompt_caches, [reply.fed for reply in replies], self._kinds, self._window)
+        caches: list[Any] = [None] * len(replies)
+        texts = [reply.reply for reply in replies]
+        while rows.ids:
+            feeds: dict[int, list[int]] = {}
+            for row in rows.ids:
+                others = [text for other, text in enumerate(texts) if other != row]
+                if (feed := self._next_feed(replies[row], partial(rows.forget, row), others)) is None:
+                    caches[row] = rows.row(row, self._recording_cache(), replies[row].fed)
+                else:
+                    feeds[row] = feed
+            rows.keep(list(feeds))
+            if not feeds:
+                break
+            states = self._row_states(rows, feeds, [replies[row].fed for row in feeds])
+            for index, (row, feed) in enumerate(feeds.items()):
+                rows.forget(row, self._take(replies[row], states[index, : len(feed)]))
+        return caches
+
+    def _row_states(self, rows: RowCache, feeds: dict[int, list[int]], starts: list[int]) -> torch.Tensor:
+        """The final hidden states of one pass over `rows` (their ids in order), each row fed its `feeds` from
+        position `starts`, padded to the longest: rows x tokens x hidden."""
         torch = self._torch
-        prompt = list(prompt_ids)
-        with torch.inference_mode():
-            read, past = self._held_prefix(prompt, len(prompt) - 1)
-            cache = self._recording_cache() if past is None else past
-            for begin, end in prefill_chunks(read, len(prompt), self.model.device):
-                state = self._states(prompt[begin:end], cache)
-            hidden = {len(prompt) - 1: state[-1]}
-            vocabulary = self._known | set(prompt)
-            layer: _Layer | None = self._cut(vocabulary)
-            reply = self._predicted(state[-1:], layer)
-            checked, rewritten = 0, 0  # reply tokens whose whole row agreed; rewrites of this reply
-            looked = 0 if self.stop_at is not None else None  # checked tokens `stop_at` has read; None: no more
-            while True:
-                ended = reply[-1] in self.end_ids or len(reply) >= max_tokens
-                done = ended and checked == len(reply)
-                if looked is not None and checked > looked and (done or checked - looked >= CHECK_ROWS):
-                    looked = checked
-                    if (stop := self._stop(reply[:checked], max_tokens)) is not None:
-                        checked, looked = self._force(prompt, reply, cache, hidden, *stop), None  # cut once
-                        continue
-                if done:
-                    break
-                if not ended and len(reply) - checked < CHECK_ROWS:
-                    self._extend(prompt, reply, cache, hidden, layer, max_tokens)
-                    checked = len(reply) if layer is None else checked  # the whole layer's tokens need no check
-                    continue
-                bad = self._first_disagreement(prompt, reply, hidden, checked)
-                if bad is None:
-                    checked = len(reply)
-                    continue
-                at, token = bad
-                self.rewrites += 1
-                rewritten += 1
-                del reply[at:]
-                for position in [p for p in hidden if p >= len(prompt) + at]:
-                    del hidden[position]
-                roll_back(cache, cache.get_seq_length() - len(prompt) - at)
-                reply.append(token)
-                checked = at + 1
-                vocabulary.add(token)
-                # a reply that keeps leaving the vocabulary is written on with the whole layer: never worse than
-                # plain greedy decoding by more than these rewrites
-                layer = None if rewritten >= WHOLE_LAYER_AFTER else self._cut(vocabulary)
-            self._known.update(reply)
-            self._history.append(reply)
-            self.hold([*prompt, *reply[:-1]], cache, hidden)
-        return reply
+        width = max(len(feed) for feed in feeds.values())
+        ids = torch.zeros(len(feeds), width, dtype=torch.long)
+        real = torch.zeros(len(feeds), width, dtype=torch.bool)
+        for index, feed in enumerate(feeds.values()):
+            ids[index, : len(feed)] = torch.tensor(feed)
+            real[index, : len(feed)] = True
+        positions = torch.tensor(starts)[:, None] + torch.arange(width)[None]
+        device = self.model.device
+        self.passes += 1
+        return self._decoder(
+            input_ids=ids.to(device),
+            position_ids=positions.to(device),
+            attention_mask=rows.feed(positions, real, self._decoder.dtype, device),
+            use_cache=True,
+            **{self._cache_argument: rows.cache},
+        ).last_hidden_state
+
+    def _choice_log_probs(
+        self, prompt_ids: Sequence[int], reply: Sequence[int], branches: list[tuple[int, list[list[int]]]],
+        ends: list[bool],
+    ) -> list[list[float]]:  # fmt: skip
+        """As the reader's, after the written reply that shares the most with this one (`write_all`) is held."""
+        if self._written:
+            written = [*prompt_ids, *reply]
+            best = max(range(len(self._written)), key=lambda i: shared_length(self._written[i][0], written))
+            self.hold(*self._written.pop(best))
+        return super()._choice_log_probs(prompt_ids, reply, branches, ends)
+
+    def _next_feed(self, reply: _Reply, cut: Callable[[int], None], others: list[list[int]]) -> list[int] | None:
+        """What `reply`'s next pass feeds (its last token, then a guess or the judge's forced tokens), after what
+        needs no pass: the whole output layer's check, a rewrite where it disagrees, a cut where `stop_at` finds a
+        repeat (`cut`: drop that many tokens from the end of its cache). None: the reply is written and checked."""
+        while True:
+            ended = reply.reply[-1] in self.end_ids or len(reply.reply) >= reply.max_tokens
+            done = ended and reply.checked == len(reply.reply)
+            looked = reply.looked
+            if looked is not None and reply.checked > looked and (done or reply.checked - looked >= CHECK_ROWS):
+                reply.looked = reply.checked
+                if (stop := self._stop(reply.reply[: reply.checked], reply.max_tokens)) is not None:
+                    keep, reply.forced = stop
+                    reply.looked = None  # cut once
+                    self._truncate(reply, keep, cut)
+                    return [reply.reply[-1], *reply.forced]
+            if done:
+                return None
+            if not ended and len(reply.reply) - reply.checked < CHECK_ROWS:
+                seen = [*(token for earlier in [*self._history, *others] for token in earlier), *reply.prompt]
+                guess = guess_of([*seen, *reply.reply])[: reply.max_tokens - len(reply.reply) - 1]
+                end = next((i for i, token in enumerate(guess) if token in self.end_ids), len(guess))
+                reply.guess = guess[:end]  # an end of turn is the model's own token, never a guess's
+                return [reply.reply[-1], *reply.guess]
+            bad = self._first_disagreement(reply.prompt, reply.reply, reply.hidden, reply.checked)
+            if bad is None:
+                reply.checked = len(reply.reply)
+                continue
+            at, token = bad
+            self.rewrites += 1
+            reply.rewritten += 1
+            self._truncate(reply, at + 1, cut)
+            reply.reply[at] = token
+            reply.checked = at + 1
+            reply.vocabulary.add(token)
+            # a reply that keeps leaving the vocabulary is written on with the whole layer: never worse than
+            # plain greedy decoding by more than these rewrites
+            reply.layer = None if reply.rewritten >= WHOLE_LAYER_AFTER else self._cut(reply.vocabulary)
+
+    @staticmethod
+    def _truncate(reply: _Reply, keep: int, cut: Callable[[int], None]) -> None:
+        """`reply` cut to its first `keep` tokens, its cache and states with it (its cache holds all but the last)."""
+        cut(len(reply.reply) - keep)
+        del reply.reply[keep:]
+        for position in [p for p in reply.hidden if p >= reply.fed]:
+            del reply.hidden[position]
+
+    def _take(self, reply: _Reply, states: torch.Tensor) -> int:
+        """`reply` after the pass that fed what `_next_feed` gave, whose final hidden states are `states`: the guess's
+        agreeing prefix and the model's next token appended (or the forced tokens and the model's next token over the
+        whole output layer). Returns how many fed tokens its cache must drop again (the guess's disagreeing tail)."""
+        start = reply.fed  # the position of the first token fed, the reply's last
+        if reply.forced is not None:  # the forced tokens are the judge's, not the model's: all checked
+            for offset, state in enumerate(states):
+                reply.hidden[start + offset] = state
+            reply.reply.extend(reply.forced)
+            reply.reply.append(self._predicted(states[-1:], None)[0])
+            reply.checked, reply.forced = len(reply.reply), None
+            return 0
+        guess = reply.guess
+        predicted = self._predicted(states, reply.layer)
+        agreed = 0
+        while agreed < len(guess) and predicted[agreed] == guess[agreed]:
+            agreed += 1
+        for offset in range(agreed + 1):
+            reply.hidden[start + offset] = states[offset]
+        reply.reply.extend(guess[:agreed])
+        reply.reply.append(predicted[agreed])
+        self.guessed += agreed
+        if reply.layer is None:  # the whole layer's tokens need no check
+            reply.checked = len(reply.reply)
+        return len(guess) - agreed
 
     def _stop(self, reply: list[int], max_tokens: int) -> tuple[int, list[int]] | None:
         """Where a checked reply is cut (`stop_at`: before the first error block it writes again), and the tokens
@@ -169,24 +334,6 @@ class DraftedReader(ProbabilityReader):
             prefix = self.tokenizer.decode(reply[:keep], skip_special_tokens=True)
         forced = self._ids(text[len(prefix) : at] + SCORE_FIELD.rstrip())
         return (keep, forced) if keep > 0 and keep + len(forced) + 4 <= max_tokens else None
-
-    def _force(
-        self, prompt: list[int], reply: list[int], cache: Any, hidden: dict[int, Any], keep: int, forced: list[int]
-    ) -> int:
-        """The reply cut to its first `keep` tokens and `forced` written after them in one pass, then the model's
-        own next token over the whole output layer; the cache and states follow. Returns the reply's length: every
-        token in it is checked (the forced ones are the judge's, not the model's)."""
-        del reply[keep:]
-        start = len(prompt) + keep - 1  # the position of the last kept token, the first the pass feeds
-        for position in [p for p in hidden if p >= start]:
-            del hidden[position]
-        roll_back(cache, cache.get_seq_length() - start)
-        states = self._states([reply[-1], *forced], cache)
-        for offset, state in enumerate(states):
-            hidden[start + offset] = state
-        reply.extend(forced)
-        reply.append(self._predicted(states[-1:], None)[0])
-        return len(reply)
 
     def _states(self, ids: list[int], cache: Any) -> torch.Tensor:
         """The decoder's final hidden states (after its last norm) for `ids`, read after `cache` into it."""
@@ -209,31 +356,6 @@ class DraftedReader(ProbabilityReader):
             return [int(t) for t in linear(states, self._weight, self._bias).argmax(-1).tolist()]
         rows, weight, bias = layer
         return [int(t) for t in rows[linear(states, weight, bias).argmax(-1)].tolist()]
-
-    def _extend(
-        self, prompt: list[int], reply: list[int], cache: Any, hidden: dict[int, Any], layer: _Layer | None,
-        max_tokens: int,
-    ) -> None:  # fmt: skip
-        """One checking pass: the last written token and a guess fed after `cache`; the guess's agreeing prefix and
-        the model's next token appended to `reply` (never past `max_tokens`), the rest of the guess cut from the
-        cache."""
-        seen = [*(token for earlier in self._history for token in earlier), *prompt, *reply]
-        guess = guess_of(seen)[: max_tokens - len(reply) - 1]
-        cut = next((i for i, token in enumerate(guess) if token in self.end_ids), len(guess))
-        guess = guess[:cut]  # an end of turn is the model's own token, never a guess's
-        start = len(prompt) + len(reply) - 1  # the position of the last written token
-        states = self._states([reply[-1], *guess], cache)
-        predicted = self._predicted(states, layer)
-        agreed = 0
-        while agreed < len(guess) and predicted[agreed] == guess[agreed]:
-            agreed += 1
-        for offset in range(agreed + 1):
-            hidden[start + offset] = states[offset]
-        if agreed < len(guess):
-            roll_back(cache, len(guess) - agreed)  # the disagreeing guessed tokens leave the cache
-        reply.extend(guess[:agreed])
-        reply.append(predicted[agreed])
-        self.guessed += agreed
 
     def _first_disagreement(
         self, prompt: list[int], reply: list[int], hidden: dict[int, Any], checked: int

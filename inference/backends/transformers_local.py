@@ -39,12 +39,14 @@ arguments of the model (`dtype`, `device_map`, `revision`, ...) plus three of ou
   where it runs CUDA graphs — on CPU it is slower than `generate`, and its paged cache is sized to the
   requests at hand (transformers' default takes most of the free memory: 10 GB for one row of SmolLM2
   measured, 1.1 GB so). It needs the adapter merged and no grammar, and says so before weights load;
-- `decoding` (default `batched`): `drafted` writes each greedy reply (the judge's first; no stop strings) one
-  at a time with prompt-lookup guesses checked a pass at a time and the output layer cut to the prompt's and
-  the judge's vocabulary, every token then checked against the whole output layer and the reply rewritten from
-  the first that fails (`transformers_drafted`); the probability reading reuses that writing's cache. The
-  replies are greedy decoding's (tested against `batched`); sampled requests keep the batched path; not with a
-  grammar or continuous batching. Made for a small judge on a CPU (docs/research/performance.md);
+- `decoding` (default `batched`): `drafted` writes greedy replies (the judge's first; no stop strings),
+  `batch_size` together (the outputs of one input, in prefix order), with prompt-lookup guesses checked a pass
+  at a time, each reply a row of the pass where the model takes masks of ours (`row_cache`), and the output
+  layer cut to the prompt's and the judge's vocabulary, every token then checked against the whole output layer
+  and the reply rewritten from the first that fails (`transformers_drafted`); the probability reading reuses
+  that writing's cache. The replies are greedy decoding's (tested against `batched` and against one reply at a
+  time); sampled requests keep the batched path; not with a grammar or continuous batching. Made for a small
+  judge on a CPU (docs/research/performance.md);
 - `stop_at_repeat` (default off; drafted decoding only): a greedy reply that writes an error block (location
   and explanation) again word for word is cut before it, `Overall score:` is written for the judge, and the
   judge writes its score: a small judge's greedy loop then ends its errors instead of repeating one until its
@@ -232,10 +234,11 @@ class TransformersBackend(Backend):
                 self._generate_continuously(requests, group, results, on_result)
                 continue
             if self.decoding == "drafted" and takes_continuous(requests[group[0]].params):
-                for index in group:
-                    results[index] = written = self._write_drafted(requests[index])
-                    if on_result is not None:
-                        on_result(index, written)
+                for batch, _, _ in self._plan(requests, group):
+                    for index, written in zip(batch, self._write_drafted([requests[i] for i in batch]), strict=True):
+                        results[index] = written
+                        if on_result is not None:
+                            on_result(index, written)
                 continue
             held: DynamicCache | None = None  # the last batch's prefix cache, for a batch that reads the same prefixes
             for batch, plan, prompts in self._plan(requests, group):
@@ -474,18 +477,22 @@ class TransformersBackend(Backend):
             seconds=seconds,
         )
 
-    def _write_drafted(self, request: ChatRequest) -> CallResult:
-        """One greedy reply written by the drafted decoder (`transformers_drafted`), its cache left for the
-        reading of its probabilities."""
+    def _write_drafted(self, batch: list[ChatRequest]) -> list[CallResult]:
+        """Greedy replies written together by the drafted decoder (`transformers_drafted`), each one's cache left
+        for the reading of its probabilities; each reports the batch's wall time, as a batch of `generate` does."""
         reader = self._probability_reader()
         assert isinstance(reader, DraftedReader)  # decoding 'drafted' makes one
-        prompt = self._prompt_ids(request)
+        prompts = [self._prompt_ids(request) for request in batch]
         started = time.perf_counter()
         try:
-            tokens = reader.write(prompt, request.params.max_tokens)
-        except Exception as error:  # e.g. out of memory: the request fails, the run goes on
-            return self._failed([request], error)[0]
-        return self._completion(tokens, len(prompt), request.params, time.perf_counter() - started)
+            replies = reader.write_all(prompts, batch[0].params.max_tokens)
+        except Exception as error:  # e.g. out of memory: the batch fails, the run goes on
+            return self._failed(batch, error)
+        seconds = time.perf_counter() - started
+        return [
+            self._completion(tokens, len(prompt), request.params, seconds)
+            for tokens, prompt, request in zip(replies, prompts, batch, strict=True)
+        ]
 
     def _probability_reader(self) -> transformers_reader.ProbabilityReader:
         if self._reader is None:

@@ -88,6 +88,42 @@ def test_a_stopped_reply_is_greedy_up_to_the_cut_then_the_score_field_then_greed
     assert DraftedReader(model, tokenizer, end, stop_at=lambda text: None).write(prompt, 60) == whole
 
 
+def test_replies_written_together_are_the_replies_written_one_at_a_time(
+    model: Any, tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`write_all` writes each reply as a row of one batch (`RowCache`: holes where a row's guess failed, masks of
+    ours, the Gemma's 8-token window by position, rows packed again where the holes pile up): the replies are those
+    written one at a time, stopped or not, and each one's cache, handed back to the reading, holds what reading its
+    prompt and reply afresh holds."""
+    import torch
+
+    from spanjudge.inference.backends import row_cache
+
+    monkeypatch.setattr(row_cache, "SLACK", 3)  # pack often
+    tokenizer = tiny[1]
+    end = {tokenizer.eos_token_id}
+    prompts = [tokenizer(ARTICLE + summary)["input_ids"] for summary in (*SUMMARIES, "A cat sat on a dog.")]
+    cut = 30
+    for stop_at in (None, lambda text: cut if len(text) > cut else None):
+        alone = DraftedReader(model, tokenizer, end, stop_at=stop_at)
+        together = DraftedReader(model, tokenizer, end, stop_at=stop_at)
+        assert together.writes_together
+        replies = together.write_all(prompts, 60)
+        assert replies == [alone.write(prompt, 60) for prompt in prompts]
+        assert together.passes < alone.passes and together.rewrites > 0
+    for (tokens, cache, hidden), prompt, reply in zip(together._written, prompts, replies, strict=True):
+        assert tokens == [*prompt, *reply[:-1]] and sorted(hidden)[-1] == len(tokens) - 1
+        fresh = together._recording_cache()
+        with torch.inference_mode():
+            together._states(tokens, fresh)
+        assert cache.get_seq_length() == fresh.get_seq_length() == len(tokens)
+        for ours, theirs in zip(cache.layers, fresh.layers, strict=True):
+            held = ours.keys.shape[-2]  # a sliding layer's: its window's last tokens at least
+            assert held >= min(len(tokens), 7)
+            assert torch.allclose(ours.keys, theirs.keys[:, :, -held:], atol=1e-5)
+            assert torch.allclose(ours.values, theirs.values[:, :, -held:], atol=1e-5)
+
+
 def test_a_reading_after_written_states_reads_what_a_fresh_reader_reads(model: Any, tiny: tuple[Any, Any]) -> None:
     """A reader holding the cache and final hidden states of prompt + reply (as the writer leaves them) reads the
     reply's choices without running the model over them again, and reads what a reader starting afresh reads."""

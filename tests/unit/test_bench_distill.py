@@ -258,11 +258,15 @@ def test_the_student_judges_on_its_own_engine_unless_told(bench: SimpleNamespace
     assert len(set(ENGINE_LABELS.values())) == len(ENGINE_LABELS) and ENGINE_LABELS["llamacpp-server"] == "llamacpp"
     # a student engine is a registered engine with its decoding and engine options
     assert engine_and_decoding("transformers") == ("transformers", "batched", {})
-    assert engine_and_decoding("transformers-drafted") == ("transformers", "drafted", {})
-    assert engine_and_decoding("transformers-drafted-bf16") == ("transformers", "drafted", {"dtype": "bfloat16"})
-    assert engine_and_decoding("transformers-drafted-stop") == ("transformers", "drafted", {"stop_at_repeat": True})
-    both = {"dtype": "bfloat16", "stop_at_repeat": True}
-    assert engine_and_decoding("transformers-drafted-bf16-stop") == ("transformers", "drafted", both)
+    one = {"batch_size": 1}  # the judges measured one reply at a time stay so
+    assert engine_and_decoding("transformers-drafted") == ("transformers", "drafted", one)
+    bf16 = {**one, "dtype": "bfloat16"}
+    assert engine_and_decoding("transformers-drafted-bf16") == ("transformers", "drafted", bf16)
+    stop = {**one, "stop_at_repeat": True}
+    assert engine_and_decoding("transformers-drafted-stop") == ("transformers", "drafted", stop)
+    assert engine_and_decoding("transformers-drafted-bf16-stop") == ("transformers", "drafted", {**bf16, **stop})
+    rows = {"batch_size": 4, "stop_at_repeat": True}  # quintd-1's four outputs of an input together
+    assert engine_and_decoding("transformers-drafted-rows-stop") == ("transformers", "drafted", rows)
     assert engine_and_decoding("llamacpp") == ("llamacpp", "batched", {})
 
 
