@@ -234,8 +234,9 @@ class TransformersBackend(Backend):
                 self._generate_continuously(requests, group, results, on_result)
                 continue
             if self.decoding == "drafted" and takes_continuous(requests[group[0]].params):
-                for batch, _, _ in self._plan(requests, group):
-                    for index, written in zip(batch, self._write_drafted([requests[i] for i in batch]), strict=True):
+                for batch, _, prompts in self._plan(requests, group):
+                    calls = [requests[i] for i in batch]
+                    for index, written in zip(batch, self._write_drafted(calls, prompts), strict=True):
                         results[index] = written
                         if on_result is not None:
                             on_result(index, written)
@@ -477,12 +478,13 @@ class TransformersBackend(Backend):
             seconds=seconds,
         )
 
-    def _write_drafted(self, batch: list[ChatRequest]) -> list[CallResult]:
+    def _write_drafted(self, batch: list[ChatRequest], prompts: list[list[int]]) -> list[CallResult]:
         """Greedy replies written together by the drafted decoder (`transformers_drafted`), each one's cache left
-        for the reading of its probabilities; each reports the batch's wall time, as a batch of `generate` does."""
+        for the reading of its probabilities; each reports the batch's wall time, as a batch of `generate` does.
+        `prompts`: the batch's prompt ids where `_plan` encoded them, else empty (encoded here)."""
         reader = self._probability_reader()
         assert isinstance(reader, DraftedReader)  # decoding 'drafted' makes one
-        prompts = [self._prompt_ids(request) for request in batch]
+        prompts = prompts or [self._prompt_ids(request) for request in batch]
         started = time.perf_counter()
         try:
             replies = reader.write_all(prompts, batch[0].params.max_tokens)
