@@ -53,7 +53,8 @@
 # yet: a third seed of the 0-49 recipe (gemma3-mixed-cut-t50-drafted-512tok-stop-s3), and issue #67's recipe arms
 # at tables 0-49, each on seeds 1 and 2: LoRA rank 64 (-t50-r64-stop), 2 epochs (-t50-e2-stop), lr 2e-4
 # (-t50-lr2e-4-stop), and the teacher's 'No Error' outputs twice, against once, in proportion (-t50-clean2-stop).
-# Run so far of these: gemma3-mixed-cut-t50-r64-stop-s1 and gemma3-mixed-cut-t50-clean2-stop-s1 on dev (the latter's
+# Run so far of these: gemma3-mixed-cut-t50-r64-stop-s1, gemma3-mixed-cut-t50-lr2e-4-stop-s1 (2026-12-06, the AMD
+# host) and gemma3-mixed-cut-t50-clean2-stop-s1 on dev (the latter's
 # student also judged dev in bfloat16 with the stop as gemma3-mixed-cut-t50-clean2-bf16-stop-s1, for the speed on a
 # host with native bf16); gemma3-mixed-cut-t50-drafted-512tok-stop-s3 on dev,
 # after which dev chose recipe gemma3-mixed-cut-t50-drafted-512tok-stop: on test, -s1, -s2 and -s3 with BASE=0 (the
@@ -62,6 +63,9 @@
 # each input's four outputs' replies written together as the rows of one batch (--student-engine
 # transformers-drafted-rows-stop; the same replies up to the sums' rounding): run on dev, then on test for the time
 # (2026-12-06, the AMD host, after -512tok-stop-s1's student was trained again there and judged dev).
+# Issue #67's transfer read: gemma3-mixed-cut-t50-drafted-512tok-rows-stop-gsmarena-s1 is that student (its work
+# folder) judging the test tables of gsmarena, a quintd-1 domain no protocol run trains or chooses on (SPLIT=test
+# BASE=0; no dev judgments of its own, so read written and as expected values, no thresholds fitted on it).
 # Every run adds γ agreement (--gamma; pip install 'spanjudge[agreement]').
 #
 # runs/ goes with the machine. A run on a new one trains its student again and restores the judgments that the
@@ -122,6 +126,7 @@ RUNS=(
   "gemma3-mixed-cut-t50-clean2-stop-s2 --recipe gemma3-mixed-cut-t50-clean2-stop --repeat-no-error 2 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-clean2-bf16-stop-s1 --recipe gemma3-mixed-cut-t50-clean2-bf16-stop --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-clean2-stop-s1 --repeat-no-error 2 --student-engine transformers-drafted-bf16-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-drafted-512tok-rows-stop-s1 --recipe gemma3-mixed-cut-t50-drafted-512tok-rows-stop --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-drafted-s1 --student-engine transformers-drafted-rows-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
+  "gemma3-mixed-cut-t50-drafted-512tok-rows-stop-gsmarena-s1 --recipe gemma3-mixed-cut-t50-drafted-512tok-rows-stop-gsmarena --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-drafted-s1 --student-engine transformers-drafted-rows-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512 --eval-domains gsmarena"
   "gemma3-mixed-cut-drafted-bf16-s42 --recipe gemma3-mixed-cut-drafted-bf16 --work runs/bench/distill_quintd/gemma3-mixed-cut-s42 --student-engine transformers-drafted-bf16 --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
   "gemma3-vote-agree-cut-llamacpp-s42 --recipe gemma3-vote-agree-cut-llamacpp --work runs/bench/distill_quintd/gemma3-vote-agree-cut-s42 --student-engine llamacpp --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"
 )

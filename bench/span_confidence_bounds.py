@@ -12,6 +12,8 @@ judgments are kept:
 - `teacher`: GPT-4 (the teacher the students learn from) marks a span overlapping it. Not available when
   judging: an oracle, read as a bound on what a student's confidence could reach by agreeing with its teacher.
 
+Beside them, `confidence_vs_teacher`: the span confidence ranked against the teacher's spans instead of the humans'.
+
     .venv/bin/python bench/span_confidence_bounds.py    # → bench/results/span_confidence_bounds.{json,md}
 """
 
@@ -37,6 +39,10 @@ RESULTS = BENCH / "results"
 KEPT = RESULTS / "distill_judgments"
 OUT = RESULTS / "span_confidence_bounds"
 SIGNALS = ("confidence", "in_input", "other_seeds", "teacher")
+# the span confidence against the teacher's spans instead of the humans': does the student know which of its spans
+# its own teacher would mark? (bench/span_confidence_probe.py asks its states)
+AGAINST_TEACHER = "confidence_vs_teacher"
+COLUMNS = (*SIGNALS, AGAINST_TEACHER)
 Span = tuple[int, int]
 
 
@@ -80,7 +86,7 @@ def recipe_rows(runs: dict[str, Any]) -> list[dict[str, Any]]:
         docs, teacher = dev_split(labels[0], runs[labels[0]]["settings"])
         read = {label: readings(archived(KEPT, label, "dev")[STUDENT_READ]) for label in labels}
         for label in labels:
-            pairs: dict[str, list[tuple[float, float]]] = {signal: [] for signal in SIGNALS}
+            pairs: dict[str, list[tuple[float, float]]] = {signal: [] for signal in COLUMNS}
             for doc in docs:
                 if (reading := read[label].get(doc.id)) is None:
                     continue
@@ -93,17 +99,18 @@ def recipe_rows(runs: dict[str, Any]) -> list[dict[str, Any]]:
                     for signal, value in signals.items():
                         if value is not None:
                             pairs[signal].append((value, float(overlaps(span, gold))))
+                    pairs[AGAINST_TEACHER].append((signals["confidence"], signals["teacher"]))
             spans = len(pairs["confidence"])
             rows.append(
                 {"label": label, "recipe": recipe, "seed": runs[label]["settings"]["train_seed"], "spans": spans,
                  "overlap": sum(y for _, y in pairs["confidence"]) / spans if spans else None}
-                | {signal: auc(pairs[signal]) if pairs[signal] else None for signal in SIGNALS}
+                | {signal: auc(pairs[signal]) if pairs[signal] else None for signal in COLUMNS}
             )  # fmt: skip
     return rows
 
 
 def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> list[str]:
-    head = " | ".join(SIGNALS)
+    head = " | ".join(COLUMNS)
     return [
         "# Would anything outside the reply rank a student's spans? (`bench/span_confidence_bounds.py`)",
         "",
@@ -111,13 +118,14 @@ def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> list[
         "70–79) of each written span's confidence (as the judge reads it), whether its text is missing from the "
         "input data (`in_input`), the share of the recipe's other seeds that mark an overlapping span "
         "(`other_seeds`), and whether the teacher, GPT-4, marks one (`teacher`: an oracle, not available when "
-        "judging).",
+        f"judging); and `{AGAINST_TEACHER}`: the span confidence's AUC against whether the teacher marks an "
+        "overlapping span (does the student know which of its spans its teacher would mark?).",
         "",
         f"| run | recipe | seed | spans | overlap a human span | {head} |",
-        "|---|---|---:|---:|---:|" + "---:|" * len(SIGNALS),
+        "|---|---|---:|---:|---:|" + "---:|" * len(COLUMNS),
         *(
             f"| {r['label']} | {r['recipe']} | {r['seed']} | {r['spans']} | "
-            + " | ".join(rounded(r[c]) for c in ("overlap", *SIGNALS))
+            + " | ".join(rounded(r[c]) for c in ("overlap", *COLUMNS))
             + " |"
             for r in rows
         ),
@@ -125,9 +133,9 @@ def markdown(rows: list[dict[str, Any]], recipes: list[dict[str, Any]]) -> list[
         "Each recipe's mean [lowest, highest] over its seeds:",
         "",
         f"| recipe | seeds | {head} |",
-        "|---|---|" + "---:|" * len(SIGNALS),
+        "|---|---|" + "---:|" * len(COLUMNS),
         *(
-            f"| {r['recipe']} | {', '.join(map(str, r['seeds']))} | " + " | ".join(spread(r[s]) for s in SIGNALS) + " |"
+            f"| {r['recipe']} | {', '.join(map(str, r['seeds']))} | " + " | ".join(spread(r[s]) for s in COLUMNS) + " |"
             for r in recipes
         ),
     ]
@@ -141,7 +149,7 @@ def main() -> None:
         recipes.setdefault(row["recipe"], []).append(row)
     means = [
         {"recipe": recipe, "seeds": [r["seed"] for r in group]}
-        | {s: seed_stats([r[s] for r in group]) for s in SIGNALS}
+        | {s: seed_stats([r[s] for r in group]) for s in COLUMNS}
         for recipe, group in recipes.items()
     ]
     write_report(OUT, {"machine": machine(), "runs": rows, "recipes": means}, markdown(rows, means))
