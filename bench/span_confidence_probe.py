@@ -29,7 +29,6 @@ import copy
 import json
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from report_files import machine, write_report  # noqa: E402
+from span_confidence_bounds import overlaps  # noqa: E402
 
 from spanjudge.core.digests import file_sha256  # noqa: E402
 from spanjudge.eval.distill.dev_folds import dev_split  # noqa: E402
@@ -179,8 +179,8 @@ def extract(label: str, run_dir: Path) -> None:
                     spans.append({
                         "doc": doc.id, "domain": doc.input_id.split("/")[0],
                         "table": int(doc.input_id.rsplit("/", 1)[1]),
-                        "human": float(_overlaps(span, [(g.start, g.end) for g in doc.gold])),
-                        "teacher": float(_overlaps(span, teacher[doc.id])),
+                        "human": float(overlaps(span, [(g.start, g.end) for g in doc.gold])),
+                        "teacher": float(overlaps(span, teacher[doc.id])),
                         "confidence": row["probabilities"]["span_written"][index],
                         "location_first": kept[0], "location_first_again": again,
                     })  # fmt: skip
@@ -198,10 +198,6 @@ def _cache(model: Any) -> Any:
     from transformers import DynamicCache
 
     return DynamicCache(config=model.config)
-
-
-def _overlaps(span: Sequence[int], others: Sequence[Sequence[int]]) -> bool:
-    return any(span[0] < end and start < span[1] for start, end in others)
 
 
 def probe(x: np.ndarray, y: np.ndarray, ridge: float) -> tuple[np.ndarray, float]:
@@ -225,12 +221,10 @@ def fitted_scores(x: np.ndarray, y: np.ndarray, fit: np.ndarray, read: np.ndarra
     return np.asarray((x[read] - mean) / scale @ w + b)
 
 
-def _ranks(scores: np.ndarray, y: np.ndarray) -> float:
+def _ranked(scores: np.ndarray, y: np.ndarray) -> float:
     """AUC of `scores` against `y` (0.5 where one class is missing)."""
-    positive, negative = scores[y == 1], scores[y == 0]
-    if not len(positive) or not len(negative):
-        return 0.5
-    return float(np.mean((positive[:, None] > negative[None, :]) + 0.5 * (positive[:, None] == negative[None, :])))
+    found = auc(list(zip(scores.tolist(), y.tolist(), strict=True)))
+    return 0.5 if found is None else found
 
 
 def held_out(x: np.ndarray, y: np.ndarray, fold: np.ndarray, inner: np.ndarray | None = None) -> np.ndarray:
@@ -243,7 +237,7 @@ def held_out(x: np.ndarray, y: np.ndarray, fold: np.ndarray, inner: np.ndarray |
         ridge = RIDGES[len(RIDGES) // 2]
         if inner is not None:
             ridge = max(RIDGES, key=lambda r: sum(
-                _ranks(fitted_scores(x, y, fit & (inner != half), fit & (inner == half), r), y[fit & (inner == half)])
+                _ranked(fitted_scores(x, y, fit & (inner != half), fit & (inner == half), r), y[fit & (inner == half)])
                 for half in (0, 1)))  # fmt: skip
         scores[read] = fitted_scores(x, y, fit, read, ridge)
     return scores
