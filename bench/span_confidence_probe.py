@@ -191,7 +191,9 @@ def extract(label: str, run_dir: Path) -> None:
     STATES.mkdir(parents=True, exist_ok=True)
     saved = {"label": label, "spans": spans, "states": torch.stack(states), "places": PLACES,
              "worst_location_gap": worst, "wall_s": time.perf_counter() - started}  # fmt: skip
-    torch.save(saved, STATES / f"{label}.pt")
+    partial = STATES / f"{label}.pt.partial"  # a killed run leaves no file the report would read
+    torch.save(saved, partial)
+    partial.replace(STATES / f"{label}.pt")
 
 
 def _cache(model: Any) -> Any:
@@ -247,7 +249,10 @@ def report() -> None:
     import torch
 
     rows = []
-    for path in sorted(STATES.glob("*.pt")):
+    found = sorted(STATES.glob("*.pt"))
+    if not found:
+        sys.exit(f"span_confidence_probe: no states in {STATES} yet; run `extract` for a protocol run first")
+    for path in found:
         saved = torch.load(path)
         spans, states = saved["spans"], saved["states"].numpy()
         human = np.array([s["human"] for s in spans])
