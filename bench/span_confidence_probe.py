@@ -53,7 +53,7 @@ from spanjudge.inference.chat import encode_text, shared_length  # noqa: E402
 from spanjudge.inference.contract import parse_judge  # noqa: E402
 from spanjudge.inference.contract.anchor import anchor_evaluation  # noqa: E402
 from spanjudge.inference.contract.parse import ParseFailure  # noqa: E402
-from spanjudge.inference.contract.render import render_judge  # noqa: E402
+from spanjudge.inference.contract.render import SEVERITY_FIELD, render_judge  # noqa: E402
 from spanjudge.inference.judge import Judge  # noqa: E402
 from spanjudge.inference.probabilities import _location_spans  # noqa: E402
 
@@ -72,7 +72,11 @@ TOLERANCE = 2e-3  # a location token's log-probability read again against the ke
 def judging(run: dict[str, Any]) -> dict[str, Any]:
     """The protocol's judging settings of a run (its prompt's context budget depends on the reply budget)."""
     settings = run["settings"]
-    return {"max_new_tokens": settings.get("max_new_tokens", 320), "retries": 1, "max_context": 4096}
+    return {
+        "max_new_tokens": settings.get("max_new_tokens", 320),
+        "retries": settings.get("retries", 1),
+        "max_context": 4096,
+    }
 
 
 def block_places(tokenizer: Any, text: str, evaluation: Any, reply: list[int]) -> list[tuple[list[int], int]]:
@@ -82,7 +86,7 @@ def block_places(tokenizer: Any, text: str, evaluation: Any, reply: list[int]) -
     for start, stop in _location_spans(text, evaluation):
         first = shared_length(encode_text(tokenizer, text[:start]), reply)
         last = shared_length(encode_text(tokenizer, text[:stop]), reply)
-        severity = text.find("Severity:", stop)
+        severity = text.find(SEVERITY_FIELD, stop)
         end = text.find("\n", severity) if severity >= 0 else -1
         end = len(text) if end < 0 else end
         places.append(
