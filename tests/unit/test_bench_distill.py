@@ -45,6 +45,14 @@ def test_the_committed_report_is_what_its_committed_rows_give(bench: SimpleNames
     assert bench.markdown(results["runs"]) == (REPO / "bench/results/distill_quintd.md").read_text()
 
 
+def test_a_mean_over_seeds_is_rounded_once_in_a_table() -> None:
+    """0.338456 is 0.338 to 3 places; rounded to 4 first (0.3385) it would show as 0.339."""
+    from spanjudge.eval.distill.choice import seed_stats, spread
+
+    assert spread(seed_stats([0.338456])) == "0.338 [0.338, 0.338]"
+    assert spread(seed_stats([0.3, None])) == "–"
+
+
 def test_the_driver_stays_a_thin_script_over_the_stage_api() -> None:
     driver = (REPO / "bench" / "distill_quintd.py").read_text()
     assert len(driver.splitlines()) <= 200 and "from spanjudge.eval.distill" in driver
