@@ -54,7 +54,7 @@
 # at tables 0-49, each on seeds 1 and 2: LoRA rank 64 (-t50-r64-stop), 2 epochs (-t50-e2-stop), lr 2e-4
 # (-t50-lr2e-4-stop), and the teacher's 'No Error' outputs twice, against once, in proportion (-t50-clean2-stop).
 # Run so far of these: gemma3-mixed-cut-t50-r64-stop-s1 and -s2, gemma3-mixed-cut-t50-lr2e-4-stop-s1 and -s2,
-# gemma3-mixed-cut-t50-e2-stop-s1 (2026-12-06, the AMD host; its -s2 not yet) and gemma3-mixed-cut-t50-clean2-stop-s1 and -s2 on dev (the latter's
+# gemma3-mixed-cut-t50-e2-stop-s1 and -s2 (2026-12-06, the AMD host) and gemma3-mixed-cut-t50-clean2-stop-s1 and -s2 on dev (the latter's
 # student also judged dev in bfloat16 with the stop as gemma3-mixed-cut-t50-clean2-bf16-stop-s1, for the speed on a
 # host with native bf16); gemma3-mixed-cut-t50-drafted-512tok-stop-s3 on dev,
 # after which dev chose recipe gemma3-mixed-cut-t50-drafted-512tok-stop: on test, -s1, -s2 and -s3 with BASE=0 (the
