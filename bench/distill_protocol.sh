@@ -58,7 +58,9 @@
 # student also judged dev in bfloat16 with the stop as gemma3-mixed-cut-t50-clean2-bf16-stop-s1, for the speed on a
 # host with native bf16); gemma3-mixed-cut-t50-drafted-512tok-stop-s3 on dev,
 # after which dev chose recipe gemma3-mixed-cut-t50-drafted-512tok-stop: on test, -s1, -s2 and -s3 with BASE=0 (the
-# untrained base's row at 512 tokens is left: BASE=1 SPLIT=test ... -s1 adds it, its student's judgments restored).
+# untrained base's row at 512 tokens: BASE=1 SPLIT=test ... -s1, run 2026-12-06, its student's judgments restored).
+# Every arm above read below dev's choice on seeds 1 and 2; the epochs' last step is queued: 3 epochs
+# (gemma3-mixed-cut-t50-e3-stop-s1 and -s2, 426 steps, about 3.8 hours a seed on the AMD host; -s1 started 2026-12-06).
 # Issue #67 (fast judging): gemma3-mixed-cut-t50-drafted-512tok-rows-stop-s1 is dev's choice, seed 1, judging with
 # each input's four outputs' replies written together as the rows of one batch (--student-engine
 # transformers-drafted-rows-stop; the same replies up to the sums' rounding): run on dev, then on test for the time
@@ -120,6 +122,8 @@ RUNS=(
   "gemma3-mixed-cut-t50-r64-stop-s2 --recipe gemma3-mixed-cut-t50-r64-stop --rank 64 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-e2-stop-s1 --recipe gemma3-mixed-cut-t50-e2-stop --epochs 2 --student-engine transformers-drafted-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-e2-stop-s2 --recipe gemma3-mixed-cut-t50-e2-stop --epochs 2 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
+  "gemma3-mixed-cut-t50-e3-stop-s1 --recipe gemma3-mixed-cut-t50-e3-stop --epochs 3 --student-engine transformers-drafted-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
+  "gemma3-mixed-cut-t50-e3-stop-s2 --recipe gemma3-mixed-cut-t50-e3-stop --epochs 3 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-lr2e-4-stop-s1 --recipe gemma3-mixed-cut-t50-lr2e-4-stop --lr 0.0002 --student-engine transformers-drafted-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-lr2e-4-stop-s2 --recipe gemma3-mixed-cut-t50-lr2e-4-stop --lr 0.0002 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-clean2-stop-s1 --recipe gemma3-mixed-cut-t50-clean2-stop --repeat-no-error 2 --student-engine transformers-drafted-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
