@@ -60,11 +60,19 @@
 # after which dev chose recipe gemma3-mixed-cut-t50-drafted-512tok-stop: on test, -s1, -s2 and -s3 with BASE=0 (the
 # untrained base's row at 512 tokens: BASE=1 SPLIT=test ... -s1, run 2026-12-06, its student's judgments restored).
 # Every arm above read below dev's choice on seeds 1 and 2; the epochs' last step is queued: 3 epochs
-# (gemma3-mixed-cut-t50-e3-stop-s1 and -s2, 426 steps, about 3.8 hours a seed on the AMD host; -s1 started 2026-12-06).
+# (gemma3-mixed-cut-t50-e3-stop-s1 and -s2, 426 steps, about 3.8 hours a seed on the AMD host with native bf16, 4.3
+# on an AVX2-only one; -s1 started 2026-12-06, again on an AVX2-only host whose runs/ came without the first start's).
+# Training precision (issue #67): the students above trained under bf16 autocast (hosts with native bf16); on a
+# host without it a run trains in float32 (its record's `precision`). gemma3-mixed-cut-t50-drafted-512tok-rows-stop-
+# fp32train-s1 is dev's choice, seed 1, trained so (2026-12-06, an AMD EPYC with AVX2 only), judging dev as the
+# rows run does: what the precision alone moves.
 # Issue #67 (fast judging): gemma3-mixed-cut-t50-drafted-512tok-rows-stop-s1 is dev's choice, seed 1, judging with
 # each input's four outputs' replies written together as the rows of one batch (--student-engine
 # transformers-drafted-rows-stop; the same replies up to the sums' rounding): run on dev, then on test for the time
 # (2026-12-06, the AMD host, after -512tok-stop-s1's student was trained again there and judged dev).
+# Issue #67 (fast judging): gemma3-mixed-cut-t50-drafted-512tok-rows-bf16-stop-s1 is the same student judging with the
+# rows in bfloat16 (--student-engine transformers-drafted-rows-bf16-stop): for a host with native bf16 only, not run
+# yet; bench/drafted_judging.py holds it to the stated tolerances against the float32 rows run.
 # Issue #67's transfer read: gemma3-mixed-cut-t50-drafted-512tok-rows-stop-gsmarena-s1 is that student (its work
 # folder) judging the test tables of gsmarena, a quintd-1 domain no protocol run trains or chooses on (SPLIT=test
 # BASE=0; no dev judgments of its own, so read written and as expected values, no thresholds fitted on it).
@@ -130,6 +138,8 @@ RUNS=(
   "gemma3-mixed-cut-t50-clean2-stop-s2 --recipe gemma3-mixed-cut-t50-clean2-stop --repeat-no-error 2 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-clean2-bf16-stop-s1 --recipe gemma3-mixed-cut-t50-clean2-bf16-stop --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-clean2-stop-s1 --repeat-no-error 2 --student-engine transformers-drafted-bf16-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-drafted-512tok-rows-stop-s1 --recipe gemma3-mixed-cut-t50-drafted-512tok-rows-stop --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-drafted-s1 --student-engine transformers-drafted-rows-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
+  "gemma3-mixed-cut-t50-drafted-512tok-rows-bf16-stop-s1 --recipe gemma3-mixed-cut-t50-drafted-512tok-rows-bf16-stop --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-drafted-s1 --student-engine transformers-drafted-rows-bf16-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
+  "gemma3-mixed-cut-t50-drafted-512tok-rows-stop-fp32train-s1 --recipe gemma3-mixed-cut-t50-drafted-512tok-rows-stop-fp32train --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-drafted-s1 --student-engine transformers-drafted-rows-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-drafted-512tok-rows-stop-gsmarena-s1 --recipe gemma3-mixed-cut-t50-drafted-512tok-rows-stop-gsmarena --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-drafted-s1 --student-engine transformers-drafted-rows-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512 --eval-domains gsmarena"
   "gemma3-mixed-cut-drafted-bf16-s42 --recipe gemma3-mixed-cut-drafted-bf16 --work runs/bench/distill_quintd/gemma3-mixed-cut-s42 --student-engine transformers-drafted-bf16 --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities"
   "gemma3-vote-agree-cut-llamacpp-s42 --recipe gemma3-vote-agree-cut-llamacpp --work runs/bench/distill_quintd/gemma3-vote-agree-cut-s42 --student-engine llamacpp --student gemma3 --train-seed 42 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 25 --too-long cut --device-batch 1 --probabilities --train-source config --import-config configs/import/quintd1_vote_gpt4_twice.yaml --example-weights agreement"

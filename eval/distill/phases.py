@@ -261,7 +261,8 @@ def train(run_dir: Path, sets: dict[str, Any], work: Path) -> dict[str, Any]:
         if (run_dir / "bench_wall.json").is_file()
         else None
     )
-    keep = ("train_loss", "eval_loss", "tokens_per_second", "train_runtime")
+    # the precision it computed in moves the adapter (float32 on a CPU without native bf16, bf16 autocast with it)
+    keep = ("train_loss", "eval_loss", "tokens_per_second", "train_runtime", "precision")
     # which student this is: a retrained one is the same only if its adapter is (`another_student`)
     fingerprint = {"adapter_sha256": file_sha256(run_dir / "adapter" / ADAPTER_WEIGHTS)}
     return {"wall_s": wall, **{k: metrics.get(k) for k in keep if k in metrics}, **fingerprint}

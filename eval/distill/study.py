@@ -85,7 +85,8 @@ class StudySettings:
         "same in bfloat16, for a CPU with native bf16), transformers-drafted-stop (drafted, a reply's errors "
         "ending at the first block it writes again: `spanjudge score --stop-at-repeat`), "
         "transformers-drafted-bf16-stop (both), transformers-drafted-rows-stop (the stop's, each input's outputs' "
-        "replies written together as the rows of one batch), llamacpp (its GGUF with the adapter exported as a "
+        "replies written together as the rows of one batch), transformers-drafted-rows-bf16-stop (the same in "
+        "bfloat16), llamacpp (its GGUF with the adapter exported as a "
         "GGUF LoRA, in this process: its probabilities within rounding of the exact ones), "
         "llamacpp-server (the same, served), or default: the student's own (Gemma 3: transformers; SmolLM2: "
         "llamacpp-server).",
@@ -150,6 +151,7 @@ ENGINE_LABELS = {
     "transformers-drafted-stop": "transformers-drafted-stop",
     "transformers-drafted-bf16-stop": "transformers-drafted-bf16-stop",
     "transformers-drafted-rows-stop": "transformers-drafted-rows-stop",
+    "transformers-drafted-rows-bf16-stop": "transformers-drafted-rows-bf16-stop",
     "llamacpp": "llamacpp-in-process",
     "llamacpp-server": "llamacpp",
 }
@@ -174,6 +176,13 @@ _ENGINE_VARIANTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     # the stop's judge with the replies of one input's outputs written together, each a row of every pass
     # (`row_cache`): the same replies up to the sums' rounding
     "transformers-drafted-rows-stop": ("transformers", "drafted", {"batch_size": ROWS, "stop_at_repeat": True}),
+    # the rows' judge in bfloat16, for a CPU with native bf16 (not measured yet): its replies and probabilities its
+    # own, so `bench/drafted_judging.py` holds it to stated tolerances on dev against the float32 rows' judge
+    "transformers-drafted-rows-bf16-stop": (
+        "transformers",
+        "drafted",
+        {"batch_size": ROWS, "dtype": "bfloat16", "stop_at_repeat": True},
+    ),
 }
 
 

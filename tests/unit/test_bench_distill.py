@@ -94,6 +94,32 @@ def test_a_finished_student_differs_by_the_settings_it_was_trained_with(bench: S
     ]
 
 
+def test_a_finished_student_is_recorded_with_the_precision_it_trained_in(
+    bench: SimpleNamespace, tmp_path: Path
+) -> None:
+    """The same recipe and seed give another adapter on a CPU without native bf16 (float32, no autocast) than on one
+    with it (bf16 autocast): the run's record says which."""
+    run_dir = tmp_path / "student"
+    (run_dir / "adapter").mkdir(parents=True)
+    (run_dir / "adapter" / bench.ADAPTER_WEIGHTS).write_bytes(b"weights")
+    sets = {"training.seed": 1, "lora.r": 16}
+    (run_dir / "train_config.yaml").write_text(yaml.safe_dump({"training": {"seed": 1}, "lora": {"r": 16}}))
+    precision = {"dtype": "float32", "mixed_precision": "no", "why": "precision: float32 (no autocast) on a CPU ..."}
+    metrics = {
+        "train_loss": 0.67,
+        "eval_loss": 0.51,
+        "tokens_per_second": 113.7,
+        "step_times": [1.0],
+        "precision": precision,
+    }
+    (run_dir / "metrics.json").write_text(json.dumps(metrics))
+    recorded = bench.train(run_dir, sets, tmp_path)
+    assert recorded == {
+        "wall_s": None, "train_loss": 0.67, "eval_loss": 0.51, "tokens_per_second": 113.7, "precision": precision,
+        "adapter_sha256": hashlib.sha256(b"weights").hexdigest(),
+    }  # fmt: skip
+
+
 def test_a_student_trained_again_judges_test_only_if_it_is_the_one_dev_judged(
     bench: SimpleNamespace, tmp_path: Path
 ) -> None:
@@ -275,6 +301,8 @@ def test_the_student_judges_on_its_own_engine_unless_told(bench: SimpleNamespace
     assert engine_and_decoding("transformers-drafted-bf16-stop") == ("transformers", "drafted", {**bf16, **stop})
     rows = {"batch_size": 4, "stop_at_repeat": True}  # quintd-1's four outputs of an input together
     assert engine_and_decoding("transformers-drafted-rows-stop") == ("transformers", "drafted", rows)
+    rows_bf16 = {**rows, "dtype": "bfloat16"}
+    assert engine_and_decoding("transformers-drafted-rows-bf16-stop") == ("transformers", "drafted", rows_bf16)
     assert engine_and_decoding("llamacpp") == ("llamacpp", "batched", {})
 
 
