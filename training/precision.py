@@ -10,11 +10,13 @@
   so the run stays in float32 and says so.
 
 A value written out (`bfloat16`, `bf16` ...) is kept as written, with a warning when it is that slow path.
+A resumed run goes on in the precision it began in (`resumed`), whatever `auto` would choose on the machine
+that resumes it: its checkpoints were made in that precision, and a run that changed it halfway would be neither.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from spanjudge.inference.cpu_precision import CpuBf16
@@ -72,6 +74,26 @@ def training_precision(
             "several times slower than float32; set them to auto (or float32 / no) unless you mean it"
         )
     return TrainingPrecision(weights, autocast, line, warning)
+
+
+def resumed(chosen: TrainingPrecision, began: Mapping[str, str] | None) -> TrainingPrecision:
+    """The precision a resumed run goes on in: the one it began in (`began`, from its run folder), whose weights and
+    optimizer state its checkpoints hold, not the one `auto` chooses on this machine, which may be another (a run
+    begun under bf16 autocast on a CPU with native bf16, resumed on one without). One line says so; a warning when
+    this machine would not choose the half precision it goes on in (there it may be emulated, several times slower)."""
+    if began is None or (began["dtype"], began["mixed_precision"]) == (chosen.dtype, chosen.mixed_precision):
+        return chosen
+    dtype, autocast = began["dtype"], began["mixed_precision"]
+    here = _words(chosen.dtype, chosen.mixed_precision)
+    line = f"precision: {_words(dtype, autocast)}, as the run began (auto here: {here})"
+    half = dtype in HALF_DTYPES or autocast in HALF_AUTOCAST
+    warning = None
+    if half and not (chosen.dtype in HALF_DTYPES or chosen.mixed_precision in HALF_AUTOCAST):
+        warning = (
+            f"the run began in {_words(dtype, autocast)}, which this machine would not choose ({chosen.line}): it goes "
+            "on so, maybe several times slower; delete training.output_dir to start again in this machine's precision"
+        )
+    return TrainingPrecision(dtype, autocast, line, warning)
 
 
 def _words(dtype: str, autocast: str) -> str:

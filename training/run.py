@@ -7,6 +7,7 @@ The run folder (`training.output_dir`) holds everything needed to resume and to 
     adapter/             the final LoRA adapter (safetensors), the tokenizer and spanjudge.json
     metrics.json         final train/eval metrics, tokens/s, peak memory, world size
     log_history.jsonl    every logged step (loss, learning rate, eval loss)
+    precision.json       the precision the run began in, which a resume keeps (training/precision.py: `resumed`)
 
 Killing a run and starting it again with the same config resumes from the last complete checkpoint
 (one torn by a kill while it was saved is set aside: `checkpoints.py`); checkpoints are saved every
@@ -78,8 +79,16 @@ from .environment import (
     unsloth_model,
 )
 from .eval_loss import token_weighted_eval
-from .precision import TrainingPrecision, training_precision
-from .run_folder import check_same_run, checkpoint_step, init_adapter_metadata, short_sha, whole_run_train_loss
+from .precision import TrainingPrecision, resumed, training_precision
+from .run_folder import (
+    PRECISION_FILE,
+    began_in,
+    check_same_run,
+    checkpoint_step,
+    init_adapter_metadata,
+    short_sha,
+    whole_run_train_loss,
+)
 from .step_times import StepTimes, steady_speed
 from .world import World, gradient_accumulation
 
@@ -160,7 +169,8 @@ class TrainingRun:
         chat_template = load_chat_template(config, None)
         if chat_template is not None:  # saved with the adapter's tokenizer, which scoring loads
             self.tokenizer.chat_template = chat_template
-        self.precision = self._precision()
+        resuming = resume_point(self.output_dir, False, self.log) is not None  # main=False: nothing set aside yet
+        self.precision = resumed(self._precision(), began_in(self.output_dir, resuming))
         self.check_trainer()  # seconds, before tokenizing everything
         catalog = load_catalog(config.data.catalog)
         self.template = load_prompt_template(config, None)
@@ -220,6 +230,8 @@ class TrainingRun:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.output_dir / "train_config.yaml", resolved_yaml(config))
         last = resume_point(self.output_dir, self.world.main, self.log)
+        if self.world.main and last is None:  # a run starting: what it begins in, for a resume to keep
+            atomic_write_text(self.output_dir / PRECISION_FILE, json.dumps(self.precision.record()))
         trainer = self._trainer()
         if config.training.save_minutes:
             trainer.add_callback(TimedSaves(config.training.save_minutes))

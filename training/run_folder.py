@@ -68,6 +68,18 @@ def check_same_run(config: TrainConfig, output_dir: Path) -> None:
                 )
 
 
+PRECISION_FILE = "precision.json"  # the precision a run began in (`TrainingPrecision.record`), which resuming keeps
+
+
+def began_in(output_dir: Path, resuming: bool) -> dict[str, str] | None:
+    """The precision the run in `output_dir` began in, when it is resuming from a checkpoint and recorded one (runs
+    begun before it was recorded have none: they go on in what this machine chooses, as they always did)."""
+    path = output_dir / PRECISION_FILE
+    if not resuming or not path.is_file():
+        return None
+    return dict(json.loads(path.read_text(encoding="utf-8")))
+
+
 def checkpoint_step(checkpoint: str | None) -> int:
     """The global step a run resumed from (Trainer checkpoints are named checkpoint-<step>)."""
     return int(Path(checkpoint).name.rsplit("-", 1)[-1]) if checkpoint else 0

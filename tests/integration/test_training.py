@@ -289,6 +289,7 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path: Path, records: Path, s
     os.killpg(process.pid, signal.SIGKILL)  # kill mid-training
     process.wait()
     assert not (out / "adapter").exists()
+    began = json.loads((out / "precision.json").read_text())  # what it began in, which the resume keeps
     torn = out / "checkpoint-3"  # as a kill while the Trainer saves leaves it: no trainer_state.json yet
     torn.mkdir()
     (torn / "adapter_model.safetensors").write_bytes(b"")
@@ -300,6 +301,7 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path: Path, records: Path, s
     assert "resuming from" in log and "checkpoint-2" in log
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["global_step"] == 4 and metrics["resumed_from"].endswith("checkpoint-2")
+    assert metrics["precision"] == began == json.loads((out / "precision.json").read_text())
     steps = [step for step, _ in train_losses(out)]
     assert steps == sorted(set(steps)) and steps[-1] == 4  # no step lost, none repeated
     # the mean loss covers all 4 steps (logged every step), not only the 2 after the resume

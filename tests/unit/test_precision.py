@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.inference import cpu_precision
 from spanjudge.inference.cpu_precision import CpuBf16, cpu_bf16, cpu_judging_dtype
-from spanjudge.training.precision import training_precision
+from spanjudge.training.precision import resumed, training_precision
+from spanjudge.training.run_folder import PRECISION_FILE, began_in
 
 NATIVE = CpuBf16(True, "a bf16 matrix product took 0.4× the float32 one; the CPU reports avx512_bf16")
 EMULATED = CpuBf16(False, "a bf16 matrix product took 80× the float32 one; the CPU reports no bf16 instructions")
@@ -114,3 +116,26 @@ def test_judging_on_a_cpu_loads_float32_unless_bf16_is_native(monkeypatch: pytes
     assert cpu_judging_dtype("float32") == ("float32", None)
     monkeypatch.setenv(cpu_precision.FORCE_ENV, "native")
     assert cpu_judging_dtype("auto") == ("auto", None) and cpu_judging_dtype("bfloat16") == ("bfloat16", None)
+
+
+def test_a_resumed_run_goes_on_in_the_precision_it_began_in(tmp_path: Path) -> None:
+    """A run begun under bf16 autocast on a CPU with native bf16 and resumed on one without goes on under bf16
+    autocast, warning that it may be slow there; begun in float32 and resumed where auto chooses bf16, it stays in
+    float32 without a warning; the precision is read only when the run resumes from a checkpoint, and a run begun
+    before it was recorded goes on in this machine's choice."""
+    here_float32 = training_precision("auto", "auto", on_cpu=True, gpu_bf16=False, cpu_bf16=lambda: EMULATED)
+    here_bf16 = training_precision("auto", "auto", on_cpu=True, gpu_bf16=False, cpu_bf16=lambda: NATIVE)
+    went_on = resumed(here_float32, here_bf16.record())
+    assert (went_on.dtype, went_on.mixed_precision) == ("float32", "bf16")
+    assert went_on.line == (
+        "precision: float32 weights under bf16 autocast, as the run began (auto here: float32 (no autocast))"
+    )
+    assert went_on.warning is not None and "delete training.output_dir" in went_on.warning
+    stayed = resumed(here_bf16, here_float32.record())
+    assert (stayed.dtype, stayed.mixed_precision, stayed.warning) == ("float32", "no", None)
+    assert resumed(here_bf16, here_bf16.record()) is here_bf16 and resumed(here_bf16, None) is here_bf16
+
+    assert began_in(tmp_path, resuming=True) is None  # a run begun before the precision was recorded
+    (tmp_path / PRECISION_FILE).write_text(json.dumps(here_bf16.record()))
+    assert began_in(tmp_path, resuming=True) == here_bf16.record()
+    assert began_in(tmp_path, resuming=False) is None  # starting afresh: this machine chooses
