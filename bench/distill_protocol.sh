@@ -73,6 +73,9 @@
 # Issue #67 (fast judging): gemma3-mixed-cut-t50-drafted-512tok-rows-bf16-stop-s1 is the same student judging with the
 # rows in bfloat16 (--student-engine transformers-drafted-rows-bf16-stop): for a host with native bf16 only, not run
 # yet; bench/drafted_judging.py holds it to the stated tolerances against the float32 rows run.
+# Issue #67's recipe arm "full fine-tuning" (`--finetuning full`: every weight of Gemma 3 270M trains, no LoRA; lr
+# 5e-5, the usual full-SFT step, ten times below the LoRA recipe's 5e-4, not searched): gemma3-mixed-cut-t50-full-stop-s1
+# and -s2 on dev, judged as the other arms are (the stop); started 2026-12-07 on the AVX2-only host (float32).
 # Issue #67's transfer read: gemma3-mixed-cut-t50-drafted-512tok-rows-stop-gsmarena-s1 is that student (its work
 # folder) judging the test tables of gsmarena, a quintd-1 domain no protocol run trains or chooses on (SPLIT=test
 # BASE=0; no dev judgments of its own, so read written and as expected values, no thresholds fitted on it).
@@ -134,6 +137,8 @@ RUNS=(
   "gemma3-mixed-cut-t50-e3-stop-s2 --recipe gemma3-mixed-cut-t50-e3-stop --epochs 3 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-lr2e-4-stop-s1 --recipe gemma3-mixed-cut-t50-lr2e-4-stop --lr 0.0002 --student-engine transformers-drafted-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-lr2e-4-stop-s2 --recipe gemma3-mixed-cut-t50-lr2e-4-stop --lr 0.0002 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
+  "gemma3-mixed-cut-t50-full-stop-s1 --recipe gemma3-mixed-cut-t50-full-stop --finetuning full --lr 0.00005 --student-engine transformers-drafted-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
+  "gemma3-mixed-cut-t50-full-stop-s2 --recipe gemma3-mixed-cut-t50-full-stop --finetuning full --lr 0.00005 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-clean2-stop-s1 --recipe gemma3-mixed-cut-t50-clean2-stop --repeat-no-error 2 --student-engine transformers-drafted-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-clean2-stop-s2 --recipe gemma3-mixed-cut-t50-clean2-stop --repeat-no-error 2 --student-engine transformers-drafted-stop --student gemma3 --train-seed 2 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"
   "gemma3-mixed-cut-t50-clean2-bf16-stop-s1 --recipe gemma3-mixed-cut-t50-clean2-bf16-stop --work runs/bench/distill_quintd/gemma3-mixed-cut-t50-clean2-stop-s1 --repeat-no-error 2 --student-engine transformers-drafted-bf16-stop --student gemma3 --train-seed 1 --domains wikidata --domains ice_hockey --domains owid --train-tables 0 50 --too-long cut --device-batch 1 --probabilities --max-new-tokens 512"

@@ -44,7 +44,7 @@ from span_confidence_bounds import overlaps  # noqa: E402
 from spanjudge.core.digests import file_sha256  # noqa: E402
 from spanjudge.eval.distill.dev_folds import dev_split  # noqa: E402
 from spanjudge.eval.distill.judgments import STUDENT_READ, archived  # noqa: E402
-from spanjudge.eval.distill.phases import ADAPTER_WEIGHTS  # noqa: E402
+from spanjudge.eval.distill.phases import student_weights  # noqa: E402
 from spanjudge.eval.spans.judging import QUINTD_ASPECT, QUINTD_TASK  # noqa: E402
 from spanjudge.eval.spans.recalibration import auc  # noqa: E402
 from spanjudge.inference.backends.base import ChatRequest  # noqa: E402
@@ -108,7 +108,7 @@ def extract(label: str, run_dir: Path) -> None:
     adapter = run_dir / "student" / "adapter"
     if not adapter.is_dir():
         sys.exit(f"span_confidence_probe: --run {run_dir}: no trained student there (student/adapter)")
-    sha = file_sha256(adapter / ADAPTER_WEIGHTS)
+    sha = file_sha256(student_weights(adapter))
     if payload["identity"].get("adapter_sha256") != sha:
         sys.exit(f"span_confidence_probe: {adapter} is not the student that judged {label}'s dev outputs")
     docs, teacher = dev_split(label, runs[label]["settings"])

@@ -46,6 +46,7 @@ class AdapterMetadata(BaseModel):
     base_kind: str | None = None
     max_length: int | None = None
     quantization: str | None = None
+    finetuning: str | None = None  # lora, or full: the folder holds the whole model (older folders: lora)
     dtype: str | None = None
     chat_template_sha256: str | None = None
     judge_prompt_sha256: str | None = None

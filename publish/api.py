@@ -172,11 +172,17 @@ def _say_unknown_benchmarks(datasets: Iterable[HubDataset], say: Say) -> None:
 def _judge_stager(options: PublishOptions, license_: str, say: Say) -> Stager:
     assert options.model is not None
     run = read_run(options.model)
+    if run.full and options.merged:
+        raise InputError(
+            f"--merged merges a LoRA adapter into its base; {run.adapter} was fully fine-tuned, its weights are the "
+            "whole model already: leave --merged out"
+        )
     results = read_eval_results(options.eval_results, options.judge_name) if options.eval_results else None
     card = CardOptions(
         repo_id=options.repo_id,
         base_model=card_base_model(run.recorded_base, options.base_model),
         merged=options.merged,
+        full=run.full,
         license=license_,
         datasets=tuple(options.datasets),
         eval_results=results,
@@ -237,11 +243,13 @@ def publish(options: PublishOptions, say: Say = print) -> Published:
         message = f"spanjudge publish: the benchmark {options.benchmark} (data, card, eval.yaml, inspect task)"
     elif is_dataset:
         message = "spanjudge publish: annotated dataset and dataset card"
-    else:
-        message = f"spanjudge publish: {'merged model' if options.merged else 'LoRA adapter'} and model card"
     with tempfile.TemporaryDirectory(prefix="spanjudge-publish-") as tmp:
         staged = Path(tmp) / "staged"
         files = _sizes(staged, stage_into(staged, token))
+        if not is_dataset:  # what the weights staged are: an adapter, merged weights or a fully fine-tuned model
+            adapter = (staged / "adapter_model.safetensors").is_file()
+            what = "LoRA adapter" if adapter else "merged model" if options.merged else "fully fine-tuned model"
+            message = f"spanjudge publish: {what} and model card"
         say(f"uploading {len(files)} files to {target}{' (private)' if options.private else ''}")
         url = upload(
             staged,

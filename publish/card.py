@@ -34,6 +34,7 @@ class CardOptions:
     repo_id: str
     base_model: str
     merged: bool = False
+    full: bool = False  # fully fine-tuned: the whole model (staged as merged weights are), no adapter
     license: str = DEFAULT_LICENSE
     datasets: tuple[str, ...] = ()
     eval_results: EvalResults | None = None
@@ -66,10 +67,10 @@ def _metadata(options: CardOptions) -> str:
     return str(
         ModelCardData(
             base_model=options.base_model,
-            library_name="transformers" if options.merged else "peft",
+            library_name="transformers" if options.merged or options.full else "peft",
             pipeline_tag="text-generation",
             license=options.license,
-            tags=list(TAGS),
+            tags=[tag for tag in TAGS if not (options.full and tag == "lora")],
             datasets=list(options.datasets) or None,
             model_name=options.repo_id.split("/")[-1] if rows else None,
             eval_results=_model_index(options.eval_results) or None,
@@ -83,7 +84,9 @@ def _training(run: RunFolder) -> dict[str, Any]:
     if meta.max_length:
         rows.append(("max sequence length", meta.max_length))
     return {
-        "lora": f"rank {lora.get('r')}, alpha {lora.get('alpha')}, dropout {lora.get('dropout')}" if lora else None,
+        "lora": f"rank {lora.get('r')}, alpha {lora.get('alpha')}, dropout {lora.get('dropout')}"
+        if lora and not run.full
+        else None,
         "recorded": run.recorded_base,
         "gguf_base": run.recorded_base in HUB_BASES,
         "metrics": rows,
@@ -159,7 +162,8 @@ def render_card(run: RunFolder, options: CardOptions) -> str:
         repo=options.repo_id,
         name=options.repo_id.split("/")[-1],
         base=options.base_model,
-        merged=options.merged,
+        merged=options.merged or options.full,
+        full=options.full,
         license_unset=options.license == DEFAULT_LICENSE,
         vllm_rank=_vllm_rank(run.lora_rank),
         training=_training(run),

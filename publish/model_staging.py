@@ -2,6 +2,7 @@
 
 - the adapter (`adapter_model.safetensors`, `adapter_config.json`) or, with `--merged`, the
   weights merged into the base (`model*.safetensors`, `config.json`, `generation_config.json`);
+  a fully fine-tuned judge (`training.finetuning: full`) is its whole model, the same files as merged ones;
 - the tokenizer files, `spanjudge.json` (what scoring needs) and the run's `train_config.yaml`;
 - `README.md`: the model card (card.py);
 - `.eval_results/*.yaml`: the Hub's evaluation results, for the sets given a `--hub-dataset` (eval_results.py).
@@ -83,7 +84,9 @@ def stage(
     """Write exactly what will be uploaded into `out` (replaced as a whole); returns the file paths in it.
     `eval_results`: the Hub's `.eval_results/*.yaml` files (path -> text, `eval_results.eval_result_files`)."""
     with atomic_directory(out, DRY_RUN_MODEL, "--dry-run") as scratch:
-        if options.merged:
+        if run.full:  # already a whole model: its own weights, nothing to merge
+            _stage_whole(run, scratch)
+        elif options.merged:
             _stage_merged(run, scratch, say)
         else:
             _copy_source(run.adapter / "adapter_model.safetensors", run.root, scratch / "adapter_model.safetensors")
@@ -95,7 +98,7 @@ def stage(
             if (source.is_symlink() or source.is_file()) and not (scratch / name).exists():
                 _copy_source(source, run.root, scratch / name)
         (scratch / ADAPTER_METADATA).write_text(
-            staged_metadata(run.metadata, options.base_model, options.merged), encoding="utf-8"
+            staged_metadata(run.metadata, options.base_model, options.merged and not run.full), encoding="utf-8"
         )
         if run.config_text is not None:
             (scratch / CONFIG_FILE).write_text(staged_config_text(run.config_text), encoding="utf-8")
@@ -104,7 +107,7 @@ def stage(
             (scratch / name).parent.mkdir(exist_ok=True)
             (scratch / name).write_text(text, encoding="utf-8")
         names = staged_names(scratch)
-        refuse_strays(names, lambda name: allowed(name, options.merged), scratch)
+        refuse_strays(names, lambda name: allowed(name, options.merged or run.full), scratch)
         check_formats(scratch)
         check_no_secrets(scratch, token)
         check_no_local_paths(scratch, run.adapter.parent)
@@ -119,10 +122,23 @@ def _stage_merged(run: RunFolder, scratch: Path, say: Callable[[str], None]) -> 
         for path in sorted(merged.iterdir()):
             if regular(path) and (path.name in MERGED_FILES | TOKENIZER_FILES or is_shard(path.name)):
                 shutil.copyfile(path, scratch / path.name)
+    _whole_model_checks(scratch)
+
+
+def _stage_whole(run: RunFolder, scratch: Path) -> None:
+    """A fully fine-tuned judge's own weights and model config, each a regular file inside the run folder."""
+    for path in sorted(run.adapter.iterdir()):
+        if path.name in MERGED_FILES or is_shard(path.name):
+            _copy_source(path, run.root, scratch / path.name)
+    _whole_model_checks(scratch)
+
+
+def _whole_model_checks(scratch: Path) -> None:
+    """A staged whole model's configs name no local folder, and it has safetensors weights."""
     for name in ("config.json", "generation_config.json"):  # `_name_or_path` may be a local folder
         if (scratch / name).is_file():
             config = json.loads((scratch / name).read_text(encoding="utf-8"))
             if strip_local_paths(config) != config:
                 (scratch / name).write_text(json.dumps(strip_local_paths(config), indent=2) + "\n", encoding="utf-8")
     if not any(p.suffix == ".safetensors" for p in scratch.iterdir()):
-        raise SpanjudgeError("merging wrote no safetensors weights")
+        raise SpanjudgeError(f"no safetensors weights staged in {scratch}")

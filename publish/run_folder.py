@@ -1,4 +1,5 @@
-"""Reading a `spanjudge train` run folder, as far as publishing needs it: the adapter, its typed
+"""Reading a `spanjudge train` run folder, as far as publishing needs it: the adapter (or, fully fine-tuned, the
+whole model), its typed
 metadata (`spanjudge.json`), the resolved config, the metrics and the annotation run behind the
 training data. Every file read must be a regular file inside the run folder (staging.py)."""
 
@@ -19,9 +20,11 @@ from .hub import REPO_ID
 from .staging import (
     ADAPTER_FILES,
     CONFIG_FILE,
+    MERGED_FILES,
     TEMPLATE_FILES,
     TOKENIZER_FILES,
     check_inside,
+    is_shard,
     safetensors_header,
 )
 
@@ -58,6 +61,11 @@ class RunFolder:
         return str(recorded)
 
     @property
+    def full(self) -> bool:
+        """Whether the judge was fully fine-tuned: its folder holds the whole model, not an adapter."""
+        return self.metadata.finetuning == "full"
+
+    @property
     def lora_rank(self) -> int:
         rank = read_json(self.adapter / "adapter_config.json").get("r")
         return rank if isinstance(rank, int) and rank > 0 else 16
@@ -74,24 +82,47 @@ def read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def is_judge_folder(folder: Path) -> bool:
+    """A trained judge's folder: a LoRA adapter, or a fully fine-tuned model (spanjudge.json says so)."""
+    if (folder / "adapter_config.json").is_file():
+        return True
+    metadata = read_adapter_metadata(folder) if (folder / ADAPTER_METADATA).is_file() else None
+    return metadata is not None and metadata.finetuning == "full" and (folder / "config.json").is_file()
+
+
 def _locate(model: Path) -> tuple[Path, Path | None]:
     """(adapter folder, run folder or None) of a run folder or an adapter folder."""
-    if (model / "adapter" / "adapter_config.json").is_file():
+    if is_judge_folder(model / "adapter"):
         return model / "adapter", model
-    if (model / "adapter_config.json").is_file():
+    if is_judge_folder(model):
         return model, model.parent if (model.parent / CONFIG_FILE).is_file() else None
     if model.is_dir():
-        raise InputError(f"{model} is not a spanjudge run folder (no adapter/adapter_config.json)")
+        raise InputError(
+            f"{model} is not a spanjudge run folder (no adapter/adapter_config.json, nor a fully fine-tuned judge "
+            "in adapter/)"
+        )
     raise InputError(f"run folder not found: {model}")
+
+
+def _weight_files(adapter: Path, full: bool) -> list[Path]:
+    """The judge's safetensors weights (refused in one line when there are none): the adapter's, or the model's."""
+    if not full:
+        if not (adapter / "adapter_model.safetensors").is_file():
+            raise InputError(f"{adapter}: no adapter_model.safetensors (only safetensors adapters are published)")
+        return [adapter / "adapter_model.safetensors"]
+    found = sorted(path for path in adapter.iterdir() if path.name == "model.safetensors" or is_shard(path.name))
+    if not found:
+        raise InputError(f"{adapter}: no model.safetensors (a fully fine-tuned judge is published as safetensors only)")
+    return found
 
 
 def read_run(model: Path) -> RunFolder:
     """A run folder (with adapter/ inside) or an adapter folder (its parent is the run, if it is one)."""
     adapter, run_dir = _locate(model.expanduser())
     _check_sources(adapter, run_dir, run_dir if run_dir is not None else adapter)
-    if not (adapter / "adapter_model.safetensors").is_file():
-        raise InputError(f"{adapter}: no adapter_model.safetensors (only safetensors adapters are published)")
-    safetensors_header(adapter / "adapter_model.safetensors")
+    metadata = read_adapter_metadata(adapter) or AdapterMetadata()
+    for weights in _weight_files(adapter, metadata.finetuning == "full"):
+        safetensors_header(check_inside(weights, run_dir if run_dir is not None else adapter))
     config_text = None
     config: dict[str, Any] = {}
     if run_dir is not None and (run_dir / CONFIG_FILE).is_file():
@@ -105,7 +136,7 @@ def read_run(model: Path) -> RunFolder:
     return RunFolder(
         adapter=adapter,
         run_dir=run_dir,
-        metadata=read_adapter_metadata(adapter) or AdapterMetadata(),
+        metadata=metadata,
         config_text=config_text,
         config=config,
         metrics=read_json(run_dir / "metrics.json") if run_dir is not None else {},
@@ -117,7 +148,7 @@ def read_run(model: Path) -> RunFolder:
 
 def _check_sources(adapter: Path, run_dir: Path | None, root: Path) -> None:
     """Every file publish reads from the run folder, present or a dangling link, is checked."""
-    names = sorted(ADAPTER_FILES | TOKENIZER_FILES | TEMPLATE_FILES | {ADAPTER_METADATA})
+    names = sorted(ADAPTER_FILES | MERGED_FILES | TOKENIZER_FILES | TEMPLATE_FILES | {ADAPTER_METADATA})
     paths = [adapter / name for name in names]
     if run_dir is not None:
         paths += [run_dir / CONFIG_FILE, run_dir / "metrics.json"]

@@ -55,7 +55,8 @@ class TrainSettings:
 
 
 def train_command(settings: TrainSettings) -> None:
-    """Fine-tune the judge: LoRA or QLoRA SFT with TRL, loss on the evaluation only.
+    """Fine-tune the judge: LoRA or QLoRA SFT with TRL, loss on the evaluation only (or every weight of a small
+    base: training.finetuning full, its whole model saved in adapter/).
 
     Launch with `accelerate launch [--config_file configs/accelerate/<setup>.yaml] train.py
     --config <train.yaml>` for one GPU, several GPUs (DDP, FSDP, DeepSpeed ZeRO-3) or CPU

@@ -1,9 +1,10 @@
 """The training config: one YAML file → model, LoRA, data and trainer settings.
 
 Defaults are the thesis recipe (§4.4): LoRA r 16, α 32, dropout 0 on every attention and
-MLP projection; 1 epoch; effective batch 16; lr 2e-4; AdamW with weight decay 0.01; linear
-schedule with 5 % warm-up; max length 4096. Every mistake (unknown key, wrong type, missing
-file) is reported as one line naming the file and the field, before any model is loaded.
+MLP projection (or, with `training.finetuning: full`, every weight of a small base); 1 epoch;
+effective batch 16; lr 2e-4; AdamW with weight decay 0.01; linear schedule with 5 % warm-up;
+max length 4096. Every mistake (unknown key, wrong type, missing file) is reported as one line
+naming the file and the field, before any model is loaded.
 """
 
 from __future__ import annotations
@@ -107,6 +108,14 @@ class DataSection(_Strict):
 
 class TrainingSection(_Strict):
     output_dir: Path
+    finetuning: Literal["lora", "full"] = Field(
+        default="lora",
+        description="lora: train a LoRA adapter on the frozen base (the lora section); full: train every weight of "
+        "the base, saved as a whole model (safetensors) in the run's adapter/ folder, which scoring loads as it "
+        "loads a merged model. Full fine-tuning keeps float32 weights, their gradients and AdamW's two moments: "
+        "16 bytes a parameter (Gemma 3 270M: about 4.3 GB, a CPU's memory is enough; Llama 3.1 8B: far more than "
+        "one GPU, use lora). Not with model.quantization, model.unsloth or lora.init_from",
+    )
     epochs: float = Field(default=1.0, gt=0)
     max_steps: int | None = Field(default=None, gt=0, description="overrides epochs when set")
     effective_batch_size: int = Field(default=16, gt=0, description="per-device batch × accumulation × processes")
@@ -215,6 +224,22 @@ class TrainConfig(_Strict):
                 "data.example_weights weighs each row as one example, and packing or padding_free put several "
                 "examples in one row: turn them off, or set example_weights: none"
             )
+        if self.training.finetuning == "full":
+            refused = [
+                name
+                for name, on in (
+                    (f"model.quantization: {self.model.quantization}", self.model.quantization != "none"),
+                    ("model.unsloth", self.model.unsloth),
+                    ("lora.init_from", self.lora.init_from is not None),
+                )
+                if on
+            ]
+            if refused:
+                raise ValueError(
+                    f"training.finetuning full trains every weight of the base, and {', '.join(refused)} "
+                    "belong to LoRA: a quantized base cannot be trained whole (QLoRA trains an adapter on it), and an "
+                    "adapter is continued with finetuning lora; drop them, or set finetuning: lora"
+                )
         if self.model.unsloth and self.lora.init_from is not None:
             raise ValueError("lora.init_from continues a PEFT adapter; model.unsloth builds its own: use one")
         if self.model.unsloth and self.model.quantization == "8bit":

@@ -11,6 +11,8 @@ config. The formulas, so a reader can check every number:
   Linear layers only, and transformers leaves `lm_head` out); 8bit is one byte per weight.
 - **LoRA**: r·(in + out) parameters per targeted Linear, kept in fp32 by PEFT, plus their fp32
   gradients and AdamW's two fp32 moments: 16 bytes a parameter.
+- **full fine-tuning** (`training.finetuning: full`): every parameter with its gradient and AdamW's two
+  moments, all in the weights' dtype (float32 under `auto`): 4 × 4 = 16 bytes a parameter; no LoRA.
 - **activations**, for the configured per-device batch at `data.max_length` (the worst case:
   a batch padded to the longest example): per token and decoder layer, in a 2-byte compute
   dtype, 22·hidden + 8·intermediate bytes — two RMSNorms (their fp32 input and bf16 output:
@@ -29,7 +31,8 @@ config. The formulas, so a reader can check every number:
   and its backward through the activations; no weight gradients: the base is frozen), with N
   the Linear parameters including the LM head, + 6·N_LoRA (LoRA's forward, backward and
   weight gradients) + 6·length·hidden·layers (causal attention's scores and context, forward
-  and backward, at the mean example length). Recomputation under checkpointing is not model
+  and backward, at the mean example length); full fine-tuning computes every weight's gradient
+  too: 6·N, no LoRA term. Recomputation under checkpointing is not model
   FLOPs: the MFU you state has to absorb it. bench/gpu/run.py measures MFU with the same
   formula.
 """
@@ -198,13 +201,18 @@ class Plan:
 
 def gpu_precision(config: TrainConfig) -> TrainingPrecision:
     """The config's precision on the planned GPU (every GPU of the table computes bf16)."""
+    training = config.training
+    full = training.finetuning == "full"
     return training_precision(
-        config.model.dtype, config.training.mixed_precision, on_cpu=False, gpu_bf16=True, cpu_bf16=cpu_bf16
+        config.model.dtype, training.mixed_precision, on_cpu=False, gpu_bf16=True, cpu_bf16=cpu_bf16, full=full
     )
 
 
+WIDTHS = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}
+
+
 def weight_bytes(shape: ModelShape, dtype: str, quantization: str) -> tuple[float, str]:
-    width = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}[dtype]
+    width = WIDTHS[dtype]
     if quantization == "none":
         return shape.params * width, f"{shape.params:,} parameters × {width} bytes ({dtype})"
     per_weight = NF4_BYTES if quantization == "4bit" else 1
@@ -239,15 +247,18 @@ def activation_lines(
     return [Line("activations: decoder layers", layers, how), Line("activations: LM head (loss)", head, head_how)]
 
 
-def model_flops_per_token(shape: ModelShape, mean_tokens: float) -> float:
-    return 4 * shape.linear_params + 6 * shape.lora_params + 6 * mean_tokens * shape.hidden * shape.layers
+def model_flops_per_token(shape: ModelShape, mean_tokens: float, full: bool = False) -> float:
+    """4·N + 6·N_LoRA (full fine-tuning: 6·N, every weight's gradient too) + attention's 6·length·hidden·layers."""
+    weights = 6 * shape.linear_params if full else 4 * shape.linear_params + 6 * shape.lora_params
+    return weights + 6 * mean_tokens * shape.hidden * shape.layers
 
 
-def hardware_flops_per_token(shape: ModelShape, mean_tokens: float, checkpointing: bool) -> float:
+def hardware_flops_per_token(shape: ModelShape, mean_tokens: float, checkpointing: bool, full: bool = False) -> float:
     """The FLOPs the device runs per token: the model FLOPs, plus with gradient checkpointing the forward
     it runs again in the backward (2·N + 2·N_LoRA + causal attention's 2·length·hidden·layers)."""
-    again = 2 * shape.linear_params + 2 * shape.lora_params + 2 * mean_tokens * shape.hidden * shape.layers
-    return model_flops_per_token(shape, mean_tokens) + (again if checkpointing else 0)
+    lora = 0 if full else 2 * shape.lora_params
+    again = 2 * shape.linear_params + lora + 2 * mean_tokens * shape.hidden * shape.layers
+    return model_flops_per_token(shape, mean_tokens, full) + (again if checkpointing else 0)
 
 
 def plan(
@@ -261,19 +272,31 @@ def plan(
     assumptions: list[str] | None = None,
 ) -> Plan:
     training, data = config.training, config.data
+    full = training.finetuning == "full"
     precision = gpu_precision(config)
     width = 4 if precision.dtype == "float32" and precision.mixed_precision == "no" else 2
     tokens = training.per_device_batch_size * data.max_length
-    weights, weights_how = weight_bytes(shape, precision.dtype, config.model.quantization)
-    parts = [
-        Line("base weights", weights, weights_how),
-        Line("LoRA (weights, gradients, AdamW)", shape.lora_params * LORA_BYTES, f"{shape.lora_params:,} × 16 bytes"),
-        *activation_lines(shape, tokens, training.gradient_checkpointing, width, training.liger_kernel),
-    ]
+    if full:  # the weight, its gradient and AdamW's two moments, each in the weights' dtype
+        per_param = 4 * WIDTHS[precision.dtype]
+        trained = [
+            Line(
+                "weights, gradients, AdamW (full)",
+                shape.params * per_param,
+                f"{shape.params:,} parameters × {per_param} bytes (4 × {precision.dtype})",
+            )
+        ]
+    else:
+        weights, weights_how = weight_bytes(shape, precision.dtype, config.model.quantization)
+        lora_bytes, lora_how = shape.lora_params * LORA_BYTES, f"{shape.lora_params:,} × 16 bytes"
+        trained = [
+            Line("base weights", weights, weights_how),
+            Line("LoRA (weights, gradients, AdamW)", lora_bytes, lora_how),
+        ]
+    parts = [*trained, *activation_lines(shape, tokens, training.gradient_checkpointing, width, training.liger_kernel)]
     subtotal = sum(line.bytes for line in parts)
     overhead = OVERHEAD_FIXED + OVERHEAD_SHARE * subtotal
     parts.append(Line("overhead", overhead, "1 GiB + 10 % (CUDA context, allocator)"))
-    flops = model_flops_per_token(shape, mean_tokens)
+    flops = model_flops_per_token(shape, mean_tokens, full)
     epoch_tokens = examples * mean_tokens * training.epochs
     seconds = epoch_tokens * flops / (mfu * gpu.bf16_tflops * 1e12)
     other = activation_lines(shape, tokens, not training.gradient_checkpointing, width, training.liger_kernel)[0].bytes
@@ -282,8 +305,10 @@ def plan(
 
 def variant_setup(name: str) -> dict[str, Any]:
     """What a bench/gpu/run.py variant name says about its setup (the rows of the first format carry no
-    settings): quantization, gradient checkpointing, Liger, padding-free, packing, FSDP, torch.compile."""
+    settings): full fine-tuning or LoRA, quantization, gradient checkpointing, Liger, padding-free, packing, FSDP,
+    torch.compile."""
     return {
+        "finetuning": "full" if name.startswith("full") else "lora",
         "quantization": "4bit" if name.startswith("qlora") else "none",
         "gradient_checkpointing": "no-checkpointing" not in name,
         "liger_kernel": "liger" in name,
@@ -304,6 +329,7 @@ def measured_mfu(config: TrainConfig, results: Path | None = None) -> tuple[floa
     if not results.is_file():
         return None
     wanted = {
+        "finetuning": config.training.finetuning,
         "quantization": config.model.quantization,
         "gradient_checkpointing": config.training.gradient_checkpointing,
         "liger_kernel": config.training.liger_kernel,
@@ -338,7 +364,8 @@ def implied_mfu(result: Plan, hours: float) -> float:
 def advice(config: TrainConfig, shape: ModelShape, gpu: Gpu) -> str:
     """The levers, pulled in order until the plan fits, those that leave the results alone first:
     gradient checkpointing, a halved per-device batch (accumulation keeps the effective batch),
-    then QLoRA, then a halved max length (down to 512); or that none of them is enough."""
+    then LoRA in place of full fine-tuning, then QLoRA, then a halved max length (down to 512); or that none of them
+    is enough."""
     model, training, data = config.model, config.training, config.data
     steps: list[tuple[str, dict[str, dict[str, Any]]]] = []
     if not training.gradient_checkpointing:
@@ -347,6 +374,8 @@ def advice(config: TrainConfig, shape: ModelShape, gpu: Gpu) -> str:
     while batch > 1:
         batch //= 2
         steps.append((f"training.per_device_batch_size: {batch}", {"training": {"per_device_batch_size": batch}}))
+    if training.finetuning == "full":  # an adapter on the frozen base: no gradients nor moments for the base
+        steps.append(("training.finetuning: lora", {"training": {"finetuning": "lora"}}))
     if model.quantization == "none":
         steps.append(("model.quantization: 4bit (QLoRA)", {"model": {"quantization": "4bit"}}))
     length = data.max_length
@@ -375,7 +404,8 @@ def render(config: TrainConfig, result: Plan, thesis_hours: float | None = None)
         f"dense; {gpu.source})",
         f"  per-device batch {config.training.per_device_batch_size} × max length {config.data.max_length}, "
         f"gradient checkpointing {'on' if config.training.gradient_checkpointing else 'off'}, "
-        f"quantization {config.model.quantization}, LoRA r {config.lora.r}",
+        f"quantization {config.model.quantization}, "
+        + ("full fine-tuning" if config.training.finetuning == "full" else f"LoRA r {config.lora.r}"),
         f"  {gpu_precision(config).line}",
         "",
         "Memory (GiB):",

@@ -3,7 +3,8 @@
 `model.dtype: auto` and `training.mixed_precision: auto` (the defaults) choose by the device:
 
 - on a GPU: bfloat16 weights and bf16 autocast (the thesis recipe; on a GPU without bf16, float32 weights
-  under fp16 autocast);
+  under fp16 autocast). Full fine-tuning keeps float32 weights under the autocast: its optimizer updates the
+  weights themselves, and bf16 weights would round small updates away;
 - on a CPU: float32 weights, with bf16 autocast only where the CPU computes bf16 natively
   (AVX512-BF16, AMX-BF16: `inference.cpu_precision`). Where it does not, bf16 is emulated and a
   training step takes several times as long as in float32 (5.9× measured on an AVX2-only host),
@@ -40,16 +41,26 @@ class TrainingPrecision:
 
 
 def training_precision(
-    dtype: str, mixed_precision: str, *, on_cpu: bool, gpu_bf16: bool, cpu_bf16: Callable[[], CpuBf16]
+    dtype: str,
+    mixed_precision: str,
+    *,
+    on_cpu: bool,
+    gpu_bf16: bool,
+    cpu_bf16: Callable[[], CpuBf16],
+    full: bool = False,
 ) -> TrainingPrecision:
     """The run's precision from `model.dtype` and `training.mixed_precision` (either may be "auto").
 
     `gpu_bf16`: the GPU computes bf16 (only read off a GPU run); `cpu_bf16` is asked only on a CPU run
-    where the answer matters (an auto setting, or a half-precision one to warn about)."""
+    where the answer matters (an auto setting, or a half-precision one to warn about). `full`: full fine-tuning,
+    whose weights `auto` keeps in float32 on a GPU too."""
     if not on_cpu:  # a GPU without bf16 (V100, T4): float32 weights under fp16 autocast, the safe mixed precision
-        weights = ("bfloat16" if gpu_bf16 else "float32") if dtype == "auto" else dtype
+        weights = ("bfloat16" if gpu_bf16 and not full else "float32") if dtype == "auto" else dtype
         autocast = ("bf16" if gpu_bf16 else "fp16") if mixed_precision == "auto" else mixed_precision
-        chosen = " (auto on a GPU)" if "auto" in (dtype, mixed_precision) else ""
+        chosen = ""
+        if "auto" in (dtype, mixed_precision):
+            kept = "; full fine-tuning keeps float32 weights" if full and dtype == "auto" else ""
+            chosen = f" (auto on a GPU{kept})"
         return TrainingPrecision(weights, autocast, f"precision: {_words(weights, autocast)}{chosen}")
     asks_half = dtype in HALF_DTYPES or mixed_precision in HALF_AUTOCAST
     if mixed_precision != "auto" and not asks_half:  # float32 throughout, as written: nothing to measure

@@ -1,10 +1,12 @@
-"""One training run: config → tokenizer + data (checked) → model + LoRA → TRL SFTTrainer → run folder.
+"""One training run: config → tokenizer + data (checked) → model + LoRA (or every weight, `training.finetuning:
+full`) → TRL SFTTrainer → run folder.
 
 The run folder (`training.output_dir`) holds everything needed to resume and to use the result:
 
-    checkpoint-N/        Trainer checkpoints (adapter, optimizer, scheduler, RNG); resume starts here
+    checkpoint-N/        Trainer checkpoints (adapter or whole model, optimizer, scheduler, RNG); resume starts here
     train_config.yaml    the config as it ran, defaults filled in
-    adapter/             the final LoRA adapter (safetensors), the tokenizer and spanjudge.json
+    adapter/             the final LoRA adapter (safetensors), the tokenizer and spanjudge.json; with full
+                         fine-tuning the whole model (model.safetensors, config.json) in its place
     metrics.json         final train/eval metrics, tokens/s, peak memory, world size
     log_history.jsonl    every logged step (loss, learning rate, eval loss)
     precision.json       the precision the run began in, which a resume keeps (training/precision.py: `resumed`)
@@ -241,6 +243,7 @@ class TrainingRun:
         layout = str(getattr(trainer.accelerator.distributed_type, "value", trainer.accelerator.distributed_type))
         self.log(f"the trainer's layout: {layout} over {self.world.size} process(es)")
         start = f"the adapter {config.lora.init_from}" if config.lora.init_from else "the base model"
+        start += " (full fine-tuning: every weight trains)" if self.full else ""
         self.log(f"resuming from {last}" if last else f"starting from {start}")
         started = time.perf_counter()
         result = trainer.train(resume_from_checkpoint=last)
@@ -333,6 +336,8 @@ class TrainingRun:
             raise ConfigError(None, "training", f"the trainer refuses these settings: {exc}") from None
 
     def _check_target_modules(self) -> None:
+        if self.full:  # no adapter: the lora section is not read
+            return
         names = module_names(self.folder, self.config.model.trust_remote_code)
         if names is None:
             self.log("lora.target_modules not checked: the base model's config.json could not be read here")
@@ -373,6 +378,11 @@ class TrainingRun:
         )
 
     @property
+    def full(self) -> bool:
+        """Whether every weight trains (training.finetuning full) rather than a LoRA adapter."""
+        return self.config.training.finetuning == "full"
+
+    @property
     def on_cpu(self) -> bool:
         """Whether this run trains on CPU (the Trainer's own choice: training.use_cpu, or no GPU)."""
         return self.config.training.use_cpu or not accelerator_present()
@@ -388,6 +398,7 @@ class TrainingRun:
             on_cpu=on_cpu,
             gpu_bf16=not on_cpu and gpu_has_bf16(),
             cpu_bf16=cpu_bf16,
+            full=self.full,
         )
 
     def _fit_cpu_memory(self, model: PreTrainedModel) -> None:
@@ -426,6 +437,8 @@ class TrainingRun:
             trust_remote_code=config.model.trust_remote_code,
             device_map=device_map,
         )
+        if self.full:  # no PEFT config: TRL trains every parameter of the model as loaded
+            return model, None
         if lora.init_from is not None:  # the trained adapter's weights are the start; TRL trains a PeftModel as is
             from peft import PeftModel
 
@@ -441,7 +454,7 @@ class TrainingRun:
         return model, peft_config
 
     def _save(self, trainer: SFTTrainer, metrics: dict[str, Any]) -> None:
-        trainer.save_model(str(self.adapter_dir))  # the adapter only, as safetensors
+        trainer.save_model(str(self.adapter_dir))  # the adapter only (full fine-tuning: the model), as safetensors
         (self.adapter_dir / "training_args.bin").unlink(missing_ok=True)  # a pickle; the YAML config says it all
         self.tokenizer.save_pretrained(str(self.adapter_dir))
         widen_to_umask(self.adapter_dir)  # safetensors writes the weights 0600 under any umask
@@ -487,6 +500,7 @@ class TrainingRun:
             "base_kind": self.source.kind,
             "max_length": self.config.data.max_length,
             "quantization": self.config.model.quantization,
+            "finetuning": self.config.training.finetuning,
             "dtype": self.precision.dtype,
             "precision": self.precision.record(),
             "chat_template_sha256": short_sha(str(self.tokenizer.chat_template)),

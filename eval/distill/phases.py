@@ -69,6 +69,12 @@ BIN = Path(sys.executable).parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"}
 TRAIN_CONFIG = configs_dir() / "train" / "smollm2_cpu_smoke.yaml"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # what a student is: its LoRA weights (sha256: `another_student`)
+WHOLE_WEIGHTS = "model.safetensors"  # or, fully fine-tuned, the whole model's
+
+
+def student_weights(adapter: Path) -> Path:
+    """The file whose sha256 names a trained student: its LoRA weights, or (full fine-tuning) its model's."""
+    return adapter / ADAPTER_WEIGHTS if (adapter / ADAPTER_WEIGHTS).is_file() else adapter / WHOLE_WEIGHTS
 
 
 def run_command(command: list[str], log: Path, stdout: Path | None = None) -> float:
@@ -208,6 +214,7 @@ def train_student(work: Path, args: StudySettings) -> dict[str, Any]:
         "training.logging_steps": 5,
         "lora.r": args.rank,
         "lora.alpha": 2 * args.rank,
+        "training.finetuning": args.finetuning,
         "training.decision_weight": args.decision_weight,
         "training.seed": args.train_seed,
         **STUDENTS[args.student]["sets"],
@@ -264,7 +271,7 @@ def train(run_dir: Path, sets: dict[str, Any], work: Path) -> dict[str, Any]:
     # the precision it computed in moves the adapter (float32 on a CPU without native bf16, bf16 autocast with it)
     keep = ("train_loss", "eval_loss", "tokens_per_second", "train_runtime", "precision")
     # which student this is: a retrained one is the same only if its adapter is (`another_student`)
-    fingerprint = {"adapter_sha256": file_sha256(run_dir / "adapter" / ADAPTER_WEIGHTS)}
+    fingerprint = {"adapter_sha256": file_sha256(student_weights(run_dir / "adapter"))}
     return {"wall_s": wall, **{k: metrics.get(k) for k in keep if k in metrics}, **fingerprint}
 
 
@@ -357,7 +364,7 @@ def judge_held_out(
     # The base judges the test split only (the row beside each reported recipe), on the contract's grammar so
     # that it writes evaluations at all (unconstrained it parses none); once per student model and setting.
     judges: list[tuple[str, Path, Path | None, int]] = [("student", adapter, lora, 0)]
-    student = file_sha256(adapter / ADAPTER_WEIGHTS)  # computed once, when it was trained
+    student = file_sha256(student_weights(adapter))  # computed once, when it was trained
     if args.split == "test" and args.base:
         judges.insert(0, ("base", base_turns, None, 0))
     if args.samples:  # self-consistency: the same student asked again for N sampled replies per output
@@ -479,6 +486,7 @@ def run_settings(
         "batch": args.batch,
         "lr": args.lr,
         "rank": args.rank,
+        "finetuning": args.finetuning,
         "repeat_no_error": args.repeat_no_error,
         "example_weights": args.example_weights,
         "decision_weight": args.decision_weight,

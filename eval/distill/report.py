@@ -240,6 +240,7 @@ UNRECORDED = {
     "example_weights": "none",
     "train_seed": 42,
     "student_engine": "default",
+    "finetuning": "lora",
 }
 
 
@@ -248,9 +249,15 @@ def _setting(settings: dict[str, Any], key: str) -> Any:
     return UNRECORDED.get(key) if value is None else value
 
 
+def _tuned(settings: dict[str, Any]) -> str:
+    """What trained: 'LoRA r 16', or 'every weight' (full fine-tuning)."""
+    full = _setting(settings, "finetuning") == "full"
+    return "every weight (full fine-tuning)" if full else f"LoRA r {settings['rank']}"
+
+
 RECIPE = (
-    "student_model", "domains", "extra_domains", "import_config", "batch", "lr", "rank", "repeat_no_error",
-    "example_weights", "decision_weight", "max_new_tokens", "constrained", "student_engine",
+    "student_model", "domains", "extra_domains", "import_config", "batch", "lr", "rank", "finetuning",
+    "repeat_no_error", "example_weights", "decision_weight", "max_new_tokens", "constrained", "student_engine",
 )  # fmt: skip
 
 
@@ -370,7 +377,7 @@ def protocol_run_section(label: str, s: dict[str, Any], rows: list[dict[str, Any
         f"{s['machine']}. Train: {source} spans on {s['train_outputs']} outputs of {', '.join(s['domains'])} tables "
         f"{s['train_tables'][0]}–{s['train_tables'][1] - 1}; dev tables {s['dev_tables'][0]}–{s['dev_tables'][1] - 1}"
         f", test tables {s['test_tables'][0]}–{s['test_tables'][1] - 1} of {', '.join(s['eval_domains'])} (all 4 "
-        f"systems). {t.get('steps')} steps × batch {s['batch']}, lr {s['lr']}, LoRA r {s['rank']}, "
+        f"systems). {t.get('steps')} steps × batch {s['batch']}, lr {s['lr']}, {_tuned(s)}, "
         f"{t.get('wall_s')} s wall, train loss {rounded(t.get('train_loss'))}, eval loss {rounded(t.get('eval_loss'))}."
         f" Student: {s['student']}; judging greedy, ≤ {s['max_new_tokens']} new tokens, {s['retries']} sampled retry, "
         "context 4096 tokens (inputs cut to fit, longest first)"
@@ -452,7 +459,7 @@ def markdown(runs: dict[str, Any]) -> str:
             + f"; rule {s.get('import_config', IMPORT_CONFIG_NAME)}; held out: tables "
             f"{s['test_tables'][0]}–{s['test_tables'][1] - 1} ({s['n_outputs']} outputs, all 4 systems, no input "
             "shared). Training: "
-            f"{t.get('steps')} steps × batch {s['batch']} (~{epochs:.1f} epochs), lr {s['lr']}, LoRA r {s['rank']}"
+            f"{t.get('steps')} steps × batch {s['batch']} (~{epochs:.1f} epochs), lr {s['lr']}, {_tuned(s)}"
             + (f", 'No Error' records ×{s['repeat_no_error']}" if s.get("repeat_no_error", 1) > 1 else "")
             + (f", decision token ×{s['decision_weight']:g}" if s.get("decision_weight", 1.0) != 1.0 else "")
             + (", examples weighted by annotator agreement" if s.get("example_weights") == "agreement" else "")

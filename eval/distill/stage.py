@@ -17,11 +17,21 @@ from pathlib import Path
 from typing import Any
 
 from spanjudge.core.errors import InputError
+from spanjudge.inference.backends.registry import engine as engine_declaration
 
 from .phases import TeacherRecords, another_student, import_teacher, judge_held_out, run_settings, train_student
 from .recompute import diagram, from_judgments, rows_and_decisions
 from .report import write_results
-from .study import ENGINE_LABELS, STUDENTS, StudySettings, leak, recipe_conflict, recipe_settings
+from .study import (
+    ENGINE_LABELS,
+    STUDENTS,
+    StudySettings,
+    engine_and_decoding,
+    leak,
+    recipe_conflict,
+    recipe_settings,
+    student_engine,
+)
 
 Say = Callable[[str], None]
 RESULTS = Path("bench/results/distill_quintd")  # the protocol's results (.json, .md), from the checkout
@@ -34,6 +44,7 @@ CHOICES = {
     "example_weights": ("none", "agreement"),
     "too_long": ("cut", "skip"),
     "student_engine": ("default", *ENGINE_LABELS),
+    "finetuning": ("lora", "full"),
 }
 
 
@@ -63,6 +74,11 @@ def check_study(settings: StudySettings, results: Path = RESULTS) -> None:
         raise InputError(
             f"{s.label}: its dev split was judged with --student-engine {judged_dev_on}, not {s.student_engine}; "
             "the test split is judged by the judge whose dev judgments fitted its thresholds"
+        )
+    if s.finetuning == "full" and engine_declaration(engine_and_decoding(student_engine(s))[0]).reads_gguf:
+        raise InputError(
+            f"--finetuning full: the student is a whole model, and --student-engine {student_engine(s)} judges a GGUF "
+            "with a GGUF LoRA; choose a transformers engine (e.g. transformers-drafted-rows-stop)"
         )
     problem = leak(s) or recipe_conflict(s.recipe or s.label, s.label, recipe_settings(s), runs)
     if problem:

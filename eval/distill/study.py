@@ -59,6 +59,11 @@ class StudySettings:
     )
     lr: float = option(5e-4, help="Learning rate.", min=0)
     rank: int = option(16, help="LoRA rank (alpha = 2 × rank).", min=1)
+    finetuning: str = option(
+        "lora",
+        help="lora (an adapter of --rank on the frozen student) or full: every weight of the student trains "
+        "(training.finetuning; judged on the transformers engines, which load the whole model).",
+    )
     repeat_no_error: int = option(1, help="Train on 'No Error' records N times (data.repeat_no_error).", min=1)
     example_weights: str = option(
         "none",
@@ -237,7 +242,7 @@ def leak(args: StudySettings) -> str | None:
 # What a protocol recipe is: every setting but the training seed (the runs of one recipe differ in that alone)
 RECIPE_ARGS = (
     "student", "domains", "train_source", "train_tables", "extra_domains", "extra_tables", "import_config", "epochs",
-    "steps", "batch", "lr", "rank", "repeat_no_error", "example_weights", "decision_weight", "too_long",
+    "steps", "batch", "lr", "rank", "finetuning", "repeat_no_error", "example_weights", "decision_weight", "too_long",
     "max_new_tokens", "retries", "constrained", "probabilities", "dev_tables", "test_tables", "eval_domains",
     "student_engine",
 )  # fmt: skip

@@ -107,7 +107,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     shutil.copytree(run, leaky)
     with (leaky / "train_config.yaml").open("a") as handle:
         handle.write(f"# token: {FAKE_TOKEN}\n")
-    return {"run": run, "local": local, "leaky": leaky, "base": root / "tiny-base", "root": root}
+    # a fully fine-tuned judge (training.finetuning full): its adapter/ folder holds the whole model
+    full = root / "run-full"
+    shutil.copytree(run, full)
+    shutil.rmtree(full / "adapter")
+    torch.manual_seed(1)  # other weights than the base's: "trained"
+    LlamaForCausalLM(config).save_pretrained(full / "adapter", safe_serialization=True)
+    tokenizer.save_pretrained(full / "adapter")
+    (full / "adapter" / "training_args.bin").write_bytes(b"\x80pickle")
+    (full / "adapter" / "spanjudge.json").write_text(json.dumps({**meta, "finetuning": "full"}))
+    full_config = {**train_config, "training": {**train_config["training"], "finetuning": "full"}}
+    (full / "train_config.yaml").write_text(yaml.safe_dump({k: v for k, v in full_config.items() if k != "lora"}))
+    return {"run": run, "local": local, "leaky": leaky, "full": full, "base": root / "tiny-base", "root": root}
 
 
 def _front_matter(card: str) -> dict:
@@ -243,6 +254,34 @@ def test_merged_dry_run_writes_merged_safetensors(
     staged_meta = json.loads((out / "spanjudge.json").read_text())
     assert staged_meta["merged"] is True and "merged_from" not in staged_meta
     assert str(runs["root"]) not in (out / "spanjudge.json").read_text()
+
+
+def test_a_fully_fine_tuned_judge_is_published_as_its_whole_model(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from safetensors.torch import load_file
+
+    assert _publish("--model", str(runs["full"]), "--merged", "--dry-run", str(tmp_path / "x")) == 2
+    err = capsys.readouterr().err
+    assert "was fully fine-tuned" in err and "leave --merged out" in err and len(err.strip().splitlines()) == 1
+    out = tmp_path / "full"
+    assert _publish("--model", str(runs["full"]), "--dry-run", str(out)) == 0, capsys.readouterr().err
+    names = {p.name for p in out.iterdir()}
+    assert {"model.safetensors", "config.json", "tokenizer.json", "README.md", "spanjudge.json"} <= names
+    assert "train_config.yaml" in names
+    assert not names & {"adapter_model.safetensors", "adapter_config.json"}
+    assert not any(word in name for name in names for word in FORBIDDEN)
+    staged = load_file(str(out / "model.safetensors"))
+    trained = load_file(str(runs["full"] / "adapter" / "model.safetensors"))
+    assert staged.keys() == trained.keys() and all(staged[k].equal(trained[k]) for k in trained)  # its own, as trained
+    card = (out / "README.md").read_text()
+    meta = _front_matter(card)
+    assert meta["library_name"] == "transformers" and "lora" not in meta["tags"] and meta["base_model"] == HUB_BASE
+    assert "Full fine-tuning (every weight trained)" in card and "LoRA fine-tuning" not in card
+    assert 'Judge.from_pretrained("someone/tiny-judge")' in card  # no base to name: the weights are whole
+    staged_meta = json.loads((out / "spanjudge.json").read_text())
+    assert staged_meta["finetuning"] == "full" and staged_meta["merged"] is False
+    assert str(runs["root"]) not in (out / "config.json").read_text()
 
 
 def test_staging_refuses_token_like_strings_and_foreign_folders(

@@ -88,6 +88,35 @@ def test_shape_and_budget_of_a_small_llama_match_the_hand_count(tiny_config: Pat
     assert weights == pytest.approx(73_728 * (0.5 + 0.127 / 8) + (202_048 - 73_728) * 2)
 
 
+def test_full_fine_tuning_plans_every_weight_with_its_gradient_and_moments(tiny_config: Path) -> None:
+    overrides = [("model.dtype", "auto"), ("training.finetuning", "full")]
+    config = load_train_config(tiny_config, overrides, data_needed=False)
+    precision = plan.gpu_precision(config)  # the optimizer updates the weights themselves: float32 ones
+    assert (precision.dtype, precision.mixed_precision) == ("float32", "bf16")
+    assert "full fine-tuning keeps float32 weights" in precision.line
+    shape = plan.model_shape(plan.model_config(config.model.base), 8, PROJECTIONS)
+    result = plan.plan(config, shape, plan.find_gpu("L4"), examples=1000, mean_tokens=100, mfu=0.5)
+    parts = {line.label: line.bytes for line in result.memory}
+    assert parts["weights, gradients, AdamW (full)"] == 202_048 * 16  # 4 float32 values a parameter
+    assert not {"base weights", "LoRA (weights, gradients, AdamW)"} & parts.keys()
+    # every weight's gradient too: 6·N, no LoRA term; checkpointing runs the forward again (2·N + attention's)
+    assert result.model_flops_per_token == 6 * 137_728 + 6 * 100 * 64 * 2
+    again = 2 * 137_728 + 2 * 100 * 64 * 2
+    assert plan.hardware_flops_per_token(shape, 100, True, full=True) == result.model_flops_per_token + again
+
+
+def test_the_thesis_base_trained_whole_is_told_to_train_an_adapter(capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = configs_dir() / "train" / "llama31_8b_lora.yaml"
+    args = ["train", "--config", str(recipe), "--set", "training.finetuning=full", "--plan", "--gpu", "A40"]
+    assert cli_main(args) == 2
+    captured = capsys.readouterr()
+    # the recipe's bfloat16 weights: weight, gradient and moments in bfloat16, 8 bytes a parameter
+    assert "full fine-tuning" in captured.out and "8,030,261,248 parameters × 8 bytes (4 × bfloat16)" in captured.out
+    [line] = captured.err.strip().splitlines()
+    assert line.startswith("error: does not fit one A40: needs 75.3 GiB of 48; "), line
+    assert line.endswith("training.finetuning: lora would need 20.5 GiB"), line
+
+
 def test_the_thesis_recipe_is_planned_offline_on_an_a40(capsys: pytest.CaptureFixture[str]) -> None:
     recipe = configs_dir() / "train" / "llama31_8b_lora.yaml"
     assert cli_main(["train", "--config", str(recipe), "--plan", "--gpu", "A40", "--mean-tokens", "1000"]) == 0

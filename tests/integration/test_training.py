@@ -54,6 +54,10 @@ def records(tmp_path: Path, shared_data: Path) -> Path:
         ({"data": {"train": "nowhere/train.jsonl"}}, "data.train: file not found: nowhere/train.jsonl"),
         ({"training": {"effective_batch_size": 5}}, "not a multiple of training.per_device_batch_size"),
         ({"model": {"quantization": "3bit"}}, "model.quantization: Input should be 'none', '4bit' or '8bit'"),
+        (
+            {"model": {"quantization": "4bit"}, "training": {"finetuning": "full"}},
+            "training.finetuning full trains every weight of the base, and model.quantization: 4bit belong to LoRA",
+        ),
     ],
 )
 def test_bad_config_is_one_clear_line(
@@ -307,6 +311,48 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path: Path, records: Path, s
     # the mean loss covers all 4 steps (logged every step), not only the 2 after the resume
     assert metrics["train_loss"] == pytest.approx(sum(loss for _, loss in train_losses(out)) / 4, rel=1e-5)
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_full_fine_tuning_trains_every_weight_into_a_whole_model_the_judge_loads(
+    tmp_path: Path, records: Path, smollm2_hf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """training.finetuning full: no adapter, every kind of weight moves (LoRA never trains embeddings or norms),
+    and the run's adapter/ folder is a whole model that scoring loads as it is; export says there is nothing to
+    merge."""
+    from safetensors.torch import load_file
+
+    from spanjudge.inference.judge import Judge
+
+    out = tmp_path / "run"
+    training = {"output_dir": str(out), "finetuning": "full", "max_steps": 1, "effective_batch_size": 1,
+                "per_device_batch_size": 1, "learning_rate": 1e-4, "save_steps": 10}  # fmt: skip
+    config = write_config(tmp_path / "c.yaml", data={"train": str(records)}, training=training)
+    code, err = run_cli(["train", "--config", str(config)], capsys)
+    assert code == 0, err
+    assert "starting from the base model (full fine-tuning: every weight trains)" in err
+    judge_folder = out / "adapter"
+    names = {path.name for path in judge_folder.iterdir()}
+    assert {"model.safetensors", "config.json", "tokenizer.json", "spanjudge.json"} <= names, names
+    assert not names & {"adapter_model.safetensors", "adapter_config.json", "training_args.bin"}
+    assert json.loads((judge_folder / "spanjudge.json").read_text())["finetuning"] == "full"
+    trained = load_file(str(judge_folder / "model.safetensors"))
+    base = load_file(str(smollm2_hf / "model.safetensors"))
+    layer, last = "model.layers.0.", "model.layers.29."
+    moved = ("model.embed_tokens.weight", layer + "input_layernorm.weight", layer + "self_attn.q_proj.weight",
+             last + "mlp.down_proj.weight", "model.norm.weight")  # fmt: skip
+    for name in moved:
+        assert trained[name].shape == base[name].shape and not trained[name].equal(base[name]), name
+
+    judge = Judge.from_pretrained(judge_folder, engine="transformers", max_new_tokens=8, retries=0)
+    try:  # the trained weights themselves, not the base's: there is no base to name
+        assert judge.backend.model.get_input_embeddings().weight.equal(trained["model.embed_tokens.weight"])
+        request = judge.request("qags_xsum", "factual consistency", {"Article": "Rain fell."}, "It rained.")
+        [result] = judge.score([request])
+        assert result.raw_replies  # it wrote a reply (eight tokens after one step: rarely a parsed one)
+    finally:
+        judge.close()
+    code, err = run_cli(["export", "--model", str(judge_folder), "--merge", "--out", str(tmp_path / "m")], capsys)
+    assert code == 2 and "was fully fine-tuned: it is a whole model already" in err
 
 
 @pytest.mark.slow

@@ -73,3 +73,18 @@ def test_the_test_split_is_judged_on_the_engine_that_judged_dev(tmp_path: Path) 
     check_study(StudySettings(label="r-s1", split="test"), results)
     with pytest.raises(InputError, match="dev split was judged with --student-engine default, not llamacpp"):
         check_study(StudySettings(label="r-s1", split="test", student_engine="llamacpp"), results)
+
+
+def test_a_fully_fine_tuned_student_is_judged_where_a_whole_model_loads(tmp_path: Path) -> None:
+    from spanjudge.core.errors import InputError
+    from spanjudge.eval.distill.report import _tuned
+    from spanjudge.eval.distill.stage import check_study
+
+    results = tmp_path / "distill_quintd"
+    check_study(StudySettings(label="full-s1", finetuning="full"), results)  # Gemma 3's own: transformers
+    with pytest.raises(InputError, match="--finetuning full: the student is a whole model"):
+        check_study(StudySettings(label="full-s1", finetuning="full", student="smollm2"), results)  # llama.cpp + LoRA
+    with pytest.raises(InputError, match="--finetuning is one of lora, full, not 'qlora'"):
+        check_study(StudySettings(label="full-s1", finetuning="qlora"), results)
+    assert _tuned({"rank": 16}) == "LoRA r 16"  # a run recorded before the setting: LoRA
+    assert _tuned({"rank": 16, "finetuning": "full"}) == "every weight (full fine-tuning)"

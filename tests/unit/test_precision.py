@@ -66,6 +66,14 @@ def test_auto_on_a_gpu_is_the_thesis_recipe(gpu_bf16: bool, weights: str, autoca
     assert chosen.line.endswith("(auto on a GPU)")
 
 
+def test_full_fine_tuning_keeps_float32_weights_on_a_gpu() -> None:
+    chosen = training_precision("auto", "auto", on_cpu=False, gpu_bf16=True, cpu_bf16=_never, full=True)
+    assert (chosen.dtype, chosen.mixed_precision) == ("float32", "bf16")
+    assert chosen.line.endswith("(auto on a GPU; full fine-tuning keeps float32 weights)")
+    written = training_precision("bfloat16", "auto", on_cpu=False, gpu_bf16=True, cpu_bf16=_never, full=True)
+    assert written.dtype == "bfloat16" and written.line.endswith("(auto on a GPU)")  # as written
+
+
 @pytest.mark.parametrize(("value", "native"), [("native", True), ("emulated", False), (" Emulated ", False)])
 def test_the_detection_can_be_forced(monkeypatch: pytest.MonkeyPatch, value: str, native: bool) -> None:
     monkeypatch.setenv(cpu_precision.FORCE_ENV, value)
