@@ -77,6 +77,7 @@ def test_the_test_split_is_judged_on_the_engine_that_judged_dev(tmp_path: Path) 
 
 def test_a_fully_fine_tuned_student_is_judged_where_a_whole_model_loads(tmp_path: Path) -> None:
     from spanjudge.core.errors import InputError
+    from spanjudge.eval.distill.phases import student_weights
     from spanjudge.eval.distill.report import _tuned
     from spanjudge.eval.distill.stage import check_study
 
@@ -88,3 +89,8 @@ def test_a_fully_fine_tuned_student_is_judged_where_a_whole_model_loads(tmp_path
         check_study(StudySettings(label="full-s1", finetuning="qlora"), results)
     assert _tuned({"rank": 16}) == "LoRA r 16"  # a run recorded before the setting: LoRA
     assert _tuned({"rank": 16, "finetuning": "full"}) == "every weight (full fine-tuning)"
+    # which file names the student (its sha256 tells a retrained student from the one that judged)
+    (tmp_path / "model.safetensors").write_bytes(b"whole")
+    assert student_weights(tmp_path).name == "model.safetensors"
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"lora")
+    assert student_weights(tmp_path).name == "adapter_model.safetensors"
