@@ -75,7 +75,8 @@
 # yet; bench/drafted_judging.py holds it to the stated tolerances against the float32 rows run.
 # Issue #67's recipe arm "full fine-tuning" (`--finetuning full`: every weight of Gemma 3 270M trains, no LoRA; lr
 # 5e-5, the usual full-SFT step, ten times below the LoRA recipe's 5e-4, not searched): gemma3-mixed-cut-t50-full-stop-s1
-# and -s2 on dev, judged as the other arms are (the stop); started 2026-12-07 on the AVX2-only host (float32).
+# and -s2 on dev, judged as the other arms are (the stop). -s1 run 2026-12-07 on the AVX2-only host (float32; e3-s1
+# was stopped at its checkpoint 20 for it, and resumes from there); -s2 started after it.
 # Issue #67's transfer read: gemma3-mixed-cut-t50-drafted-512tok-rows-stop-gsmarena-s1 is that student (its work
 # folder) judging the test tables of gsmarena, a quintd-1 domain no protocol run trains or chooses on (SPLIT=test
 # BASE=0; no dev judgments of its own, so read written and as expected values, no thresholds fitted on it).
