@@ -60,6 +60,11 @@ class AdapterMetadata(BaseModel):
     merged: bool | None = None  # written by publish
     trained_base_model: str | None = None  # written by publish
 
+    @property
+    def full(self) -> bool:
+        """Whether the folder holds a fully fine-tuned whole model rather than an adapter."""
+        return self.finetuning == "full"
+
     def record(self) -> dict[str, Any]:
         """The keys the file held (none added), as JSON values: what a copy of it writes."""
         return self.model_dump(mode="json", exclude_unset=True)

@@ -63,7 +63,7 @@ class RunFolder:
     @property
     def full(self) -> bool:
         """Whether the judge was fully fine-tuned: its folder holds the whole model, not an adapter."""
-        return self.metadata.finetuning == "full"
+        return self.metadata.full
 
     @property
     def lora_rank(self) -> int:
@@ -86,8 +86,8 @@ def is_judge_folder(folder: Path) -> bool:
     """A trained judge's folder: a LoRA adapter, or a fully fine-tuned model (spanjudge.json says so)."""
     if (folder / "adapter_config.json").is_file():
         return True
-    metadata = read_adapter_metadata(folder) if (folder / ADAPTER_METADATA).is_file() else None
-    return metadata is not None and metadata.finetuning == "full" and (folder / "config.json").is_file()
+    metadata = read_adapter_metadata(folder)
+    return metadata is not None and metadata.full and (folder / "config.json").is_file()
 
 
 def _locate(model: Path) -> tuple[Path, Path | None]:
@@ -121,7 +121,7 @@ def read_run(model: Path) -> RunFolder:
     adapter, run_dir = _locate(model.expanduser())
     _check_sources(adapter, run_dir, run_dir if run_dir is not None else adapter)
     metadata = read_adapter_metadata(adapter) or AdapterMetadata()
-    for weights in _weight_files(adapter, metadata.finetuning == "full"):
+    for weights in _weight_files(adapter, metadata.full):
         safetensors_header(check_inside(weights, run_dir if run_dir is not None else adapter))
     config_text = None
     config: dict[str, Any] = {}

@@ -173,6 +173,11 @@ class TrainingSection(_Strict):
         "fields before the model loads, and those set by a field here are refused (set the field)",
     )
 
+    @property
+    def full(self) -> bool:
+        """Whether every weight trains (finetuning full) rather than a LoRA adapter."""
+        return self.finetuning == "full"
+
     @field_validator("mixed_precision", mode="before")
     @classmethod
     def _yaml_no(cls, value: object) -> object:
@@ -224,7 +229,7 @@ class TrainConfig(_Strict):
                 "data.example_weights weighs each row as one example, and packing or padding_free put several "
                 "examples in one row: turn them off, or set example_weights: none"
             )
-        if self.training.finetuning == "full":
+        if self.training.full:
             refused = [
                 name
                 for name, on in (

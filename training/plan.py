@@ -202,9 +202,8 @@ class Plan:
 def gpu_precision(config: TrainConfig) -> TrainingPrecision:
     """The config's precision on the planned GPU (every GPU of the table computes bf16)."""
     training = config.training
-    full = training.finetuning == "full"
     return training_precision(
-        config.model.dtype, training.mixed_precision, on_cpu=False, gpu_bf16=True, cpu_bf16=cpu_bf16, full=full
+        config.model.dtype, training.mixed_precision, on_cpu=False, gpu_bf16=True, cpu_bf16=cpu_bf16, full=training.full
     )
 
 
@@ -272,7 +271,7 @@ def plan(
     assumptions: list[str] | None = None,
 ) -> Plan:
     training, data = config.training, config.data
-    full = training.finetuning == "full"
+    full = training.full
     precision = gpu_precision(config)
     width = 4 if precision.dtype == "float32" and precision.mixed_precision == "no" else 2
     tokens = training.per_device_batch_size * data.max_length
@@ -374,7 +373,7 @@ def advice(config: TrainConfig, shape: ModelShape, gpu: Gpu) -> str:
     while batch > 1:
         batch //= 2
         steps.append((f"training.per_device_batch_size: {batch}", {"training": {"per_device_batch_size": batch}}))
-    if training.finetuning == "full":  # an adapter on the frozen base: no gradients nor moments for the base
+    if training.full:  # an adapter on the frozen base: no gradients nor moments for the base
         steps.append(("training.finetuning: lora", {"training": {"finetuning": "lora"}}))
     if model.quantization == "none":
         steps.append(("model.quantization: 4bit (QLoRA)", {"model": {"quantization": "4bit"}}))
@@ -405,7 +404,7 @@ def render(config: TrainConfig, result: Plan, thesis_hours: float | None = None)
         f"  per-device batch {config.training.per_device_batch_size} × max length {config.data.max_length}, "
         f"gradient checkpointing {'on' if config.training.gradient_checkpointing else 'off'}, "
         f"quantization {config.model.quantization}, "
-        + ("full fine-tuning" if config.training.finetuning == "full" else f"LoRA r {config.lora.r}"),
+        + ("full fine-tuning" if config.training.full else f"LoRA r {config.lora.r}"),
         f"  {gpu_precision(config).line}",
         "",
         "Memory (GiB):",

@@ -380,7 +380,7 @@ class TrainingRun:
     @property
     def full(self) -> bool:
         """Whether every weight trains (training.finetuning full) rather than a LoRA adapter."""
-        return self.config.training.finetuning == "full"
+        return self.config.training.full
 
     @property
     def on_cpu(self) -> bool:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from spanjudge.core.artifacts import ADAPTER_METADATA, read_adapter_metadata
+from spanjudge.core.artifacts import read_adapter_metadata
 from spanjudge.core.errors import InputError
 from spanjudge.core.fileio import atomic_write_text, check_overwritable
 from spanjudge.core.options import option, settings_command
@@ -218,8 +218,8 @@ def export_command(settings: ExportSettings) -> None:
     if merge == settings.gguf_lora:
         raise InputError("choose one of --merge or --gguf-lora")
     if not (model / "adapter_config.json").is_file():
-        meta = read_adapter_metadata(model) if (model / ADAPTER_METADATA).is_file() else None
-        if meta is not None and meta.finetuning == "full":
+        meta = read_adapter_metadata(model)
+        if meta is not None and meta.full:
             raise InputError(
                 f"{model} was fully fine-tuned: it is a whole model already, nothing to merge or to make a LoRA of; "
                 "serve the folder itself (vLLM, TGI, SGLang) or convert it with llama.cpp's convert_hf_to_gguf.py"
