@@ -318,18 +318,38 @@ def test_full_fine_tuning_trains_every_weight_into_a_whole_model_the_judge_loads
 ) -> None:
     """training.finetuning full: no adapter, every kind of weight moves (LoRA never trains embeddings or norms),
     and the run's adapter/ folder is a whole model that scoring loads as it is; export says there is nothing to
-    merge."""
+    merge. Killed after a checkpoint (a whole model with its optimizer), the run resumes from it."""
     from safetensors.torch import load_file
 
     from spanjudge.inference.judge import Judge
+    from spanjudge.training.checkpoints import resume_point
 
     out = tmp_path / "run"
-    training = {"output_dir": str(out), "finetuning": "full", "max_steps": 1, "effective_batch_size": 1,
-                "per_device_batch_size": 1, "learning_rate": 1e-4, "save_steps": 10}  # fmt: skip
+    training = {"output_dir": str(out), "finetuning": "full", "max_steps": 3, "effective_batch_size": 1,
+                "per_device_batch_size": 1, "learning_rate": 1e-4, "save_steps": 1}  # fmt: skip
     config = write_config(tmp_path / "c.yaml", data={"train": str(records)}, training=training)
+    command = [str(BIN / "spanjudge"), "train", "--config", str(config)]
+    process = subprocess.Popen(command, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (out / "checkpoint-1" / "trainer_state.json").is_file():
+        assert process.poll() is None, process.stdout.read()[-3000:] if process.stdout else ""
+        assert time.monotonic() < deadline, "no checkpoint after 300 s"
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)  # kill mid-training: steps 2 and 3 are not all done
+    log = process.communicate()[0]
+    assert "starting from the base model (full fine-tuning: every weight trains)" in log, log[-3000:]
+    assert not (out / "adapter").exists()
+    last = resume_point(out, False, print)
+    assert last is not None and (Path(last) / "model.safetensors").is_file()  # the whole model, not an adapter
+    assert not (Path(last) / "adapter_model.safetensors").exists()
+
     code, err = run_cli(["train", "--config", str(config)], capsys)
     assert code == 0, err
-    assert "starting from the base model (full fine-tuning: every weight trains)" in err
+    assert f"resuming from {last}" in err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["global_step"] == 3 and metrics["resumed_from"] == last
+    assert [step for step, _ in train_losses(out)] == [1, 2, 3]  # no step lost, none repeated
     judge_folder = out / "adapter"
     names = {path.name for path in judge_folder.iterdir()}
     assert {"model.safetensors", "config.json", "tokenizer.json", "spanjudge.json"} <= names, names
