@@ -68,6 +68,7 @@ from .judge_setup import JudgeSetup, ProbabilitySource, applied_rule, judge_engi
 from .judged import JudgedEvaluation
 from .predictions import Predictions, predict
 from .probabilities import ReplyProbabilities
+from .prompts import PromptTemplate
 
 if TYPE_CHECKING:
     pass
@@ -206,10 +207,8 @@ class Judge:
         id: str | None = None,
     ) -> JudgeRequest:
         """A request by names from the catalog; an aspect the task lacks needs its definition."""
-        task_spec = self.catalog.task(task)
-        aspect_spec = Aspect.custom(aspect, aspect_definition) if aspect_definition else task_spec.aspect(aspect)
-        return JudgeRequest(
-            task=task_spec, aspect=aspect_spec, inputs=dict(inputs), output=output, id=id, template=self.prompt_template
+        return judge_request(
+            self.catalog, self.prompt_template, task, aspect, inputs, output, aspect_definition=aspect_definition, id=id
         )
 
     # -- scoring ---------------------------------------------------------------------------
@@ -468,6 +467,26 @@ def _unscored(
         raw_replies=list(replies),
         attempts=attempts,
         truncated=item.truncated,
+    )
+
+
+def judge_request(
+    catalog: Catalog,
+    template: PromptTemplate | None,
+    task: str,
+    aspect: str,
+    inputs: Mapping[str, str],
+    output: str,
+    *,
+    aspect_definition: str | None = None,
+    id: str | None = None,
+) -> JudgeRequest:
+    """A request by names from `catalog`, sent with the judge's prompt `template` (None: the built-in one); an
+    aspect the task lacks needs its definition."""
+    task_spec = catalog.task(task)
+    aspect_spec = Aspect.custom(aspect, aspect_definition) if aspect_definition else task_spec.aspect(aspect)
+    return JudgeRequest(
+        task=task_spec, aspect=aspect_spec, inputs=dict(inputs), output=output, id=id, template=template
     )
 
 

@@ -61,6 +61,7 @@ from spanjudge.inference.backends.registry import engine as engine_declaration
 from spanjudge.inference.decisions import DecisionRule
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
+from spanjudge.inference.judge_workers import JudgeWorkers, available_cores
 from spanjudge.inference.probabilities import READING
 from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 from spanjudge.training.config import field_default
@@ -311,7 +312,7 @@ def judge_maker(
     declared = engine_declaration(engine)
     options: dict[str, Any] | None = dict(variant) or None
     if declared.reads_gguf:
-        options = {"gguf": str(gguf), "n_ctx": 4096, "n_threads": os.cpu_count() or 1}
+        options = {"gguf": str(gguf), "n_ctx": 4096, "n_threads": max(1, available_cores() // args.judging_workers)}
         if lora is not None:
             options["lora"] = str(lora)
         if declared.launch is not None:  # a server it starts: the chat template by llama.cpp's name
@@ -319,11 +320,12 @@ def judge_maker(
     served_model = "judge" if "served_model" in declared.judge_options else None  # None: the option's default
 
     def make() -> Any:
-        return Judge.from_pretrained(
+        prepared = Judge.prepare(
             folder, engine=engine, engine_options=options, max_new_tokens=args.max_new_tokens, retries=args.retries,
             max_context=4096, constrained=constrained, probabilities=probabilities, samples=samples,
             served_model=served_model, decoding=decoding,
         )  # fmt: skip
+        return prepared.load() if args.judging_workers == 1 else JudgeWorkers(prepared, args.judging_workers).start()
 
     return make
 

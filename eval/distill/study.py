@@ -96,6 +96,13 @@ class StudySettings:
         "llamacpp-server (the same, served), or default: the student's own (Gemma 3: transformers; SmolLM2: "
         "llamacpp-server).",
     )
+    judging_workers: int = option(
+        1,
+        help="Judge in N processes, the cores shared out among them (a judging option, not part of the recipe: "
+        "the same judge's replies; on a CPU, a judge that writes one reply at a time, such as "
+        "transformers-drafted-stop, judges nearly N times as fast with N up to the cores).",
+        min=1,
+    )
     max_new_tokens: int = option(320, help="The judge's token limit per reply.", min=1)
     retries: int = option(1, help="Sampled retries of a reply that does not parse.", min=0)
     constrained: bool = option(

@@ -1,0 +1,70 @@
+"""One judge in two processes (`JudgeWorkers`): the same replies as the judge in this process, each in its
+request's place, the outputs of one input judged by one worker; a worker killed mid-scoring stops the scoring
+with one line naming its signal and log, and what arrived before stays with the caller; a judge that cannot
+load fails at the start. On a tiny randomly
+initialised Llama with SmolLM2's tokenizer (transformers, drafted decoding as the protocol judges): random
+weights make each prompt's reply its own, so a result put in another request's place would show."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from support.tiny_models import tiny_llama
+
+from spanjudge.core.errors import SpanjudgeError
+from spanjudge.inference.judge import Judge
+from spanjudge.inference.judge_workers import JudgeWorkers, input_groups
+
+ARTICLES = ["The council met on Tuesday to discuss the budget for schools and roads. " * 2,
+            "A storm closed the harbour for two days; the ferries resumed on Friday. " * 2]  # fmt: skip
+OUTPUTS = ["The council met.", "Ferries stopped.", "Nothing happened.", "Roads were approved on Tuesday."]
+OPTIONS = {"retries": 0, "max_new_tokens": 12, "decoding": "drafted"}
+
+
+def test_two_workers_write_the_judges_replies_in_order_and_a_killed_one_is_said(tmp_path: Path) -> None:
+    folder = tmp_path / "judge"
+    tiny_llama(folder, initializer_range=0.2)
+    here = Judge.from_pretrained(folder, **OPTIONS)
+    requests = [
+        here.request("summeval", "coherence", {"Article": article}, output, id=f"{a}-{n}")
+        for n, output in enumerate(OUTPUTS)
+        for a, article in enumerate(ARTICLES)
+    ]  # the two inputs interleaved: a worker takes each input's four outputs together
+    assert input_groups(requests) == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    try:
+        expected = [(result.id, result.raw_replies, result.unscored_reason) for result in here.score(requests)]
+    finally:
+        here.close()
+    assert len({replies[0] for _, replies, _ in expected}) > 1  # the prompts' replies differ
+
+    logs = tmp_path / "logs"
+    workers = JudgeWorkers(Judge.prepare(folder, **OPTIONS), workers=2, threads=1, log_dir=logs)
+    try:
+        arrived: list[int] = []
+        results = workers.score(requests, progress=lambda n: None, on_result=lambda i, _: arrived.append(i))
+        assert [(r.id, r.raw_replies, r.unscored_reason) for r in results] == expected
+        assert sorted(arrived) == list(range(len(requests)))
+        assert workers.name == str(folder) and workers.request("summeval", "coherence", {"Article": "x"}, "y").output
+
+        def kill_all(index: int, _: object) -> None:  # the first result back: every worker killed
+            arrived.append(index)
+            for process in workers._processes:
+                os.kill(process.pid, signal.SIGKILL)
+
+        arrived.clear()
+        with pytest.raises(SpanjudgeError) as failure:
+            workers.score(requests, on_result=kill_all)
+    finally:
+        workers.close()
+    said = str(failure.value)
+    assert "crashed: killed by SIGKILL" in said and f"its log ({logs}/worker-" in said, said
+    assert 1 <= len(arrived) < len(requests)  # what came back first was handed over; the rest was not invented
+    assert len(said.splitlines()) == 1
+
+    prepared = Judge.prepare(folder, **OPTIONS)
+    (folder / "model.safetensors").unlink()  # gone between the checks and the load
+    with pytest.raises(SpanjudgeError, match=r"judging worker 0: the judge did not load: .*its log: "):
+        JudgeWorkers(prepared, workers=1, log_dir=logs).start()
