@@ -10,6 +10,7 @@
 #   SAMPLES=3 bench/distill_protocol.sh LABEL ...    # also self-consistency rows (3 sampled replies an output)
 #   BASE=0 SPLIT=test bench/distill_protocol.sh ...  # the students first: the untrained base's row is left to a later
 #                                                    # test run of one of them (its judgments restored, not redone)
+#   WORKERS=1 bench/distill_protocol.sh ...          # judge in one process (default: one worker a core)
 #
 # Choices are made on the dev split (tables 70-79); the test split (80-99) is judged once, for a
 # finished recipe only, and only for the runs named (the student trained for dev is reused). Logs:
@@ -93,6 +94,10 @@ NOTE="${NOTE:-protocol run}"
 SPLIT="${SPLIT:-dev}"
 SAMPLES="${SAMPLES:-0}"
 BASE="${BASE:-1}"
+# judging processes, the cores shared out (--judging-workers): the same judge's replies, each worker writing one
+# input's outputs; 2 workers of one thread on 2 cores judged 1.49x as fast as one process (bench/results/
+# judging_workers.md; from 2026-12-07 on)
+WORKERS="${WORKERS:-$(nproc)}"
 RUNS=(
   "smollm2-wikidata-s42 --recipe smollm2-wikidata --student smollm2 --train-seed 42 --probabilities --domains wikidata --train-tables 0 70"
   "smollm2-wikidata-s1 --recipe smollm2-wikidata --student smollm2 --train-seed 1 --probabilities --domains wikidata --train-tables 0 70"
@@ -186,7 +191,7 @@ for run in "${RUNS[@]}"; do
   log="runs/bench/distill_quintd/$label$log_suffix.log"
   echo "[distill_protocol $(date +%T)] $label ($SPLIT split)" >&2
   # shellcheck disable=SC2086  # the options are words
-  if ! "$PYTHON" bench/distill_quintd.py --label "$label" $options --split "$SPLIT" --samples "$SAMPLES" "$base" --gamma --note "$NOTE" \
+  if ! "$PYTHON" bench/distill_quintd.py --label "$label" $options --split "$SPLIT" --samples "$SAMPLES" "$base" --judging-workers "$WORKERS" --gamma --note "$NOTE" \
       >> "$log" 2>&1; then
     echo "[distill_protocol] $label failed: see $log" >&2
   fi

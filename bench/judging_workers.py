@@ -11,7 +11,9 @@ system's output of the given quintd-1 tables of wikidata, ice_hockey and owid. E
 `judge_span_documents`' (the judges loaded before it: loading is not counted, in either). The rows: one process
 with every core as threads, then `--workers` processes; each against the one-process reading (identical replies,
 and the differences of the probabilities over them) and against the run's kept protocol judgments of the same
-outputs, where kept (`bench/results/distill_judgments/RUN/SPLIT`). Rows merge into
+outputs, where kept (`bench/results/distill_judgments/RUN/SPLIT`; `--kept LABEL`: another label's, such as a run that
+judged in a run folder not its own). `--against-kept`: no one-process reading here; the kept reading and its wall
+time stand for it (on the same host and engine only). Rows merge into
 bench/results/judging_workers.{json,md} under --label (a rerun replaces its label). Run it alone: two CPU-heavy
 jobs on 2 cores distort each other. Not a test.
 """
@@ -33,13 +35,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model here is local
 from gemma_judging_speed import compare  # noqa: E402
 from report_files import merge_labelled_row  # noqa: E402
 
+from spanjudge.core.cpus import cpu_threads  # noqa: E402
 from spanjudge.eval.distill.judgments import archived  # noqa: E402
 from spanjudge.eval.distill.phases import judge_maker  # noqa: E402
 from spanjudge.eval.distill.study import StudySettings  # noqa: E402
 from spanjudge.eval.spans.judging import judge_span_documents  # noqa: E402
 from spanjudge.eval.spans.quintd import QUINTD_SPLIT_DOMAINS, QUINTD_SPLITS, quintd_tables  # noqa: E402
 from spanjudge.inference.cpu_precision import _cpuinfo  # noqa: E402
-from spanjudge.inference.judge_workers import available_cores  # noqa: E402
 from spanjudge.inference.shipped_models import gemma3_gguf  # noqa: E402
 
 REPO = BENCH.parent
@@ -51,7 +53,7 @@ def judge(settings: StudySettings, adapter: Path, docs: list[Any], path: Path) -
     """The protocol's judge of `adapter` (its settings' engine and workers) on `docs`, kept in `path`."""
     import torch
 
-    torch.set_num_threads(available_cores())  # one process: every core, as the protocol's judge has them
+    torch.set_num_threads(cpu_threads())  # one process: every core, as the protocol's judge has them
     make = judge_maker(settings.student_engine, adapter, gemma3_gguf(), None, settings, False, True)
     judged_by = make()  # loaded (and its workers started) before the clock starts
     try:
@@ -68,6 +70,15 @@ def main() -> None:
     parser.add_argument("--tables", type=int, nargs=2, default=(70, 72), metavar=("FIRST", "STOP"))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument(
+        "--kept", metavar="LABEL", help="the protocol label whose kept judgments to compare with (default: the run's)"
+    )
+    parser.add_argument(
+        "--against-kept",
+        action="store_true",
+        help="no one-process reading here: the kept judgments' own wall time is the one process's (the same host "
+        "and engine only; say so)",
+    )
     args = parser.parse_args()
     adapter = args.run / "student" / "adapter"
     if not adapter.is_dir():
@@ -77,22 +88,29 @@ def main() -> None:
     if split is None:
         parser.error(f"--tables {first} {stop}: not within one split ({QUINTD_SPLITS})")
     docs = quintd_tables("human", (first, stop), QUINTD_SPLIT_DOMAINS)
-    kept = archived(KEPT, args.run.name, split).get("student+probabilities")
+    kept_label = args.kept or args.run.name
+    kept = archived(KEPT, kept_label, split).get("student+probabilities")
+    if args.against_kept and (kept is None or any(d.id not in kept["rows"] for d in docs)):
+        parser.error(f"--against-kept: no kept {split} judgments of {kept_label} for every output of these tables")
     settings = StudySettings(student="gemma3", student_engine=args.engine, max_new_tokens=args.max_new_tokens)
     readings = {}
     with tempfile.TemporaryDirectory() as work:
-        for workers in (1, args.workers):
+        for workers in (args.workers,) if args.against_kept else (1, args.workers):
             print(f"judging {len(docs)} outputs with {workers} worker(s)", flush=True)
             readings[workers] = judge(
                 replace(settings, judging_workers=workers), adapter, docs, Path(work) / f"workers{workers}.json"
             )
+    if args.against_kept:  # the kept reading stands for the one process: its rows of these outputs, its time
+        assert kept is not None
+        readings = {1: {"wall_s": kept["wall_s"], "rows": {d.id: kept["rows"][d.id] for d in docs}}, **readings}
     one = readings[1]
     rows = []
     for workers, judged in readings.items():
         rows.append(
             {
                 "workers": workers,
-                "threads": available_cores() if workers == 1 else max(1, available_cores() // workers),
+                "threads": cpu_threads() if workers == 1 else max(1, cpu_threads() // workers),
+                "kept": workers == 1 and args.against_kept,  # this reading is the protocol's kept one, not rerun
                 "wall_s": judged["wall_s"],
                 "s_per_output": round(judged["wall_s"] / len(docs), 2),
                 "speedup": round(one["wall_s"] / judged["wall_s"], 2),
@@ -106,6 +124,7 @@ def main() -> None:
             "label": args.label,
             "cpu": _cpuinfo()[0],
             "run": args.run.name,
+            "kept_label": kept_label,
             "engine": args.engine,
             "tables": [first, stop],
             "outputs": len(docs),
@@ -132,7 +151,8 @@ def markdown(where: str, rows: list[dict[str, Any]]) -> list[str]:
         f"Machine: {where}. The protocol's judge of a run's student (its engine, greedy, ≤ 512 new tokens, 1 retry, "
         "4,096-token context, probabilities) on every system's output of the tables named (wikidata, ice_hockey, "
         "owid): in one process with every core as threads, then in worker processes with the cores shared out, "
-        "one run. Wall time: the judging's, the judges loaded before it. Same judge: replies identical to the "
+        "one run; `(kept)`: the protocol's kept reading stands for the one process (its own time, on the same host, "
+        "another day). Wall time: the judging's, the judges loaded before it. Same judge: replies identical to the "
         "one-process reading's, and to the protocol's kept judgments of the run; P(no error): median / max "
         "|difference| over the identical replies.",
         "",
@@ -143,9 +163,10 @@ def markdown(where: str, rows: list[dict[str, Any]]) -> list[str]:
     for row in rows:
         tables = f"{row['tables'][0]}–{row['tables'][1] - 1}"
         for r in row["readings"]:
+            shape = f"{r['workers']} × {r['threads']}{' (kept)' if r.get('kept') else ''}"
             lines.append(
                 f"| {row['label']} | {row['cpu']} | {row['run']} | {row['engine']} | {tables} | {row['outputs']} | "
-                f"{r['workers']} × {r['threads']} | {r['wall_s']} | {r['s_per_output']} | {r['speedup']}× | "
+                f"{shape} | {r['wall_s']} | {r['s_per_output']} | {r['speedup']}× | "
                 f"{_same(r['against_one_process'])} | {_same(r['against_kept'])} |"
             )
     return lines

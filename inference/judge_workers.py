@@ -1,11 +1,12 @@
 """One judge in several processes: `JudgeWorkers(Judge.prepare(...), workers=2).score(requests)`.
 
-Why: a judge that writes one reply at a time on a CPU (the drafted engine, a small student) is bound by the
-per-operation cost of each decoding step, not by arithmetic, so a second thread in the same process barely
-helps, while a second process with its own thread nearly doubles the replies a second
-(`bench/judging_workers.py`, `bench/results/judging_workers.md`). Each worker loads the prepared judge once, with
-the machine's cores shared out as threads (`torch.set_num_threads`), and judges whole groups of requests: the
-outputs of one input go to one worker together, so that its engine reads their shared prompt once.
+Why: a small judge writing one reply (or one input's replies) at a time on a CPU, as the drafted engine does, is
+bound by the per-operation cost of each decoding step more than by arithmetic, so two processes of one thread
+judge more a second than one process of two threads: 1.44× on quintd-1 dev's 120 outputs on a 2-core host, the
+same replies (`bench/judging_workers.py`, `bench/results/judging_workers.md`). Each worker loads the prepared
+judge once, with the machine's cores shared out as threads (`torch.set_num_threads`), and judges whole groups of
+requests: the outputs of one input go to one worker together, so that its engine reads their shared prompt once;
+the groups with the most text go first, so that the last to finish are short.
 
 What a caller sees is a `Judge`'s: `name`, `catalog`, `request(...)`, `score(requests, progress, on_result)`
 (results in the requests' order, each handed to `on_result` as it arrives) and `close()`. A worker's judgments
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spanjudge.core.catalog import Catalog, load_catalog
+from spanjudge.core.cpus import cpu_threads
 from spanjudge.core.crash import describe_exit, log_tail
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.progress import Advance
@@ -42,13 +44,9 @@ if TYPE_CHECKING:
 _POLL_SECONDS = 0.5  # how often the parent looks at its workers while it waits for a result
 
 
-def available_cores() -> int:
-    """The cores this process may run on (its affinity, not the machine's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 class JudgeWorkers:
-    """A prepared judge loaded in `workers` processes of `threads` threads each (default: the cores shared out),
+    """A prepared judge loaded in `workers` processes of `threads` threads each (default: the cores shared out,
+    `core.cpus.cpu_threads`),
     scored like one `Judge` (see the module). Each worker's output goes to `worker-K.log` in `log_dir` (default:
     a temporary folder, removed by `close()`)."""
 
@@ -59,7 +57,7 @@ class JudgeWorkers:
             raise SpanjudgeError(f"workers must be 1 or more, got {workers}")
         self.prepared = prepared
         self.workers = workers
-        self.threads = threads or max(1, available_cores() // workers)
+        self.threads = threads or max(1, cpu_threads() // workers)
         self.name = prepared.setup.name
         self.catalog: Catalog = prepared.catalog or load_catalog()
         # a temporary log folder is removed by a clean close(), kept where a worker failed: its log is named
@@ -135,7 +133,7 @@ class JudgeWorkers:
         if not requests:
             return []
         self.start()
-        for group in input_groups(requests):
+        for group in longest_first(input_groups(requests), requests):
             self._tasks.put([(index, requests[index]) for index in group])
         results: dict[int, JudgedEvaluation] = {}
         while len(results) < len(requests):
@@ -192,6 +190,17 @@ def input_groups(requests: Sequence[JudgeRequest]) -> list[list[int]]:
     for index, request in enumerate(requests):
         groups.setdefault(tuple(sorted(request.inputs.items())), []).append(index)
     return list(groups.values())
+
+
+def longest_first(groups: list[list[int]], requests: Sequence[JudgeRequest]) -> list[list[int]]:
+    """The groups, the most text first: the workers take the long groups while all are busy and share the short
+    ones at the end, so that none is left judging a long group alone (longest-processing-time-first)."""
+
+    def text(group: list[int]) -> int:
+        inputs = sum(len(value) for value in requests[group[0]].inputs.values())
+        return inputs + sum(len(requests[index].output) for index in group)
+
+    return sorted(groups, key=text, reverse=True)
 
 
 def _serve(

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from spanjudge.core.configio import configs_dir
+from spanjudge.core.cpus import cpu_threads
 from spanjudge.core.crash import describe_exit
 from spanjudge.core.digests import file_sha256
 from spanjudge.core.errors import InputError, SpanjudgeError
@@ -61,7 +62,7 @@ from spanjudge.inference.backends.registry import engine as engine_declaration
 from spanjudge.inference.decisions import DecisionRule
 from spanjudge.inference.hf_models import convert_gguf
 from spanjudge.inference.judge import Judge
-from spanjudge.inference.judge_workers import JudgeWorkers, available_cores
+from spanjudge.inference.judge_workers import JudgeWorkers
 from spanjudge.inference.probabilities import READING
 from spanjudge.inference.shipped_models import gemma3_gguf, smollm2_gguf
 from spanjudge.training.config import field_default
@@ -312,7 +313,7 @@ def judge_maker(
     declared = engine_declaration(engine)
     options: dict[str, Any] | None = dict(variant) or None
     if declared.reads_gguf:
-        options = {"gguf": str(gguf), "n_ctx": 4096, "n_threads": max(1, available_cores() // args.judging_workers)}
+        options = {"gguf": str(gguf), "n_ctx": 4096, "n_threads": max(1, cpu_threads() // args.judging_workers)}
         if lora is not None:
             options["lora"] = str(lora)
         if declared.launch is not None:  # a server it starts: the chat template by llama.cpp's name

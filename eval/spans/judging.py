@@ -25,6 +25,7 @@ from spanjudge.inference.probabilities import SPAN_KEPT_AT
 
 if TYPE_CHECKING:
     from spanjudge.inference.judge import Judge
+    from spanjudge.inference.judge_workers import JudgeWorkers
     from spanjudge.inference.judged import JudgedEvaluation
 
 QUINTD_TASK = "quintd1"  # configs/tasks/data_to_text.yaml: quintd-1's own task and aspect
@@ -92,14 +93,14 @@ def _parser(judge_name: str) -> Callable[[str, dict[str, Any]], tuple[str, dict[
 
 
 def judge_span_documents(
-    judge: Judge | None, docs: Sequence[SpanDocument], path: Path, progress: Advance | None = None
+    judge: Judge | JudgeWorkers | None, docs: Sequence[SpanDocument], path: Path, progress: Advance | None = None
 ) -> dict[str, Any]:
     """The judge's spans per document (None when unscored), with its speed; cached in `path`.
 
-    `judge` is a `spanjudge.inference.judge.Judge`. Every finished judgment is kept at once in
-    `partial_path(path)` until all are in `path`; a re-run judges only the documents not there yet (speed counts the
-    wall time of every run that judged). A model call that failed is an error, never an
-    unscored item, and is not kept, so a re-run asks again.
+    `judge` is a `spanjudge.inference.judge.Judge`, or the same judge in worker processes (`JudgeWorkers`). Every
+    finished judgment is kept at once in `partial_path(path)` until all are in `path`; a re-run judges only the
+    documents not there yet (speed counts the wall time of every run that judged). A model call that failed is an
+    error, never an unscored item, and is not kept, so a re-run asks again.
     """
     if path.is_file():
         return dict(json.loads(path.read_text(encoding="utf-8")))
@@ -115,7 +116,7 @@ def judge_span_documents(
 
 
 def _judge_rest(
-    judge: Judge,
+    judge: Judge | JudgeWorkers,
     docs: Sequence[SpanDocument],
     path: Path,
     store: JsonlStore[str, dict[str, Any]],

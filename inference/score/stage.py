@@ -32,6 +32,7 @@ from ..judge_conversation import JudgeRequest
 from ..judge_location import resolve_prompt_template
 from ..judge_options import JudgeOptions
 from ..judge_setup import decision_rule_for, judge_engine
+from ..judge_workers import JudgeWorkers
 from ..judged import JudgedEvaluation
 from ..prompts import PromptTemplate
 from ..requests import FieldMapping, read_requests, score_source
@@ -102,6 +103,13 @@ class ScoreSettings(JudgeOptions):
         "broken; a plain re-run keeps them.",
     )
     shard: str | None = option(None, help=SHARD_HELP + " The N results files together hold every row.", metavar="K/N")
+    workers: int = option(
+        1,
+        help="Judge in N processes of this machine, its cores shared out among them: the same judge's replies; on "
+        "a CPU, an engine that writes one reply at a time (--decoding drafted) judges nearly N times as fast, up "
+        "to the cores (an engine in this process only: a server runs requests in parallel itself, --concurrency).",
+        min=1,
+    )
 
 
 @dataclass
@@ -190,6 +198,11 @@ def _check(settings: ScoreSettings) -> tuple[Shard | None, dict[str, Any]]:
         check_page_path(settings.out, page_path(settings.out), "--out")
         check_overwritable(page_path(settings.out), "page", is_our_page, "--out (its page)")
     declared = judge_engine(settings)  # the engine's own rules, as Judge.from_pretrained checks them
+    if settings.workers > 1 and not declared.in_process:
+        raise InputError(
+            f"--workers {settings.workers}: engine {declared.name!r} judges on a server, which runs requests in "
+            "parallel itself (--concurrency); workers are processes of an engine that runs here"
+        )
     engine_options = parse_engine_args(settings.engine_arg or [])
     if engine_options and not declared.takes_engine_args:
         raise InputError(
@@ -264,14 +277,16 @@ def _judge_todo(
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     s, failed = settings, 0
-    judge = Judge.from_pretrained(s.model, s, catalog=catalog, engine_options=engine_options, prompt_template=template)
+    prepared = Judge.prepare(s.model, s, catalog=catalog, engine_options=engine_options, prompt_template=template)
+    judge: Judge | JudgeWorkers = prepared.load() if s.workers == 1 else JudgeWorkers(prepared, s.workers).start()
     started()
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
         with tracker_bars(*columns, console=console) as progress:  # log lines when not a terminal
             advance = progress("score", len(todo))
-            for start in range(0, len(todo), CHUNK):
-                chunk = todo[start : start + CHUNK]
+            step = CHUNK * s.workers  # each worker busy until the chunk's last groups
+            for start in range(0, len(todo), step):
+                chunk = todo[start : start + step]
 
                 def write(index: int, evaluation: JudgedEvaluation, chunk: list[JudgeRequest] = chunk) -> None:
                     # each result is on disk as soon as it is final: a kill loses only those in flight;

@@ -255,6 +255,12 @@ def test_score_refuses_engine_args_for_a_server(tmp_path: Path, capsys: pytest.C
 
     assert f"--engine-arg is for --engine {engines_that('takes_engine_args')}" in err  # or a launched server
     assert code == 2 and not ENGINES.load("openai").in_process and len(err.splitlines()) == 1
+    code = cli_main(
+        ["score", "--model", "m", "--engine", "openai", "--base-url", "http://127.0.0.1:9/v1", "--data", str(data),
+         "--out", str(tmp_path / "o.jsonl"), "--workers", "2"]
+    )  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--workers 2: engine 'openai' judges on a server" in err and len(err.splitlines()) == 1
 
 
 def test_meta_eval_engine_arg_options_become_engine_options(monkeypatch, smollm2_folder: Path) -> None:

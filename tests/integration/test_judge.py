@@ -86,13 +86,14 @@ def test_score_cli_on_transformers_resumes_and_renders_html(
     anchored = [e for r in rows for e in r["evaluation"]["errors"] if e["start"] is not None]
     assert page.count("<mark class=") >= len(anchored)
 
-    # a finished file is not scored again; a killed run (4 lines and half a line) finishes the rest
+    # a finished file is not scored again; a killed run (4 lines and half a line) finishes the rest, here in two
+    # worker processes
     before = out.read_text()
     assert cli_main(score_args(trained_judge.adapter, qags_items, out)) == 0
     assert "0 to go" in capsys.readouterr().err and out.read_text() == before
     lines = before.splitlines(keepends=True)
     out.write_text("".join(lines[:4]) + lines[4][: len(lines[4]) // 2])
-    assert cli_main(score_args(trained_judge.adapter, qags_items, out, "--batch-size", "5")) == 0
+    assert cli_main(score_args(trained_judge.adapter, qags_items, out, "--batch-size", "5", "--workers", "2")) == 0
     assert "4 already scored" in capsys.readouterr().err
     again = check_results(out, qags_items)
     assert [r["evaluation"] for r in again] == [r["evaluation"] for r in rows]  # greedy: the same answers

@@ -16,10 +16,10 @@ from support.tiny_models import tiny_llama
 
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.inference.judge import Judge
-from spanjudge.inference.judge_workers import JudgeWorkers, input_groups
+from spanjudge.inference.judge_workers import JudgeWorkers, input_groups, longest_first
 
 ARTICLES = ["The council met on Tuesday to discuss the budget for schools and roads. " * 2,
-            "A storm closed the harbour for two days; the ferries resumed on Friday. " * 2]  # fmt: skip
+            "A storm closed the harbour for two days; the ferries resumed on Friday. " * 3]  # fmt: skip
 OUTPUTS = ["The council met.", "Ferries stopped.", "Nothing happened.", "Roads were approved on Tuesday."]
 OPTIONS = {"retries": 0, "max_new_tokens": 12, "decoding": "drafted"}
 
@@ -34,6 +34,7 @@ def test_two_workers_write_the_judges_replies_in_order_and_a_killed_one_is_said(
         for a, article in enumerate(ARTICLES)
     ]  # the two inputs interleaved: a worker takes each input's four outputs together
     assert input_groups(requests) == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert longest_first(input_groups(requests), requests) == [[1, 3, 5, 7], [0, 2, 4, 6]]  # the most text first
     try:
         expected = [(result.id, result.raw_replies, result.unscored_reason) for result in here.score(requests)]
     finally:

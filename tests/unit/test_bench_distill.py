@@ -323,12 +323,14 @@ def test_the_protocol_script_judges_the_test_split_only_for_the_runs_it_is_given
     assert protocol("smollm2-human-s1", SPLIT="test").returncode == 0
     [call] = (tmp_path / "calls").read_text().splitlines()
     assert call.startswith("bench/distill_quintd.py --label smollm2-human-s1 --recipe smollm2-human")
-    assert "--train-source human" in call and "--split test --samples 0 --base --gamma" in call
+    assert "--train-source human" in call and "--split test --samples 0 --base --judging-workers" in call
+    assert protocol("smollm2-human-s1", SPLIT="test", WORKERS="2").returncode == 0  # two judging processes
+    assert "--judging-workers 2 --gamma" in (tmp_path / "calls").read_text().splitlines()[-1]
     assert (tmp_path / "runs/bench/distill_quintd/smollm2-human-s1.test.log").is_file()
     assert protocol("smollm2-wikidata-s2", SAMPLES="3").returncode == 0  # the dev split by default
-    assert "--split dev --samples 3" in (tmp_path / "calls").read_text().splitlines()[1]
+    assert "--split dev --samples 3" in (tmp_path / "calls").read_text().splitlines()[2]
     assert protocol("smollm2-human-s1", SPLIT="test", BASE="0").returncode == 0  # the students first
-    assert "--split test --samples 0 --no-base" in (tmp_path / "calls").read_text().splitlines()[2]
+    assert "--split test --samples 0 --no-base" in (tmp_path / "calls").read_text().splitlines()[3]
     for refused, env, says in [
         ((), {"SPLIT": "test"}, "never all of them"),  # the test split is read for a finished recipe only
         (("smollm2-human-s1",), {"SPLIT": "tset"}, "SPLIT is dev or test, not 'tset'"),
@@ -337,7 +339,7 @@ def test_the_protocol_script_judges_the_test_split_only_for_the_runs_it_is_given
     ]:
         done = protocol(*refused, **env)
         assert done.returncode == 2 and says in done.stderr
-    assert len((tmp_path / "calls").read_text().splitlines()) == 3  # a refused call starts nothing
+    assert len((tmp_path / "calls").read_text().splitlines()) == 4  # a refused call starts nothing
 
 
 def test_a_reading_that_only_some_seeds_have_is_a_recipe_entry_over_those_seeds(bench: SimpleNamespace) -> None:
