@@ -88,7 +88,32 @@ class _Prepared:
 ResultCallback = Callable[[int, "JudgedEvaluation"], None]  # (index of the request, its final result)
 
 
-class Judge:
+class RequestsByName:
+    """`request(...)`: a `JudgeRequest` by names from the judge's catalog, sent with its prompt template (a
+    `Judge`'s, and the same judge's in worker processes, `judge_workers.JudgeWorkers`)."""
+
+    catalog: Catalog
+    prompt_template: PromptTemplate | None  # None: the built-in prompt
+
+    def request(
+        self,
+        task: str,
+        aspect: str,
+        inputs: Mapping[str, str],
+        output: str,
+        *,
+        aspect_definition: str | None = None,
+        id: str | None = None,
+    ) -> JudgeRequest:
+        """A request by names from the catalog; an aspect the task lacks needs its definition."""
+        task_spec = self.catalog.task(task)
+        aspect_spec = Aspect.custom(aspect, aspect_definition) if aspect_definition else task_spec.aspect(aspect)
+        return JudgeRequest(
+            task=task_spec, aspect=aspect_spec, inputs=dict(inputs), output=output, id=id, template=self.prompt_template
+        )
+
+
+class Judge(RequestsByName):
     """Scores JudgeRequests with a distilled judge behind any backend.
 
     `Judge(backend, options, catalog, setup)`: the judge's options (`JudgeOptions`: decoding, retries,
@@ -195,21 +220,6 @@ class Judge:
             decisions_skipped=skipped,
         )
         return PreparedJudge(spec, o, setup, catalog, cls)
-
-    def request(
-        self,
-        task: str,
-        aspect: str,
-        inputs: Mapping[str, str],
-        output: str,
-        *,
-        aspect_definition: str | None = None,
-        id: str | None = None,
-    ) -> JudgeRequest:
-        """A request by names from the catalog; an aspect the task lacks needs its definition."""
-        return judge_request(
-            self.catalog, self.prompt_template, task, aspect, inputs, output, aspect_definition=aspect_definition, id=id
-        )
 
     # -- scoring ---------------------------------------------------------------------------
 
@@ -467,26 +477,6 @@ def _unscored(
         raw_replies=list(replies),
         attempts=attempts,
         truncated=item.truncated,
-    )
-
-
-def judge_request(
-    catalog: Catalog,
-    template: PromptTemplate | None,
-    task: str,
-    aspect: str,
-    inputs: Mapping[str, str],
-    output: str,
-    *,
-    aspect_definition: str | None = None,
-    id: str | None = None,
-) -> JudgeRequest:
-    """A request by names from `catalog`, sent with the judge's prompt `template` (None: the built-in one); an
-    aspect the task lacks needs its definition."""
-    task_spec = catalog.task(task)
-    aspect_spec = Aspect.custom(aspect, aspect_definition) if aspect_definition else task_spec.aspect(aspect)
-    return JudgeRequest(
-        task=task_spec, aspect=aspect_spec, inputs=dict(inputs), output=output, id=id, template=template
     )
 
 

@@ -24,7 +24,7 @@ import queue
 import shutil
 import tempfile
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +35,7 @@ from spanjudge.core.crash import describe_exit, log_tail
 from spanjudge.core.errors import SpanjudgeError
 from spanjudge.core.progress import Advance
 
-from .judge import PreparedJudge, ResultCallback, judge_request
+from .judge import PreparedJudge, RequestsByName, ResultCallback
 from .judge_conversation import JudgeRequest
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 _POLL_SECONDS = 0.5  # how often the parent looks at its workers while it waits for a result
 
 
-class JudgeWorkers:
+class JudgeWorkers(RequestsByName):
     """A prepared judge loaded in `workers` processes of `threads` threads each (default: the cores shared out,
     `core.cpus.cpu_threads`),
     scored like one `Judge` (see the module). Each worker's output goes to `worker-K.log` in `log_dir` (default:
@@ -60,6 +60,7 @@ class JudgeWorkers:
         self.threads = threads or max(1, cpu_threads() // workers)
         self.name = prepared.setup.name
         self.catalog: Catalog = prepared.catalog or load_catalog()
+        self.prompt_template = prepared.setup.prompt_template
         # a temporary log folder is removed by a clean close(), kept where a worker failed: its log is named
         self._scratch = log_dir is None
         self.log_dir = log_dir if log_dir is not None else Path(tempfile.mkdtemp(prefix="spanjudge-workers-"))
@@ -68,22 +69,6 @@ class JudgeWorkers:
         self._results: multiprocessing.Queue[Any] = context.Queue()
         self._processes: list[BaseProcess] = []
         self._context = context
-
-    def request(
-        self,
-        task: str,
-        aspect: str,
-        inputs: Mapping[str, str],
-        output: str,
-        *,
-        aspect_definition: str | None = None,
-        id: str | None = None,
-    ) -> JudgeRequest:
-        """A request by names from the catalog, as `Judge.request` makes it."""
-        return judge_request(
-            self.catalog, self.prepared.setup.prompt_template, task, aspect, inputs, output,
-            aspect_definition=aspect_definition, id=id,
-        )  # fmt: skip
 
     def log_path(self, worker: int) -> Path:
         return self.log_dir / f"worker-{worker}.log"
