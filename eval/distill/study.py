@@ -99,8 +99,7 @@ class StudySettings:
     judging_workers: int = option(
         1,
         help="Judge in N processes, the cores shared out among them (a judging option, not part of the recipe: "
-        "the same judge's replies; on a CPU, a judge that writes one reply at a time, such as "
-        "transformers-drafted-stop, judges nearly N times as fast with N up to the cores).",
+        "the same judge's replies; on a CPU, the drafted engines judged dev 1.44-1.49x as fast with 2 on 2 cores).",
         min=1,
     )
     max_new_tokens: int = option(320, help="The judge's token limit per reply.", min=1)
