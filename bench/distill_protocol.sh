@@ -77,7 +77,8 @@
 # Issue #67's recipe arm "full fine-tuning" (`--finetuning full`: every weight of Gemma 3 270M trains, no LoRA; lr
 # 5e-5, the usual full-SFT step, ten times below the LoRA recipe's 5e-4, not searched): gemma3-mixed-cut-t50-full-stop-s1
 # and -s2 on dev, judged as the other arms are (the stop). -s1 run 2026-12-07 on the AVX2-only host (float32; e3-s1
-# was stopped at its checkpoint 20 for it, and resumes from there); -s2 started after it.
+# was stopped at its checkpoint 20 for it, and resumes from there); -s2 run 2026-12-07 too: the arm reads 0.305 against
+# the LoRA recipe's 0.321 on seeds 1 and 2, not a finalist (no -s3, no test read).
 # Issue #67's transfer read: gemma3-mixed-cut-t50-drafted-512tok-rows-stop-gsmarena-s1 is that student (its work
 # folder) judging the test tables of gsmarena, a quintd-1 domain no protocol run trains or chooses on (SPLIT=test
 # BASE=0; no dev judgments of its own, so read written and as expected values, no thresholds fitted on it).
@@ -95,8 +96,8 @@ SPLIT="${SPLIT:-dev}"
 SAMPLES="${SAMPLES:-0}"
 BASE="${BASE:-1}"
 # judging processes, the cores shared out (--judging-workers): the same judge's replies, each worker writing one
-# input's outputs; 2 workers of one thread on 2 cores judged 1.49x as fast as one process (bench/results/
-# judging_workers.md; from 2026-12-07 on)
+# input's outputs; 2 workers of one thread on 2 cores judged dev 1.44-1.49x as fast as one process (bench/results/
+# judging_workers.md; from 2026-12-07 on: gemma3-mixed-cut-t50-full-stop-s2 was the first)
 WORKERS="${WORKERS:-$(nproc)}"
 RUNS=(
   "smollm2-wikidata-s42 --recipe smollm2-wikidata --student smollm2 --train-seed 42 --probabilities --domains wikidata --train-tables 0 70"
