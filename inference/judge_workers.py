@@ -46,9 +46,8 @@ _POLL_SECONDS = 0.5  # how often the parent looks at its workers while it waits 
 
 class JudgeWorkers(RequestsByName):
     """A prepared judge loaded in `workers` processes of `threads` threads each (default: the cores shared out,
-    `core.cpus.cpu_threads`),
-    scored like one `Judge` (see the module). Each worker's output goes to `worker-K.log` in `log_dir` (default:
-    a temporary folder, removed by `close()`)."""
+    `core.cpus.cpu_threads`), scored like one `Judge` (see the module). Each worker's output goes to `worker-K.log`
+    in `log_dir` (default: a temporary folder, removed by a clean `close()`, kept for good once a worker failed)."""
 
     def __init__(
         self, prepared: PreparedJudge, workers: int, threads: int | None = None, log_dir: Path | None = None
@@ -157,8 +156,9 @@ class JudgeWorkers(RequestsByName):
             if process.exitcode is None:
                 process.kill()
                 process.join()
-        if self._scratch and not keep_logs:
-            shutil.rmtree(self.log_dir, ignore_errors=True)
+        if self._scratch:  # a failure's logs are named in its message: a later close() (a caller's) keeps them
+            if not keep_logs:
+                shutil.rmtree(self.log_dir, ignore_errors=True)
             self._scratch = False
 
     def __enter__(self) -> JudgeWorkers:

@@ -311,9 +311,10 @@ def judge_maker(
     stops the server; with `probabilities`, read in this process from the same GGUF and LoRA)."""
     engine, decoding, variant = engine_and_decoding(engine)
     declared = engine_declaration(engine)
+    workers = args.judging_workers if declared.in_process else 1  # a server runs its requests in parallel itself
     options: dict[str, Any] | None = dict(variant) or None
     if declared.reads_gguf:
-        options = {"gguf": str(gguf), "n_ctx": 4096, "n_threads": max(1, cpu_threads() // args.judging_workers)}
+        options = {"gguf": str(gguf), "n_ctx": 4096, "n_threads": max(1, cpu_threads() // workers)}
         if lora is not None:
             options["lora"] = str(lora)
         if declared.launch is not None:  # a server it starts: the chat template by llama.cpp's name
@@ -326,7 +327,7 @@ def judge_maker(
             max_context=4096, constrained=constrained, probabilities=probabilities, samples=samples,
             served_model=served_model, decoding=decoding,
         )  # fmt: skip
-        return prepared.load() if args.judging_workers == 1 else JudgeWorkers(prepared, args.judging_workers).start()
+        return prepared.load() if workers == 1 else JudgeWorkers(prepared, workers).start()
 
     return make
 

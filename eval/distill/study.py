@@ -99,7 +99,8 @@ class StudySettings:
     judging_workers: int = option(
         1,
         help="Judge in N processes, the cores shared out among them (a judging option, not part of the recipe: "
-        "the same judge's replies; on a CPU, the drafted engines judged dev 1.44-1.49x as fast with 2 on 2 cores).",
+        "the same judge's replies; on a CPU, the drafted engines judged dev 1.44-1.49x as fast with 2 on 2 cores). "
+        "An engine in this process only: a served judge (llamacpp-server, the untrained base) stays one.",
         min=1,
     )
     max_new_tokens: int = option(320, help="The judge's token limit per reply.", min=1)

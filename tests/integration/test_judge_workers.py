@@ -67,5 +67,8 @@ def test_two_workers_write_the_judges_replies_in_order_and_a_killed_one_is_said(
 
     prepared = Judge.prepare(folder, **OPTIONS)
     (folder / "model.safetensors").unlink()  # gone between the checks and the load
-    with pytest.raises(SpanjudgeError, match=r"judging worker 0: the judge did not load: .*its log: "):
-        JudgeWorkers(prepared, workers=1, log_dir=logs).start()
+    failing = JudgeWorkers(prepared, workers=1)  # its logs in a temporary folder
+    with pytest.raises(SpanjudgeError, match=r"judging worker 0: the judge did not load: .*its log: ") as failed:
+        failing.start()
+    failing.close()  # as a caller's `finally` does: the log the message names stays
+    assert Path(str(failed.value).rsplit("its log: ", 1)[1]).is_file()

@@ -94,3 +94,27 @@ def test_a_fully_fine_tuned_student_is_judged_where_a_whole_model_loads(tmp_path
     assert student_weights(tmp_path).name == "model.safetensors"
     (tmp_path / "adapter_model.safetensors").write_bytes(b"lora")
     assert student_weights(tmp_path).name == "adapter_model.safetensors"
+
+
+def test_a_served_judge_is_not_split_into_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--judging-workers splits an engine in this process; a served judge (the base on llamacpp-server) stays one
+    judge with every core, whatever the setting."""
+    from spanjudge.core.cpus import cpu_threads
+    from spanjudge.eval.distill import phases
+    from spanjudge.eval.distill.study import StudySettings
+
+    given: dict = {}
+
+    class Prepared:
+        def load(self) -> str:
+            return "one judge"
+
+    def prepare(folder: Path, **options: object) -> Prepared:
+        given.update(options)
+        return Prepared()
+
+    monkeypatch.setattr(phases.Judge, "prepare", prepare)
+    settings = StudySettings(student="smollm2", judging_workers=2)
+    make = phases.judge_maker("llamacpp-server", Path("folder"), Path("m.gguf"), None, settings, True, False)
+    assert make() == "one judge"
+    assert given["engine_options"]["n_threads"] == cpu_threads()
