@@ -66,7 +66,8 @@
 # Training precision (issue #67): the students above trained under bf16 autocast (hosts with native bf16); on a
 # host without it a run trains in float32 (its record's `precision`). gemma3-mixed-cut-t50-drafted-512tok-rows-stop-
 # fp32train-s1 is dev's choice, seed 1, trained so (2026-12-06, an AMD EPYC with AVX2 only), judging dev as the
-# rows run does: what the precision alone moves.
+# rows run does: what the precision alone moves; then on test for the time with 2 judging workers (SPLIT=test BASE=0,
+# 2026-12-07, the same host: 1,256.1 s; no choice is made from it).
 # Issue #67 (fast judging): gemma3-mixed-cut-t50-drafted-512tok-rows-stop-s1 is dev's choice, seed 1, judging with
 # each input's four outputs' replies written together as the rows of one batch (--student-engine
 # transformers-drafted-rows-stop; the same replies up to the sums' rounding): run on dev, then on test for the time
