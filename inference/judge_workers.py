@@ -11,8 +11,10 @@ the groups with the most text go first, so that the last to finish are short.
 What a caller sees is a `Judge`'s: `name`, `catalog`, `request(...)`, `score(requests, progress, on_result)`
 (results in the requests' order, each handed to `on_result` as it arrives) and `close()`. A worker's judgments
 are the same judge's: the same replies, its probabilities within the rounding of another thread count. A worker
-that dies (killed, a native crash) stops the scoring with one line naming its exit signal and the end of its log;
-results already handed to `on_result` are the caller's to keep, so a re-run judges only the rest.
+whose judging raises stops the scoring with the error's own line; one that dies (killed, a native crash) with one
+line naming its exit signal and the end of its log. Results already handed to `on_result` are the caller's to
+keep, so a re-run judges only the rest. A scoring stopped early (a failure, or the caller interrupted) stops every
+worker at once: a worker left to finish the queued groups would judge for no one.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import traceback
 from collections.abc import Sequence
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from spanjudge.core.catalog import Catalog, load_catalog
 from spanjudge.core.cpus import cpu_threads
@@ -63,11 +65,11 @@ class JudgeWorkers(RequestsByName):
         # a temporary log folder is removed by a clean close(), kept where a worker failed: its log is named
         self._scratch = log_dir is None
         self.log_dir = log_dir if log_dir is not None else Path(tempfile.mkdtemp(prefix="spanjudge-workers-"))
-        context = multiprocessing.get_context("spawn")  # never fork a process that may hold torch's threads
-        self._tasks: multiprocessing.Queue[Any] = context.Queue()
-        self._results: multiprocessing.Queue[Any] = context.Queue()
+        self._context = multiprocessing.get_context("spawn")  # never fork a process that may hold torch's threads
+        self._tasks: multiprocessing.Queue[Any] = self._context.Queue()
+        self._results: multiprocessing.Queue[Any] = self._context.Queue()
         self._processes: list[BaseProcess] = []
-        self._context = context
+        self._busy = False  # a scoring is under way: its workers hold groups that no one will collect if it stops
 
     def log_path(self, worker: int) -> Path:
         return self.log_dir / f"worker-{worker}.log"
@@ -99,8 +101,13 @@ class JudgeWorkers(RequestsByName):
             try:
                 kind, worker, payload = self._results.get(timeout=_POLL_SECONDS)
             except queue.Empty:
-                self._check_alive()
-                continue
+                ended = self._ended()
+                if ended is None:
+                    continue
+                try:  # what an ending worker said last (its failure) may still be on the way
+                    kind, worker, payload = self._results.get(timeout=_POLL_SECONDS)
+                except queue.Empty:
+                    self._crashed(ended)
             if kind == "failed":
                 self.close(keep_logs=True)
                 raise SpanjudgeError(f"judging worker {worker}: {payload}; its log: {self.log_path(worker)}")
@@ -117,6 +124,7 @@ class JudgeWorkers(RequestsByName):
         if not requests:
             return []
         self.start()
+        self._busy = True
         for group in longest_first(input_groups(requests), requests):
             self._tasks.put([(index, requests[index]) for index in group])
         results: dict[int, JudgedEvaluation] = {}
@@ -130,32 +138,46 @@ class JudgeWorkers(RequestsByName):
                 on_result(index, result)
             if progress is not None:
                 progress(1)
+        self._busy = False  # every group judged: the workers wait for the next scoring
         return [results[index] for index in range(len(requests))]
 
-    def _check_alive(self) -> None:
-        """A worker that ended while results are awaited: its end said as a crash, with its log's last lines."""
-        for worker, process in enumerate(self._processes):
-            if process.exitcode is not None:
-                code, log = process.exitcode, self.log_path(worker)
-                self.close(keep_logs=True)
-                raise SpanjudgeError(
-                    f"judging worker {worker} (pid {process.pid}) {'crashed' if code < 0 else 'stopped'}: "
-                    f"{describe_exit(code)}; its log ({log}) ends: {log_tail(log)}; run the same command again: "
-                    "the judgments already kept are resumed"
-                )
+    def _ended(self) -> int | None:
+        """The first worker that has ended, if one has."""
+        return next((w for w, process in enumerate(self._processes) if process.exitcode is not None), None)
+
+    def _crashed(self, worker: int) -> NoReturn:
+        """Raises for a worker that ended while results were awaited: its end said as a crash, with its log's last
+        lines."""
+        process, log = self._processes[worker], self.log_path(worker)
+        code = process.exitcode or 0
+        self.close(keep_logs=True)
+        raise SpanjudgeError(
+            f"judging worker {worker} (pid {process.pid}) {'crashed' if code < 0 else 'stopped'}: "
+            f"{describe_exit(code)}; its log ({log}) ends: {log_tail(log)}; run the same command again: "
+            "the judgments already kept are resumed"
+        )
 
     def close(self, keep_logs: bool = False) -> None:
-        """Stops the workers (each finishes the group it holds), then removes a temporary log folder; `keep_logs`
-        (a worker failed): stops them at once and keeps the logs."""
+        """Stops the workers, then removes a temporary log folder; `keep_logs` (a worker failed): keeps it. Idle
+        workers end when told; a scoring that stopped early (a failure, or the caller interrupted: its groups are
+        still queued or held) has them stopped at once (SIGTERM, then SIGKILL)."""
         processes, self._processes = self._processes, []
+        at_once, self._busy = self._busy or keep_logs, False
+        if at_once:  # the groups still queued are dropped: this process must not wait at its exit to hand them over
+            self._tasks.cancel_join_thread()
         for process in processes:
             if process.exitcode is None:
-                self._tasks.put(None)
+                if at_once:
+                    process.terminate()
+                else:
+                    self._tasks.put(None)
         for process in processes:
-            process.join(timeout=0 if keep_logs else 30)  # after a failure, nothing more is awaited
+            process.join(timeout=5 if at_once else 30)
             if process.exitcode is None:
                 process.kill()
                 process.join()
+        if at_once:  # what the stopped scoring left queued, either way, is no later scoring's
+            self._tasks, self._results = self._context.Queue(), self._context.Queue()
         if self._scratch:  # a failure's logs are named in its message: a later close() (a caller's) keeps them
             if not keep_logs:
                 shutil.rmtree(self.log_dir, ignore_errors=True)
@@ -220,5 +242,10 @@ def _serve(
                 results.put(("result", worker, (indices[position], result)))
 
             judge.score([request for _, request in group], on_result=send)
+    except SpanjudgeError as error:  # a mistake the judge names (its text is the message); the parent says it
+        results.put(("failed", worker, str(error)))
+    except Exception as error:  # a bug: the traceback to the log, its line to the parent
+        traceback.print_exc()
+        results.put(("failed", worker, f"{type(error).__name__}: {error}"))
     finally:
         judge.close()

@@ -194,6 +194,11 @@ class PromptTemplate:
             )
         return cls(path, source, template)
 
+    def __reduce__(self) -> tuple[Any, tuple[str, Path]]:
+        # made again from its source where it is unpickled (a judging worker process): the compiled template's
+        # loader is a closure, which pickle cannot carry
+        return PromptTemplate.from_source, (self.source, self.path)
+
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.source.encode("utf-8")).hexdigest()[:16]

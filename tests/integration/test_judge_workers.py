@@ -1,7 +1,8 @@
 """One judge in two processes (`JudgeWorkers`): the same replies as the judge in this process, each in its
 request's place, the outputs of one input judged by one worker; a worker killed mid-scoring stops the scoring
 with one line naming its signal and log, and what arrived before stays with the caller; a judge that cannot
-load fails at the start. On a tiny randomly
+load fails at the start; a scoring stopped early (interrupted, or a worker's error) stops the workers at once
+and lets the process exit, however much was still queued. On a tiny randomly
 initialised Llama with SmolLM2's tokenizer (transformers, drafted decoding as the protocol judges): random
 weights make each prompt's reply its own, so a result put in another request's place would show."""
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +75,66 @@ def test_two_workers_write_the_judges_replies_in_order_and_a_killed_one_is_said(
         failing.start()
     failing.close()  # as a caller's `finally` does: the log the message names stays
     assert Path(str(failed.value).rsplit("its log: ", 1)[1]).is_file()
+
+
+# Run in a child process: a scoring stopped early once left this process unable to exit (the groups still queued
+# waited to be handed to workers that were gone), which only the process's end shows.
+STOPPED_EARLY = """
+import sys
+from pathlib import Path
+from spanjudge.core.errors import SpanjudgeError
+from spanjudge.inference.judge import Judge
+from spanjudge.inference.judge_workers import JudgeWorkers
+
+folder, template, logs = sys.argv[1:]
+prepared = Judge.prepare(folder, prompt_template=template, **OPTIONS)
+workers = JudgeWorkers(prepared, workers=2, threads=1, log_dir=Path(logs))
+requests = [  # about 150 kB of groups: more than a pipe holds
+    workers.request("summeval", "coherence", {"Article": f"Report {n}: " + "the harbour reopened. " * 120},
+                    "It reopened.", id=str(n))
+    for n in range(60)
+]
+failing = workers.request("summeval", "coherence", {"Article": "Report: " + "the ferries ran late. " * 200},
+                          "FAIL", id="failing")  # the longest input: the first group a worker takes
+
+class Interrupted(Exception):
+    pass
+
+def interrupt(index, result):
+    raise Interrupted
+
+try:
+    workers.score(requests, on_result=interrupt)
+except Interrupted:
+    stopped = list(workers._processes)
+    workers.close()
+    print("interrupted:", [process.exitcode for process in stopped])
+try:
+    workers.score([*requests, failing])
+except SpanjudgeError as error:
+    print("failed:", error)
+workers.close()
+"""
+
+
+def test_a_scoring_stopped_early_stops_its_workers_at_once_and_says_a_workers_error(tmp_path: Path) -> None:
+    folder, template = tmp_path / "judge", tmp_path / "prompt.jinja"
+    tiny_llama(folder, initializer_range=0.2)
+    # a user's template that fails on one item only, where a worker renders it
+    template.write_text(
+        "{{ inputs.Article }}\n{% if outputs.Summary == 'FAIL' %}{{ inputs.Headline }}{% endif %}{{ outputs.Summary }}"
+    )
+    code = f"OPTIONS = {OPTIONS!r}\n{STOPPED_EARLY}"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(folder), str(template), str(tmp_path / "logs")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # a process that cannot exit fails here, by the timeout
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = done.stdout.splitlines()
+    # interrupted: both workers stopped by SIGTERM, not left to judge the queued groups for no one
+    assert said[0] == f"interrupted: [{-signal.SIGTERM}, {-signal.SIGTERM}]", done.stdout
+    # the worker's error, said as the judge says it (the template's file and line, the item), in one line
+    assert said[1].startswith("failed: judging worker ") and f"{template}:2: " in said[1], done.stdout
+    assert "Headline" in said[1] and "(item failing)" in said[1] and len(said) == 2, done.stdout

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pickle
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +14,7 @@ from spanjudge.core.catalog import load_catalog
 from spanjudge.core.errors import InputError
 from spanjudge.inference.contract import ErrorAnnotation
 from spanjudge.inference.prompts import (
+    PromptTemplate,
     fence,
     render_annotator_prompt,
     render_judge_prompt,
@@ -151,6 +154,22 @@ def test_missing_input_is_a_clear_error() -> None:
     task = CATALOG.task("summeval")
     with pytest.raises(InputError, match="needs the input 'Article'"):
         render_judge_prompt(task, task.aspect("fluency"), {}, "s")
+
+
+def test_a_prompt_template_crosses_to_another_process_and_renders_the_same(tmp_path: Path) -> None:
+    # judging worker processes receive the judge's template by pickle
+    path = tmp_path / "prompt.jinja"
+    path.write_text(
+        "{{ task_name }}: {{ inputs.Article }}\n{{ outputs.Summary | fence }}\n"
+        "{% if inputs.Article == 'bad' %}{{ inputs.Headline }}{% endif %}"
+    )
+    template = PromptTemplate.load(path)
+    task, aspect = CATALOG.task("summeval"), CATALOG.task("summeval").aspect("fluency")
+    copy = pickle.loads(pickle.dumps(template))
+    assert copy == template and copy.sha256 == template.sha256
+    assert copy.render(task, aspect, {"Article": "a"}, "s") == template.render(task, aspect, {"Article": "a"}, "s")
+    with pytest.raises(InputError, match=f"{path}:3: .*Headline"):  # still names its own file and line
+        copy.render(task, aspect, {"Article": "bad"}, "s")
 
 
 @pytest.mark.parametrize(
