@@ -163,8 +163,6 @@ class JudgeWorkers(RequestsByName):
         still queued or held) has them stopped at once (SIGTERM, then SIGKILL)."""
         processes, self._processes = self._processes, []
         at_once, self._busy = self._busy or keep_logs, False
-        if at_once:  # the groups still queued are dropped: this process must not wait at its exit to hand them over
-            self._tasks.cancel_join_thread()
         for process in processes:
             if process.exitcode is None:
                 if at_once:
@@ -176,7 +174,9 @@ class JudgeWorkers(RequestsByName):
             if process.exitcode is None:
                 process.kill()
                 process.join()
-        if at_once:  # what the stopped scoring left queued, either way, is no later scoring's
+        if at_once:  # what the stopped scoring left queued is no one's: this process must not wait at its exit to
+            # hand it over, nor a later scoring read it
+            self._tasks.cancel_join_thread()
             self._tasks, self._results = self._context.Queue(), self._context.Queue()
         if self._scratch:  # a failure's logs are named in its message: a later close() (a caller's) keeps them
             if not keep_logs:
