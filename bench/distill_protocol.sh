@@ -62,7 +62,8 @@
 # untrained base's row at 512 tokens: BASE=1 SPLIT=test ... -s1, run 2026-12-06, its student's judgments restored).
 # Every arm above read below dev's choice on seeds 1 and 2; the epochs' last step is queued: 3 epochs
 # (gemma3-mixed-cut-t50-e3-stop-s1 and -s2, 426 steps, about 3.8 hours a seed on the AMD host with native bf16, 4.3
-# on an AVX2-only one; -s1 started 2026-12-06, again on an AVX2-only host whose runs/ came without the first start's).
+# on an AVX2-only one; -s1 started 2026-12-06, again on an AVX2-only host whose runs/ came without the first start's;
+# -s1 read on dev 2026-12-07: decided objective 0.365, the highest on dev; -s2 started 2026-12-07 decides the arm).
 # Training precision (issue #67): the students above trained under bf16 autocast (hosts with native bf16); on a
 # host without it a run trains in float32 (its record's `precision`). gemma3-mixed-cut-t50-drafted-512tok-rows-stop-
 # fp32train-s1 is dev's choice, seed 1, trained so (2026-12-06, an AMD EPYC with AVX2 only), judging dev as the
