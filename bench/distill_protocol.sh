@@ -65,7 +65,9 @@
 # on an AVX2-only one; -s1 started 2026-12-06, again on an AVX2-only host whose runs/ came without the first start's;
 # -s1 read on dev 2026-12-07: decided objective 0.365, the highest on dev; -s2 read on dev the same day: 0.339, so
 # the arm, 0.352 over seeds 1 and 2 against 0.321, is a finalist; -s3 started 2026-12-07 decides dev's choice: the
-# test split for -s1, -s2 and -s3 with BASE=0 only if the arm's three seeds pass the chosen recipe's 0.305).
+# test split for -s1, -s2 and -s3 with BASE=0 only if the arm's three seeds pass the chosen recipe's 0.305; -s3
+# started over 2026-12-07 on an AVX512_BF16 host held to AVX2, ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 in
+# its environment, so that it trains in float32 as -s1 and -s2 did; a resume keeps its checkpoint's precision).
 # Training precision (issue #67): the students above trained under bf16 autocast (hosts with native bf16); on a
 # host without it a run trains in float32 (its record's `precision`). gemma3-mixed-cut-t50-drafted-512tok-rows-stop-
 # fp32train-s1 is dev's choice, seed 1, trained so (2026-12-06, an AMD EPYC with AVX2 only), judging dev as the
@@ -76,8 +78,9 @@
 # transformers-drafted-rows-stop; the same replies up to the sums' rounding): run on dev, then on test for the time
 # (2026-12-06, the AMD host, after -512tok-stop-s1's student was trained again there and judged dev).
 # Issue #67 (fast judging): gemma3-mixed-cut-t50-drafted-512tok-rows-bf16-stop-s1 is the same student judging with the
-# rows in bfloat16 (--student-engine transformers-drafted-rows-bf16-stop): for a host with native bf16 only, not run
-# yet; bench/drafted_judging.py holds it to the stated tolerances against the float32 rows run.
+# rows in bfloat16 (--student-engine transformers-drafted-rows-bf16-stop): for a host with native bf16 only; run
+# 2026-12-07 on an AVX512_BF16 host (2 workers; dev, then SPLIT=test BASE=0: 764.8 s), outside bench/drafted_judging.py's
+# stated tolerances on dev's count r (0.066), so no choice is made from it.
 # Issue #67's recipe arm "full fine-tuning" (`--finetuning full`: every weight of Gemma 3 270M trains, no LoRA; lr
 # 5e-5, the usual full-SFT step, ten times below the LoRA recipe's 5e-4, not searched): gemma3-mixed-cut-t50-full-stop-s1
 # and -s2 on dev, judged as the other arms are (the stop). -s1 run 2026-12-07 on the AVX2-only host (float32; e3-s1

@@ -69,14 +69,16 @@ def domain_rows(
 
 def write_results(results: Path, rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
     """Keep this run's rows beside every other run's in `results`.json (and its report in `results`.md); a
-    protocol run keeps its rows of the other split."""
+    protocol run keeps its rows of the other split, dev's first whichever split was judged last."""
     path = results.with_suffix(".json")
     previous = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
     runs = previous.get("runs", {})
     before = runs.get(settings["label"])
     if before is not None and before["settings"].get("protocol"):
         split = rows[0]["split"]
-        rows = [r for r in before["rows"] if r.get("split") != split] + rows
+        # a stable order whatever order the splits ran in (dev again after test, on a new machine), so the record
+        # reads, and recomputes from its kept judgments, the same
+        rows = sorted([r for r in before["rows"] if r.get("split") != split] + rows, key=lambda r: r["split"] != "dev")
         settings["judge_wall_s"] = {**before["settings"].get("judge_wall_s", {}), **settings["judge_wall_s"]}
     runs[settings["label"]] = {"settings": settings, "rows": rows}
     default = runs.get("default", runs[settings["label"]])

@@ -15,7 +15,7 @@ from spanjudge.core.errors import InputError
 from spanjudge.eval.distill.judgments import STUDENT_READ, archive, archived, readings, restorable, rule_for_split
 from spanjudge.eval.distill.phases import held_out_documents, judge_identity
 from spanjudge.eval.distill.recompute import from_judgments
-from spanjudge.eval.distill.report import markdown, recipes
+from spanjudge.eval.distill.report import markdown, recipes, write_results
 from spanjudge.eval.distill.study import StudySettings
 from spanjudge.eval.spans.calibration import MEASURES
 from spanjudge.eval.spans.decision_fit import decided_spans, fit_decision_rule
@@ -155,6 +155,22 @@ def test_the_committed_rows_are_what_the_committed_judgments_give(tmp_path: Path
     for label in labels:
         assert again[label]["rows"] == without_gamma[label]["rows"]
         assert again[label]["settings"]["decisions"] == committed[label]["settings"]["decisions"]
+
+
+def test_a_split_judged_again_keeps_dev_before_test(tmp_path: Path) -> None:
+    """A run whose dev rows are written again after its test rows (a new machine: the student trained again, dev
+    restored) keeps dev's rows first, as when the splits ran in order: the record, and what its kept judgments
+    recompute to, do not depend on the order the splits were judged in."""
+    label = "gemma3-mixed-cut-t50-drafted-512tok-rows-stop-s1"
+    run = json.loads((REPO / "bench/results/distill_quintd.json").read_text())["runs"][label]
+    assert [row["split"] for row in run["rows"]] == sorted((row["split"] for row in run["rows"]), key="test".__eq__)
+    results = tmp_path / "distill_quintd"
+    results.with_suffix(".json").write_text(json.dumps({"runs": {label: run}}))
+    dev = [row for row in run["rows"] if row["split"] == "dev"]
+    write_results(results, dev, {**run["settings"], "judge_wall_s": {}})
+    again = json.loads(results.with_suffix(".json").read_text())["runs"][label]
+    assert again["rows"] == run["rows"]
+    assert {"test", "dev"} == {row["split"] for row in again["rows"]}
 
 
 def test_a_new_machine_restores_only_the_same_judges_kept_judgments(tmp_path: Path) -> None:
