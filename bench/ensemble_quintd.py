@@ -247,16 +247,19 @@ def markdown(saved: dict[str, Any]) -> str:
                 "**Does agreement mark what the humans mark?** Every cluster kept (K = 1); each span's votes "
                 '(annotators marking it) against "overlaps a human span": the AUC of votes / members (0.5: no '
                 "signal; the students' span confidence: 0.520), and per number of votes the spans and the share "
-                "that overlap a human span.",
+                "that overlap a human span. `place, most votes first`: the AUC of each span's place when an output's "
+                "errors are written most votes first (earlier ranked higher), what a student reading its spans' "
+                "confidence from its count decisions could draw from a target so ordered.",
                 "",
-                "| merge | spans | AUC | by votes: spans (share overlapping a human span) |",
-                "|---|---:|---:|---|",
+                "| merge | spans | AUC | place, most votes first | by votes: spans (share overlapping a human span) |",
+                "|---|---:|---:|---:|---|",
             ]
             for signal in found["agreement"]:
                 levels = ", ".join(
                     f"{v}: {x['spans']} ({x['overlap_human']:.2f})" for v, x in signal["by_votes"].items()
                 )
-                lines.append(f"| {signal['teacher']} | {signal['spans']} | {rounded(signal['auc'])} | {levels} |")
+                cells = " | ".join(rounded(signal.get(key)) for key in ("spans", "auc", "auc_place_votes_first"))
+                lines.append(f"| {signal['teacher']} | {cells} | {levels} |")
         if split == "dev" and found.get("output_agreement"):
             signal = found["output_agreement"]
             low, high = signal["interval"]

@@ -157,21 +157,30 @@ def agreement_signal(
     """Does agreement mark the spans the humans mark? For a vote that keeps every cluster (min_votes 1), each
     kept span's share of the members that mark it against "overlaps a human span": the AUC (0.5: no signal;
     the students' own span confidence reached 0.520) and, per number of votes, how many spans and what share of
-    them overlap a human span."""
+    them overlap a human span. Beside it, `auc_place_votes_first`: each span's place when an output's errors are
+    written most votes first (ties in the text's order), earlier ranked higher: how far a target so ordered carries
+    the votes to a student that reads its spans' confidence from its count decisions (`inference.probabilities`:
+    the probability of writing at least that many errors falls along the reply)."""
     gold = {d.id: [(g.start, g.end) for g in d.gold] for d in docs}
     pairs: list[tuple[float, float]] = []
+    places: list[tuple[float, float]] = []
     by_votes: dict[int, list[float]] = {}  # votes -> "overlaps a human span" (1/0) of each span
     for doc_id, found in _voted(teacher, rule, docs, root).items():
-        for error, entry in zip(found.errors, (found.merge or {}).get("errors", []), strict=True):
+        entries = (found.merge or {}).get("errors", [])
+        order = sorted(range(len(entries)), key=lambda i: -entries[i]["votes"])  # stable: the text's order on ties
+        place = {index: rank for rank, index in enumerate(order)}
+        for index, (error, entry) in enumerate(zip(found.errors, entries, strict=True)):
             start, end = error.start or 0, error.end or 0  # quintd spans are always placed
             hit = float(any(start < e and s < end for s, e in gold[doc_id]))
             pairs.append((entry["votes"] / len(teacher.members), hit))
+            places.append((-float(place[index]), hit))
             by_votes.setdefault(entry["votes"], []).append(hit)
     levels = {
         str(votes): {"spans": len(hits), "overlap_human": sum(hits) / len(hits)}
         for votes, hits in sorted(by_votes.items())
     }
-    return {"teacher": teacher.name, "spans": len(pairs), "auc": auc(pairs), "by_votes": levels}
+    found = {"teacher": teacher.name, "spans": len(pairs), "auc": auc(pairs), "auc_place_votes_first": auc(places)}
+    return found | {"by_votes": levels}
 
 
 def output_agreement_signal(
