@@ -179,8 +179,8 @@ def agreement_signal(
         str(votes): {"spans": len(hits), "overlap_human": sum(hits) / len(hits)}
         for votes, hits in sorted(by_votes.items())
     }
-    found = {"teacher": teacher.name, "spans": len(pairs), "auc": auc(pairs), "auc_place_votes_first": auc(places)}
-    return found | {"by_votes": levels}
+    signal = {"teacher": teacher.name, "spans": len(pairs), "auc": auc(pairs), "auc_place_votes_first": auc(places)}
+    return signal | {"by_votes": levels}
 
 
 def output_agreement_signal(
