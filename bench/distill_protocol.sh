@@ -67,7 +67,8 @@
 # the arm, 0.352 over seeds 1 and 2 against 0.321, is a finalist; -s3 started 2026-12-07 decides dev's choice: the
 # test split for -s1, -s2 and -s3 with BASE=0 only if the arm's three seeds pass the chosen recipe's 0.305; -s3
 # started over 2026-12-07 on an AVX512_BF16 host held to AVX2, ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 in
-# its environment, so that it trains in float32 as -s1 and -s2 did; a resume keeps its checkpoint's precision).
+# its environment, so that it trains in float32 as -s1 and -s2 did; a resume keeps its checkpoint's precision;
+# resumed 2026-12-08 on the same host, at its checkpoint 320 by 03:31).
 # Training precision (issue #67): the students above trained under bf16 autocast (hosts with native bf16); on a
 # host without it a run trains in float32 (its record's `precision`). gemma3-mixed-cut-t50-drafted-512tok-rows-stop-
 # fp32train-s1 is dev's choice, seed 1, trained so (2026-12-06, an AMD EPYC with AVX2 only), judging dev as the
